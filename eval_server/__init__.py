@@ -1,0 +1,1 @@
+"""Kernel evaluation service: load, check, run and time Triton candidates against KernelBench references."""

@@ -1,0 +1,129 @@
+"""`python -m eval_server`: start the kernel evaluation service (Flask app on waitress).
+
+Examples:
+  python -m eval_server                          # all visible GPUs, else CPU interpreter mode
+  python -m eval_server --devices 6,7            # one worker on each of GPUs 6 and 7
+  python -m eval_server --devices cpu --cpu-workers 2 --port 18188
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from eval_server.pool import DeviceSlot, PoolConfig, WorkerPool
+
+log = logging.getLogger("eval_server")
+
+
+def visible_gpus() -> list[int]:
+    """Physical ids of the GPUs this process may use (honours CUDA_VISIBLE_DEVICES)."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # count without creating a context
+    try:
+        import torch
+
+        count = torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no torch/CUDA means CPU mode
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        if all(v.isdigit() for v in ids):
+            return [int(v) for v in ids[:count]]
+    return list(range(count))
+
+
+def parse_slots(devices: str, workers_per_device: int, cpu_workers: int) -> list[DeviceSlot]:
+    """'auto' | 'cpu' | comma-separated physical GPU ids -> one DeviceSlot per worker."""
+    spec = devices.strip().lower()
+    if spec == "auto":
+        gpus = visible_gpus()
+        if not gpus:
+            return [DeviceSlot("cpu")] * cpu_workers
+        return [DeviceSlot("cuda", g) for g in gpus for _ in range(workers_per_device)]
+    if spec == "cpu":
+        return [DeviceSlot("cpu")] * cpu_workers
+    ids: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise SystemExit(f"--devices: expected 'auto', 'cpu' or GPU ids like '0,1', got {devices!r}")
+        ids.append(int(part))
+    return [DeviceSlot("cuda", g) for g in ids for _ in range(workers_per_device)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m eval_server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    net = p.add_argument_group("network")
+    net.add_argument("--host", default=os.environ.get("EVAL_SERVER_HOST", "127.0.0.1"), help="bind address (default loopback)")
+    net.add_argument("--port", type=int, default=int(os.environ.get("EVAL_SERVER_PORT", "18188")))
+    net.add_argument("--max-body-mb", type=float, default=1.0, help="largest accepted request body")
+    dev = p.add_argument_group("workers")
+    dev.add_argument("--devices", default=os.environ.get("EVAL_SERVER_DEVICES", "auto"), help="'auto', 'cpu' or GPU ids '0,1'")
+    dev.add_argument("--workers-per-device", type=int, default=1, help="workers per GPU (timing wants the GPU alone: keep 1)")
+    dev.add_argument("--cpu-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="workers in CPU mode")
+    dev.add_argument("--cpu-threads-per-worker", type=int, default=1)
+    dev.add_argument("--max-queue", type=int, default=64, help="requests allowed to wait for a worker; beyond: 503")
+    dev.add_argument("--timeout-s", type=float, default=None, help="default per-evaluation limit (GPU 180, CPU 300)")
+    dev.add_argument("--max-timeout-s", type=float, default=900.0, help="cap on a request's own options.timeout_s")
+    dev.add_argument("--mem-cap-gb", type=float, default=32.0, help="host memory cap per evaluation (0 = none)")
+    dev.add_argument("--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    slots = parse_slots(args.devices, args.workers_per_device, args.cpu_workers)
+    on_cpu = all(s.kind == "cpu" for s in slots)
+    own_workdir = args.workdir is None
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kernel-eval-"))
+    config = PoolConfig(
+        slots=slots,
+        workdir=workdir,
+        default_timeout_s=args.timeout_s or (300.0 if on_cpu else 180.0),
+        max_timeout_s=args.max_timeout_s,
+        max_queue=args.max_queue,
+        mem_cap_mb=int(args.mem_cap_gb * 1024),
+        cpu_threads_per_worker=args.cpu_threads_per_worker,
+    )
+    pool = WorkerPool(config)
+
+    from waitress import create_server
+
+    from eval_server.app import create_app
+
+    info = {"mode": "cpu-interpreter" if on_cpu else "gpu", "devices": sorted({s.label for s in slots})}
+    app = create_app(pool, max_body_bytes=int(args.max_body_mb * (1 << 20)), info=info)
+    server = create_server(app, host=args.host, port=args.port, threads=len(slots) + args.max_queue + 4)
+
+    def _stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    pool.start()
+    log.info(
+        "eval_server listening on http://%s:%d with %d worker(s) on %s (workdir %s)",
+        args.host, server.effective_port, len(slots), ", ".join(info["devices"]), workdir,
+    )
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        log.info("shutting down")
+    finally:
+        server.close()
+        pool.close()
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

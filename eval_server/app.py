@@ -1,0 +1,119 @@
+"""HTTP layer over WorkerPool: validation, status codes, stats and Prometheus metrics.
+
+Thin on purpose: every decision about evaluation lives in the pool and the worker. Errors are
+JSON `{"error": "..."}` whose text names what was wrong (field, size, JSON syntax).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from eval_server.pool import QueueFullError, WorkerPool, WorkerUnavailableError
+from eval_server.schema import STATUSES, ValidationError, parse_request
+
+log = logging.getLogger("eval_server.app")
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+
+def create_app(pool: WorkerPool, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, info: dict[str, Any] | None = None) -> Flask:
+    app = Flask("eval_server")
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    server_info = dict(info or {})
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> tuple[Response, int]:
+        code = exc.code or 500
+        if code == 413:
+            message = f"request body too large (limit {max_body_bytes} bytes)"
+        else:
+            message = f"{exc.name}: {exc.description}"
+        return jsonify(error=message), code
+
+    @app.post("/eval")
+    def eval_route() -> tuple[Response, int]:
+        raw = request.get_data(cache=False)
+        if not raw:
+            return jsonify(error="empty body: send a JSON object with 'reference' and 'candidate'"), 400
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return jsonify(error=f"body is not valid JSON: {exc}"), 400
+        try:
+            eval_request = parse_request(body)
+        except ValidationError as exc:
+            return jsonify(error=str(exc)), 400
+        try:
+            result = pool.evaluate(eval_request)
+        except QueueFullError as exc:
+            resp = jsonify(error=f"queue full: {exc}; retry later")
+            resp.headers["Retry-After"] = "5"
+            return resp, 503
+        except WorkerUnavailableError as exc:
+            resp = jsonify(error=f"no evaluation worker available: {exc}")
+            resp.headers["Retry-After"] = "30"
+            return resp, 503
+        return jsonify(result.to_json()), 200
+
+    @app.get("/health")
+    def health() -> tuple[Response, int]:
+        snap = pool.snapshot()
+        ready = snap["workers_ready"] > 0 and any(w["alive"] for w in snap["per_worker"])
+        body = {
+            "status": "ok" if ready else "starting",
+            "workers": snap["workers"],
+            "workers_ready": snap["workers_ready"],
+            "start_errors": snap["worker_start_errors"][-3:],
+            **server_info,
+        }
+        return jsonify(body), 200 if ready else 503
+
+    @app.get("/stats")
+    def stats() -> tuple[Response, int]:
+        return jsonify({**server_info, **pool.snapshot()}), 200
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(render_prometheus(pool.snapshot()), mimetype="text/plain; version=0.0.4")
+
+    return app
+
+
+def render_prometheus(snap: dict[str, Any]) -> str:
+    """Prometheus text exposition of a pool snapshot (no client library needed)."""
+    lines = [
+        "# HELP kernel_eval_evaluations_total Evaluations finished, by result status.",
+        "# TYPE kernel_eval_evaluations_total counter",
+    ]
+    for status in STATUSES:
+        lines.append(f'kernel_eval_evaluations_total{{status="{status}"}} {snap["by_status"].get(status, 0)}')
+    lines += [
+        "# HELP kernel_eval_checks_total Anti-cheat checks that fired, by check id.",
+        "# TYPE kernel_eval_checks_total counter",
+    ]
+    for check, n in sorted(snap["by_check"].items()):
+        lines.append(f'kernel_eval_checks_total{{check="{check}"}} {n}')
+    gauges = {
+        "kernel_eval_workers": ("Configured workers.", snap["workers"]),
+        "kernel_eval_workers_ready": ("Workers that finished start-up.", snap["workers_ready"]),
+        "kernel_eval_in_flight": ("Evaluations running now.", snap["in_flight"]),
+        "kernel_eval_queued": ("Requests waiting for a worker.", snap["queued"]),
+    }
+    for name, (help_text, value) in gauges.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
+    counters = {
+        "kernel_eval_worker_restarts_total": ("Workers replaced after a crash or hang.", snap["worker_restarts"]),
+        "kernel_eval_queue_full_total": ("Requests refused with 503 because the queue was full.", snap["rejected_queue_full"]),
+    }
+    for name, (help_text, value) in counters.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
+    lat = snap["latency_s"]
+    lines += ["# HELP kernel_eval_latency_seconds Recent evaluation latency quantiles.", "# TYPE kernel_eval_latency_seconds summary"]
+    for q, key in (("0.5", "p50"), ("0.95", "p95")):
+        if lat[key] is not None:
+            lines.append(f'kernel_eval_latency_seconds{{quantile="{q}"}} {lat[key]:.6f}')
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,134 @@
+"""Output comparison: structure, shape, dtype, plain-tensor checks, then numeric closeness.
+
+The torch functions used here are bound at import time (the worker imports this module before
+any candidate), so a candidate that rebinds `torch.isclose` or friends cannot change the
+verdict; the namespace snapshot in runtime_checks reports such rebinding as well.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from eval_server.schema import TOLERANCE_PROFILES
+
+_isclose = torch.isclose
+_abs = torch.abs
+_where = torch.where
+_isfinite = torch.isfinite
+_isnan = torch.isnan
+_Tensor = torch.Tensor
+
+
+@dataclass
+class Comparison:
+    passed: bool
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    mismatch: str | None = None  # structural problem, in words
+
+
+def flatten_output(obj: Any, path: str = "output") -> list[tuple[str, Any]]:
+    """(path, leaf) pairs of a possibly nested tuple/list output, in order."""
+    if isinstance(obj, tuple | list):
+        out: list[tuple[str, Any]] = []
+        for i, item in enumerate(obj):
+            out.extend(flatten_output(item, f"{path}[{i}]"))
+        return out
+    return [(path, obj)]
+
+
+def tolerance_for(profile: str, dtype: torch.dtype) -> float:
+    table = TOLERANCE_PROFILES[profile]
+    return table.get(str(dtype).removeprefix("torch."), table["float32"])
+
+
+def _structure(obj: Any) -> Any:
+    if isinstance(obj, tuple | list):
+        return (type(obj).__name__, len(obj))
+    return type(obj).__name__
+
+
+def compare_outputs(reference: Any, candidate: Any, profile: str) -> Comparison:
+    """Compare one trial's outputs; every leaf must match in kind, shape, dtype and value."""
+    ref_leaves = flatten_output(reference)
+    cand_leaves = flatten_output(candidate)
+    if len(ref_leaves) != len(cand_leaves) or _structure(reference) != _structure(candidate):
+        return Comparison(
+            False,
+            mismatch=f"output structure differs: expected {_describe(reference)}, got {_describe(candidate)}",
+        )
+    worst_abs = 0.0
+    worst_rel = 0.0
+    for (path, ref), (_, cand) in zip(ref_leaves, cand_leaves, strict=True):
+        if isinstance(ref, _Tensor):
+            if not isinstance(cand, _Tensor):
+                return Comparison(False, mismatch=f"{path}: expected a tensor, got {type(cand).__name__}")
+            if type(cand) is not _Tensor:
+                return Comparison(False, mismatch=f"{path}: output is a tensor subclass ({type(cand).__name__}); return a plain torch.Tensor")
+            if cand.layout != torch.strided:
+                return Comparison(False, mismatch=f"{path}: output layout {cand.layout} is not a dense strided tensor")
+            if tuple(cand.shape) != tuple(ref.shape):
+                return Comparison(False, mismatch=f"{path}: shape {tuple(cand.shape)} != expected {tuple(ref.shape)}")
+            if cand.dtype != ref.dtype:
+                return Comparison(False, mismatch=f"{path}: dtype {cand.dtype} != expected {ref.dtype}")
+            if cand.device != ref.device:
+                return Comparison(False, mismatch=f"{path}: device {cand.device} != expected {ref.device}")
+            tol = tolerance_for(profile, ref.dtype)
+            ok, max_abs, max_rel = _tensor_close(ref, cand, tol)
+        elif isinstance(ref, bool | int | float):
+            if not isinstance(cand, bool | int | float | _Tensor):
+                return Comparison(False, mismatch=f"{path}: expected a number, got {type(cand).__name__}")
+            c = float(cand.item()) if isinstance(cand, _Tensor) else float(cand)
+            r = float(ref)
+            tol = tolerance_for(profile, torch.float32)
+            max_abs = abs(c - r) if math.isfinite(c - r) else math.inf
+            max_rel = max_abs / abs(r) if r != 0 else (0.0 if max_abs == 0 else math.inf)
+            ok = (math.isnan(r) and math.isnan(c)) or max_abs <= tol + tol * abs(r)
+        elif ref is None:
+            if cand is not None:
+                return Comparison(False, mismatch=f"{path}: expected None, got {type(cand).__name__}")
+            continue
+        else:
+            return Comparison(False, mismatch=f"{path}: unsupported reference output type {type(ref).__name__}")
+        worst_abs = max(worst_abs, max_abs)
+        worst_rel = max(worst_rel, max_rel)
+        if not ok:
+            return Comparison(False, worst_abs, worst_rel, mismatch=None)
+    return Comparison(True, worst_abs, worst_rel)
+
+
+def _tensor_close(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> tuple[bool, float, float]:
+    """allclose(atol=rtol=tol, NaN only where the reference has NaN) plus max abs/rel diffs.
+
+    Relative difference is taken over elements whose reference magnitude exceeds `tol`, so
+    near-zero reference values do not make it meaningless.
+    """
+    if ref.numel() == 0:
+        return True, 0.0, 0.0
+    r = ref.detach().to(torch.float64)
+    c = cand.detach().to(torch.float64)
+    close = _isclose(c, r, rtol=tol, atol=tol, equal_nan=True)
+    ok = bool(close.all())
+    diff = _abs(c - r)
+    finite = _isfinite(diff)
+    both_nan = _isnan(c) & _isnan(r)
+    if bool((~finite & ~both_nan).any()):
+        return ok, math.inf, math.inf
+    diff = _where(both_nan, torch.zeros_like(diff), diff)
+    max_abs = float(diff.max())
+    big = _abs(r) > tol
+    max_rel = float((diff[big] / _abs(r[big])).max()) if bool(big.any()) else 0.0
+    return ok, max_abs, max_rel
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, _Tensor):
+        return f"Tensor{tuple(obj.shape)}"
+    if isinstance(obj, tuple | list):
+        inner = ", ".join(_describe(o) for o in obj[:4]) + (", ..." if len(obj) > 4 else "")
+        return f"{type(obj).__name__}[{inner}]"
+    return type(obj).__name__

@@ -1,0 +1,87 @@
+"""The text the model sees after each turn: what happened, the real evidence, what to fix.
+
+TritonForge's feedback omitted compiler errors and numbers; ours always carries the trimmed
+traceback or compiler message, the diffs against tolerance, the checks that fired with their
+fixes, and the speedup with both timings when measured.
+"""
+
+from __future__ import annotations
+
+from eval_server.schema import (
+    STATUS_COMPILE_ERROR,
+    STATUS_CRASHED,
+    STATUS_INCORRECT,
+    STATUS_OK,
+    STATUS_REFERENCE_ERROR,
+    STATUS_REJECTED,
+    STATUS_RUNTIME_ERROR,
+    STATUS_SERVER_ERROR,
+    STATUS_TIMEOUT,
+    EvalResult,
+)
+
+_HEADLINES = {
+    STATUS_OK: "Your kernel compiled and produced correct results.",
+    STATUS_COMPILE_ERROR: "Your code failed to compile or import.",
+    STATUS_RUNTIME_ERROR: "Your code raised an error while running.",
+    STATUS_INCORRECT: "Your kernel ran but its output does not match the reference.",
+    STATUS_REJECTED: "Your submission was rejected by the evaluator's checks.",
+    STATUS_TIMEOUT: "Your submission did not finish within the time limit.",
+    STATUS_CRASHED: "Your submission crashed the evaluation process.",
+    STATUS_REFERENCE_ERROR: "The reference problem itself failed to run; this is not your fault.",
+    STATUS_SERVER_ERROR: "The evaluator failed internally; this is not your fault.",
+}
+
+_FIXES = {
+    STATUS_COMPILE_ERROR: "Fix the error above and return the complete corrected module defining ModelNew.",
+    STATUS_RUNTIME_ERROR: "Fix the error above (check shapes, strides, pointer arithmetic, masks and the launch grid).",
+    STATUS_INCORRECT: "Check indexing, masks for the tail elements, reduction order, the grid, and dtypes.",
+    STATUS_TIMEOUT: "Look for loops that never end, a huge launch grid or an expensive fallback.",
+    STATUS_CRASHED: "Look for out-of-bounds memory accesses (missing masks), wrong pointer offsets or process exits.",
+}
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def build_feedback(result: EvalResult, tolerance: float | None = None) -> str:
+    """Render `result` as plain text; pure function of the result so it is easy to test."""
+    lines = [f"Status: {result.status}. {_HEADLINES.get(result.status, '')}".rstrip()]
+    if result.error and result.error.get("traceback"):
+        lines += ["", result.error["traceback"]]
+    elif result.error and result.error.get("message"):
+        lines += ["", result.error["message"]]
+    fired = [c for c in result.checks if c.severity == "reject"]
+    if fired:
+        lines += ["", "Checks that failed:"] + [f"- [{c.id}] {c.message}" for c in fired]
+    if result.status == STATUS_INCORRECT and result.trials:
+        failed = [t for t in result.trials if not t.passed]
+        lines += ["", f"Correctness: {len(result.trials) - len(failed)}/{len(result.trials)} trials passed."]
+        for t in failed[:3]:
+            if t.mismatch:
+                lines.append(f"- trial seed {t.seed}: {t.mismatch}")
+            else:
+                tol = f" (tolerance atol=rtol={tolerance:g})" if tolerance is not None else ""
+                lines.append(
+                    f"- trial seed {t.seed}: max abs diff {_fmt(t.max_abs_diff)}, "
+                    f"max rel diff {_fmt(t.max_rel_diff)}{tol}"
+                )
+    if result.status == STATUS_OK:
+        if result.max_abs_diff is not None:
+            lines.append(f"Max abs diff over {len(result.trials)} trials: {_fmt(result.max_abs_diff)}.")
+        if result.speedup is not None and result.reference_timing and result.candidate_timing:
+            lines.append(
+                f"Speedup: {result.speedup:.2f}x (reference {result.reference_timing.median_ms:.4g} ms, "
+                f"yours {result.candidate_timing.median_ms:.4g} ms, median of {result.candidate_timing.trials})."
+            )
+            if result.speedup < 1.0:
+                lines.append(
+                    "Your kernel is slower than the reference: fuse operations, use larger blocks, "
+                    "coalesced loads and fewer launches."
+                )
+        else:
+            lines.append("Speed was not measured on this evaluator.")
+    if result.status in _FIXES:
+        lines += ["", _FIXES[result.status]]
+    return "\n".join(lines).strip()

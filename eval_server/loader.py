@@ -1,0 +1,124 @@
+"""Turn problem and candidate source strings into live Python modules on the eval device.
+
+Sources are written to real files under the evaluation's private directory before import,
+because Triton's JIT reads kernel source through `inspect` and cannot compile code that only
+exists in an `exec`'d string. Inputs and weights are created directly on the evaluation device
+(default-device context), never built on the CPU and copied: KernelBench L1 inputs reach GBs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import re
+import sys
+import traceback
+import types
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_module_counter = itertools.count()
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# torch.nn.Module.__call__ plumbing: two frames in every forward traceback that say nothing.
+_NOISE_FILES = (os.path.join("torch", "nn", "modules", "module.py"),)
+
+
+def import_source(source: str, workdir: str | Path, stem: str) -> types.ModuleType:
+    """Write `source` to `<workdir>/<stem>.py` and import it under a unique module name.
+
+    Exceptions from the module body (SyntaxError included) propagate to the caller.
+    """
+    path = Path(workdir) / f"{stem}.py"
+    path.write_text(source, encoding="utf-8")
+    name = f"_kernel_eval_{stem}_{next(_module_counter)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up here
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch's CPU and CUDA generators (manual_seed covers every device)."""
+    torch.manual_seed(seed)
+
+
+def _to_device(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to_device(o, device) for o in obj)
+    return obj
+
+
+def make_init_inputs(module: types.ModuleType, seed: int, device: torch.device) -> list[Any]:
+    seed_everything(seed)
+    with torch.device(device):
+        init = module.get_init_inputs() if hasattr(module, "get_init_inputs") else []
+    return list(_to_device(list(init), device))
+
+
+def make_inputs(module: types.ModuleType, seed: int, device: torch.device) -> list[Any]:
+    """Inputs for one trial, created on `device` (the default device is set while they are built)."""
+    seed_everything(seed)
+    with torch.device(device):
+        inputs = module.get_inputs()
+    return list(_to_device(list(inputs), device))
+
+
+def build_model(cls: type, init_inputs: Sequence[Any], seed: int, device: torch.device) -> torch.nn.Module:
+    """Construct `cls(*init_inputs)` after seeding, with parameters allocated on `device`."""
+    seed_everything(seed)
+    with torch.device(device):
+        model = cls(*init_inputs)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device)
+    return model
+
+
+def clone_args(args: Sequence[Any]) -> list[Any]:
+    """Deep-enough copy of a list of inputs: tensors cloned, containers rebuilt, scalars shared."""
+    out: list[Any] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a.detach().clone())
+        elif isinstance(a, list | tuple):
+            out.append(type(a)(clone_args(a)))
+        else:
+            out.append(a)
+    return out
+
+
+def format_exception_tail(exc: BaseException, workdir: str | Path, max_lines: int = 40, max_chars: int = 4000) -> str:
+    """The traceback a model can act on: evaluator frames dropped, temp paths shortened, trimmed.
+
+    Frames from this package are removed because they only say *where we called the candidate*;
+    the candidate's own lines and Triton's compiler messages are what matter.
+    """
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)
+        and not f.filename.endswith(_NOISE_FILES)
+    ]
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(exc), exc)
+    text = "".join(lines).replace(str(workdir) + os.sep, "")
+    text = re.sub(r'File "[^"]*?site-packages/', 'File "', text)
+    out_lines = text.rstrip("\n").split("\n")
+    if len(out_lines) > max_lines:
+        out_lines = ["..."] + out_lines[-max_lines:]
+    text = "\n".join(out_lines)
+    if len(text) > max_chars:
+        text = "..." + text[-max_chars:]
+    return text

@@ -1,0 +1,86 @@
+"""Process hygiene for untrusted code: scrubbed environment, subreaper, killing a process tree.
+
+Kept apart from worker.py so the server (which spawns workers) and the worker (which forks
+evaluations) share one definition of what a candidate may see and how it is stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+from collections.abc import Mapping
+
+import psutil
+
+# Only these variables reach a worker; everything else (credentials above all) is dropped.
+_ALLOWED_PREFIXES = (
+    "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "LANG", "LC_", "TZ", "CUDA_", "NVIDIA_",
+    "TRITON_", "TORCH_", "PYTORCH_", "NCCL_", "OMP_", "MKL_", "OPENBLAS_", "CC", "CXX", "VIRTUAL_ENV",
+    "CONDA_PREFIX", "TERM", "TMPDIR",
+)
+# Dropped even when the prefix is allowed (e.g. TORCH_HUB_TOKEN).
+_SECRET_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.IGNORECASE)
+
+
+def scrubbed_env(base: Mapping[str, str], overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a worker: an allow-list of harmless variables, secrets removed, overrides applied."""
+    env = {
+        k: v
+        for k, v in base.items()
+        if any(k == p or k.startswith(p) for p in _ALLOWED_PREFIXES) and not _SECRET_RE.search(k)
+    }
+    env.update(overrides or {})
+    return env
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants (a candidate's double-fork) get reparented to us, so we can reap them."""
+    PR_SET_CHILD_SUBREAPER = 36
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process group led by `pid` and every descendant still visible."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def reap_all() -> None:
+    """Collect every exited child (including reparented orphans) so no zombie remains."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its descendants (0 if it is gone)."""
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total

@@ -1,0 +1,245 @@
+"""The one definition of the evaluation request and result (the JSON that crosses HTTP).
+
+Both sides of every boundary (HTTP app, worker pipe, async client, episode) use these
+dataclasses, so a field is added or renamed in exactly one place. Validation is hand-written
+(no pydantic) because the GPU machines and the slime image do not all ship it; every error names
+the offending field so a 400 tells the caller exactly what to fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+# Closed set of result statuses. Order is documentation only.
+STATUS_OK = "ok"  # compiled, correct on every trial, passed every check
+STATUS_COMPILE_ERROR = "compile_error"  # syntax/import error, no ModelNew, Triton compile failure
+STATUS_RUNTIME_ERROR = "runtime_error"  # exception while constructing or running ModelNew
+STATUS_INCORRECT = "incorrect"  # ran, but outputs differ from the reference (or wrong shape/dtype)
+STATUS_REJECTED = "rejected"  # a static or runtime anti-cheat check fired
+STATUS_TIMEOUT = "timeout"  # hard wall-clock limit hit; the evaluation process was killed
+STATUS_CRASHED = "crashed"  # evaluation process died (signal, os._exit, memory cap)
+STATUS_REFERENCE_ERROR = "reference_error"  # the problem itself failed to load or run: not the candidate's fault
+STATUS_SERVER_ERROR = "server_error"  # internal failure of the evaluator
+
+STATUSES: tuple[str, ...] = (
+    STATUS_OK,
+    STATUS_COMPILE_ERROR,
+    STATUS_RUNTIME_ERROR,
+    STATUS_INCORRECT,
+    STATUS_REJECTED,
+    STATUS_TIMEOUT,
+    STATUS_CRASHED,
+    STATUS_REFERENCE_ERROR,
+    STATUS_SERVER_ERROR,
+)
+
+TOLERANCE_PROFILES: dict[str, dict[str, float]] = {
+    # KernelBench v0.1: atol = rtol = 1e-2 for every dtype.
+    "default": {"float32": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-2},
+    # KernelBench HEAD style: fp32 must match to 1e-4; half types keep 1e-2.
+    "strict": {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-4},
+}
+
+MAX_CORRECTNESS_TRIALS = 50
+MAX_TIMING_TRIALS = 10_000
+MAX_SOURCE_CHARS = 200_000
+
+
+class ValidationError(ValueError):
+    """A request that does not match the schema; the message names the field."""
+
+
+def problem_hash(reference_source: str) -> str:
+    """Content hash that identifies a problem (cache keys, logs, trajectory records)."""
+    return hashlib.sha256(reference_source.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """How to evaluate. Every field has a default, so `{}` is a valid options object."""
+
+    correctness_trials: int = 5  # fresh seed and fresh inputs per trial
+    timing: bool = True  # ignored (timing is null) on CPU workers
+    timing_trials: int = 100  # timed calls per model after warm-up (first is discarded)
+    warmup_trials: int = 3
+    seed: int = 42  # base seed; trial i uses seed + i
+    tolerance: str = "default"  # key of TOLERANCE_PROFILES
+    timeout_s: float | None = None  # wall-clock cap; None = server default; clipped to server max
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """One evaluation: a KernelBench-format reference and a candidate defining ModelNew."""
+
+    reference: str
+    candidate: str
+    options: EvalOptions = field(default_factory=EvalOptions)
+    problem_id: str | None = None  # free-form label for logs and stats
+    request_id: str | None = None  # echoed back in the result
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Check:
+    """An anti-cheat or sanity check that fired. `severity` reject => status rejected."""
+
+    id: str
+    message: str
+    severity: str = "reject"  # "reject" | "warn"
+
+
+@dataclass
+class TrialResult:
+    seed: int
+    passed: bool
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    mismatch: str | None = None  # structural problem (shape/dtype/type), if any
+
+
+@dataclass
+class TimingStats:
+    """Milliseconds per call over the timed trials."""
+
+    median_ms: float
+    min_ms: float
+    mean_ms: float
+    iqr_ms: float
+    cv: float  # coefficient of variation (std / mean)
+    trials: int
+
+
+@dataclass
+class EvalResult:
+    status: str
+    compiled: bool = False
+    correct: bool = False
+    trials: list[TrialResult] = field(default_factory=list)
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    checks: list[Check] = field(default_factory=list)
+    kernel_launches: int = 0  # Triton launches seen during the candidate's first forward
+    reference_timing: TimingStats | None = None
+    candidate_timing: TimingStats | None = None
+    speedup: float | None = None  # reference median / candidate median; null without timing
+    error: dict[str, str] | None = None  # {"type", "message", "traceback"} of the failure
+    stdout_tail: str = ""  # what the candidate printed (trimmed)
+    feedback: str = ""  # text meant for the model: what happened and what to fix
+    device: str = ""  # where it ran, e.g. "cuda:3 (NVIDIA H200)" or "cpu (triton interpreter)"
+    worker: int | None = None
+    elapsed_s: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    problem_hash: str = ""
+    problem_id: str | None = None
+    request_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EvalResult:
+        data = dict(data)
+        data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
+        data["checks"] = [Check(**c) for c in data.get("checks", [])]
+        for key in ("reference_timing", "candidate_timing"):
+            if data.get(key) is not None:
+                data[key] = TimingStats(**data[key])
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValidationError(f"unknown result fields: {sorted(unknown)}")
+        return cls(**data)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_type(path: str, value: Any, expected: type | tuple[type, ...]) -> None:
+    # bool is an int subclass in Python; never accept it where a number is expected.
+    if isinstance(value, bool) and bool not in (expected if isinstance(expected, tuple) else (expected,)):
+        raise ValidationError(f"{path}: expected {_type_name(expected)}, got bool")
+    if not isinstance(value, expected):
+        raise ValidationError(f"{path}: expected {_type_name(expected)}, got {type(value).__name__}")
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    if isinstance(expected, tuple):
+        return " or ".join(t.__name__ for t in expected)
+    return expected.__name__
+
+
+def _reject_unknown(path: str, data: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        where = f"{path}: " if path else ""
+        raise ValidationError(f"{where}unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def parse_options(data: Any) -> EvalOptions:
+    if data is None:
+        return EvalOptions()
+    _check_type("options", data, dict)
+    allowed = {f.name for f in dataclasses.fields(EvalOptions)}
+    _reject_unknown("options", data, allowed)
+    kwargs: dict[str, Any] = {}
+    for name in ("correctness_trials", "timing_trials", "warmup_trials", "seed"):
+        if name in data:
+            _check_type(f"options.{name}", data[name], int)
+            kwargs[name] = data[name]
+    if "timing" in data:
+        _check_type("options.timing", data["timing"], bool)
+        kwargs["timing"] = data["timing"]
+    if "tolerance" in data:
+        _check_type("options.tolerance", data["tolerance"], str)
+        if data["tolerance"] not in TOLERANCE_PROFILES:
+            raise ValidationError(
+                f"options.tolerance: unknown profile {data['tolerance']!r}; known: {sorted(TOLERANCE_PROFILES)}"
+            )
+        kwargs["tolerance"] = data["tolerance"]
+    if data.get("timeout_s") is not None:
+        _check_type("options.timeout_s", data["timeout_s"], (int, float))
+        if data["timeout_s"] <= 0:
+            raise ValidationError("options.timeout_s: must be > 0")
+        kwargs["timeout_s"] = float(data["timeout_s"])
+    opts = EvalOptions(**kwargs)
+    if not 1 <= opts.correctness_trials <= MAX_CORRECTNESS_TRIALS:
+        raise ValidationError(f"options.correctness_trials: must be in [1, {MAX_CORRECTNESS_TRIALS}]")
+    if not 2 <= opts.timing_trials <= MAX_TIMING_TRIALS:
+        raise ValidationError(f"options.timing_trials: must be in [2, {MAX_TIMING_TRIALS}]")
+    if not 0 <= opts.warmup_trials <= 1000:
+        raise ValidationError("options.warmup_trials: must be in [0, 1000]")
+    if not 0 <= opts.seed < 2**31:
+        raise ValidationError("options.seed: must be in [0, 2**31)")
+    return opts
+
+
+def parse_request(data: Any) -> EvalRequest:
+    """Validate a decoded JSON body and build an EvalRequest (raises ValidationError)."""
+    _check_type("body", data, dict)
+    allowed = {f.name for f in dataclasses.fields(EvalRequest)}
+    _reject_unknown("", data, allowed)
+    for name in ("reference", "candidate"):
+        if name not in data:
+            raise ValidationError(f"missing required field {name!r}")
+        _check_type(name, data[name], str)
+        if not data[name].strip():
+            raise ValidationError(f"{name}: must not be empty")
+        if len(data[name]) > MAX_SOURCE_CHARS:
+            raise ValidationError(f"{name}: longer than {MAX_SOURCE_CHARS} characters")
+    for name in ("problem_id", "request_id"):
+        if data.get(name) is not None:
+            _check_type(name, data[name], str)
+            if len(data[name]) > 256:
+                raise ValidationError(f"{name}: longer than 256 characters")
+    return EvalRequest(
+        reference=data["reference"],
+        candidate=data["candidate"],
+        options=parse_options(data.get("options")),
+        problem_id=data.get("problem_id"),
+        request_id=data.get("request_id"),
+    )

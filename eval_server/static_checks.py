@@ -1,0 +1,203 @@
+"""Static rules on candidate source: the cheap first pass against known reward hacks.
+
+Every rule lives here, with a stable id (shown in results, stats and feedback) and a message
+that tells the model what to change. Rules read the AST, never execute anything, so they are
+safe to run on untrusted text. Runtime checks (kernel really launched, torch doing the work)
+live in `runtime_checks.py`; static rules only catch what is visible in the text.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from eval_server.schema import Check
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    message: str
+    severity: str  # "reject" | "warn"
+    find: Callable[[ast.Module], list[str]]  # returns evidence strings; empty = rule did not fire
+
+
+# torch functions that do the computation a kernel should do. Allocation, views and metadata
+# (empty, empty_like, view, reshape, contiguous, stride, size ...) are allowed.
+TORCH_COMPUTE_CALLS = frozenset(
+    {
+        "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "tensordot", "matrix_power",
+        "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+        "linear", "bilinear", "relu", "relu_", "gelu", "silu", "sigmoid", "tanh", "softmax",
+        "log_softmax", "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm",
+        "dropout", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+        "adaptive_avg_pool2d", "adaptive_max_pool2d", "cumsum", "cumprod", "logsumexp", "norm",
+        "scaled_dot_product_attention", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
+        "smooth_l1_loss", "kl_div", "hardtanh", "leaky_relu", "elu", "selu", "softplus", "mish",
+        "hardswish", "hardsigmoid", "logsigmoid", "softsign", "tanhshrink", "prelu", "normalize",
+        "pdist", "cdist", "cosine_similarity", "triplet_margin_loss", "hinge_embedding_loss",
+    }
+)
+# torch.nn modules whose call does the work (constructing one to hold weights is fine; the
+# runtime check catches calling it).
+TORCH_COMPUTE_MODULES = frozenset({"compile"})
+
+
+def _dotted(node: ast.AST) -> str:
+    """'torch.nn.functional.relu' for an Attribute chain, '' when not a plain dotted name."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _functional_aliases(tree: ast.Module) -> set[str]:
+    """Names bound to torch.nn.functional (e.g. `import torch.nn.functional as F`)."""
+    aliases = {"torch.nn.functional"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "torch.nn.functional":
+                    aliases.add(a.asname or a.name)
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch.nn" and any(
+            a.name == "functional" for a in node.names
+        ):
+            aliases.update(a.asname or a.name for a in node.names if a.name == "functional")
+    return aliases
+
+
+def _is_triton_jit(dec: ast.expr) -> bool:
+    target = dec.func if isinstance(dec, ast.Call) else dec
+    name = _dotted(target)
+    return name in {"triton.jit", "jit", "tl.jit"} or name.endswith(".jit")
+
+
+def _jit_functions(tree: ast.Module) -> list[str]:
+    return [
+        n.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef) and any(_is_triton_jit(d) for d in n.decorator_list)
+    ]
+
+
+def _find_no_jit(tree: ast.Module) -> list[str]:
+    return [] if _jit_functions(tree) else ["no function decorated with @triton.jit"]
+
+
+def _find_try_except(tree: ast.Module) -> list[str]:
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)) and node.handlers:
+            hits.append(f"line {node.lineno}: try/except")
+    return hits
+
+
+def _find_reference_use(tree: ast.Module) -> list[str]:
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            if node.name == "Model":
+                hits.append(f"line {node.lineno}: defines class Model (a copy of the reference)")
+            for base in node.bases:
+                if _dotted(base).split(".")[-1] == "Model":
+                    hits.append(f"line {node.lineno}: class {node.name} inherits from Model")
+        elif isinstance(node, ast.Name) and node.id == "Model" and isinstance(node.ctx, ast.Load):
+            hits.append(f"line {node.lineno}: uses the name Model")
+        elif isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names):
+            hits.append(f"line {node.lineno}: imports Model")
+    return sorted(set(hits))
+
+
+def _calls(tree: ast.Module) -> Iterator[tuple[ast.Call, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            yield node, _dotted(node.func)
+
+
+def _find_torch_compute(tree: ast.Module) -> list[str]:
+    aliases = _functional_aliases(tree)
+    hits = []
+    for node, name in _calls(tree):
+        if not name:
+            continue
+        head, _, last = name.rpartition(".")
+        if (head in aliases or head == "torch") and last in TORCH_COMPUTE_CALLS or head == "torch" and last in TORCH_COMPUTE_MODULES:
+            hits.append(f"line {node.lineno}: {name}()")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            hits.append(f"line {node.lineno}: the @ operator (torch matmul)")
+    return hits
+
+
+def _find_process_escape(tree: ast.Module) -> list[str]:
+    """Threads, subprocesses and extra CUDA streams let work escape timing and checks."""
+    hits = []
+    banned_modules = {"threading", "multiprocessing", "subprocess", "concurrent"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in banned_modules:
+                    hits.append(f"line {node.lineno}: import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in banned_modules:
+            hits.append(f"line {node.lineno}: from {node.module} import ...")
+    for node, name in _calls(tree):
+        if name.endswith("cuda.Stream") or name.endswith("cuda.stream"):
+            hits.append(f"line {node.lineno}: {name}()")
+    return hits
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "static.no_triton_kernel",
+        "The candidate defines no @triton.jit kernel. Write the computation as a Triton kernel "
+        "decorated with @triton.jit and launch it from ModelNew.forward.",
+        "reject",
+        _find_no_jit,
+    ),
+    Rule(
+        "static.try_except",
+        "try/except is not allowed: a fallback path hides kernel failures. Remove the try/except "
+        "and make the Triton kernel itself correct.",
+        "reject",
+        _find_try_except,
+    ),
+    Rule(
+        "static.reference_model",
+        "The candidate must not define, inherit from, import or call the reference class Model. "
+        "Implement ModelNew(nn.Module) on its own with Triton kernels.",
+        "reject",
+        _find_reference_use,
+    ),
+    Rule(
+        "static.torch_compute",
+        "torch compute operations do the work instead of a Triton kernel. Only allocation, views "
+        "and shape handling may use torch; move the math into @triton.jit kernels.",
+        "reject",
+        _find_torch_compute,
+    ),
+    Rule(
+        "static.process_escape",
+        "Threads, subprocesses and extra CUDA streams are not allowed: all work must run "
+        "in forward on the current stream.",
+        "reject",
+        _find_process_escape,
+    ),
+)
+
+RULE_IDS = tuple(r.id for r in RULES)
+
+
+def run_static_checks(tree: ast.Module) -> list[Check]:
+    """Apply every rule; each fired rule becomes one Check whose message cites the evidence."""
+    fired: list[Check] = []
+    for rule in RULES:
+        evidence = rule.find(tree)
+        if evidence:
+            shown = "; ".join(evidence[:5]) + (" ..." if len(evidence) > 5 else "")
+            fired.append(Check(rule.id, f"{rule.message} Found: {shown}.", rule.severity))
+    return fired

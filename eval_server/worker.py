@@ -1,0 +1,287 @@
+"""The warm worker: one long-lived process per device slot that forks one child per evaluation.
+
+The worker imports torch, triton and the evaluator once (seconds) but never initialises CUDA;
+each evaluation runs in a freshly forked child (sub-second start), so whatever a candidate does
+to its process (patched functions, globals, allocator contents, a poisoned CUDA context, a
+segfault) dies with that child and never reaches the next evaluation. The worker enforces the
+hard wall-clock timeout and the memory cap on the child's whole process tree.
+
+Protocol with the server (pool.py): JSON lines on stdin (requests) and on the original stdout
+(replies); fd 1 is pointed at stderr after start-up so stray prints cannot corrupt the protocol.
+  -> {"ready": true, "pid": ..., "device": ..., "versions": {...}}        once, after warm-up
+  <- {"request": <EvalRequest json>, "timeout_s": 60.0}
+  -> {"result": <EvalResult json>}
+  <- {"shutdown": true}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from eval_server import sandbox
+from eval_server.feedback import build_feedback
+from eval_server.schema import (
+    STATUS_CRASHED,
+    STATUS_SERVER_ERROR,
+    STATUS_TIMEOUT,
+    EvalRequest,
+    EvalResult,
+    parse_request,
+    problem_hash,
+)
+
+_POLL_S = 0.02
+_STDOUT_TAIL_CHARS = 2000
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return {"SIGSEGV": "SIGSEGV (segmentation fault)", "SIGABRT": "SIGABRT (abort)", "SIGBUS": "SIGBUS (bus error)",
+            "SIGKILL": "SIGKILL", "SIGFPE": "SIGFPE (arithmetic error)"}.get(name, name)
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.worker_id: int = args.worker_id
+        self.device_kind: str = args.device  # "cpu" or "cuda"
+        self.device_label: str = args.device_label
+        self.workdir = Path(args.workdir)
+        self.mem_cap_bytes = int(args.mem_cap_mb) * 1024 * 1024 if args.mem_cap_mb else 0
+        self.threads: int = args.threads
+        self.evals = 0
+
+    # ------------------------------------------------------------------ warm-up (parent)
+    def warm_up(self) -> dict[str, Any]:
+        import torch
+        import triton
+
+        from eval_server import evaluate as _evaluate  # noqa: F401  (imports compare, timing, checks)
+
+        _evaluate.LAUNCHES.install()
+        torch.set_num_threads(max(1, self.threads))
+        return {
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "python": sys.version.split()[0],
+            "triton_interpret": os.environ.get("TRITON_INTERPRET", "0") == "1",
+        }
+
+    # ------------------------------------------------------------------ one evaluation
+    def run_one(self, request_json: dict[str, Any], timeout_s: float) -> EvalResult:
+        request = parse_request(request_json)
+        self.evals += 1
+        evaldir = Path(tempfile.mkdtemp(prefix=f"eval-{self.evals}-", dir=self.workdir / "evals"))
+        t0 = time.perf_counter()
+        try:
+            result = self._fork_and_wait(request, evaldir, timeout_s)
+        finally:
+            log = evaldir / "output.log"
+            tail = ""
+            if log.exists():
+                tail = log.read_text(errors="replace")[-_STDOUT_TAIL_CHARS:]
+            shutil.rmtree(evaldir, ignore_errors=True)
+        result.stdout_tail = tail
+        result.worker = self.worker_id
+        result.elapsed_s = round(time.perf_counter() - t0, 6)
+        return result
+
+    def _fork_and_wait(self, request: EvalRequest, evaldir: Path, timeout_s: float) -> EvalResult:
+        read_fd, write_fd = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # child: never returns
+            os.close(read_fd)
+            self._child_main(request, evaldir, write_fd)
+        os.close(write_fd)
+        try:
+            os.setpgid(pid, pid)  # also done by the child; whichever runs first wins
+        except (PermissionError, ProcessLookupError):
+            pass
+        chunks: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        verdict: tuple[str, str] | None = None
+        exit_status: int | None = None
+        next_mem_check = 0.0
+        try:
+            while True:
+                ready, _, _ = select.select([read_fd], [], [], _POLL_S)
+                if ready:
+                    data = os.read(read_fd, 1 << 20)
+                    if data:
+                        chunks.append(data)
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                if info is not None:
+                    break
+                now = time.monotonic()
+                if now > deadline:
+                    verdict = (STATUS_TIMEOUT, f"The evaluation exceeded the time limit of {timeout_s:g} s and was killed.")
+                    break
+                if self.mem_cap_bytes and now >= next_mem_check:
+                    next_mem_check = now + 0.1
+                    rss = sandbox.tree_rss_bytes(pid)
+                    if rss > self.mem_cap_bytes:
+                        verdict = (
+                            STATUS_CRASHED,
+                            f"The evaluation used {rss / 2**30:.1f} GiB of host memory, over the cap of "
+                            f"{self.mem_cap_bytes / 2**30:.1f} GiB, and was killed.",
+                        )
+                        break
+        finally:
+            sandbox.kill_tree(pid)
+            try:
+                _, status = os.waitpid(pid, 0)
+                exit_status = status
+            except ChildProcessError:
+                pass
+            sandbox.reap_all()
+            # Drain what the child wrote before it exited.
+            while True:
+                ready, _, _ = select.select([read_fd], [], [], 0)
+                if not ready:
+                    break
+                data = os.read(read_fd, 1 << 20)
+                if not data:
+                    break
+                chunks.append(data)
+            os.close(read_fd)
+
+        if verdict is None:
+            payload = b"".join(chunks)
+            if payload:
+                try:
+                    return EvalResult.from_json(json.loads(payload))
+                except (ValueError, TypeError) as exc:
+                    verdict = (STATUS_CRASHED, f"The evaluation process reported an unreadable result ({exc}).")
+            else:
+                verdict = (STATUS_CRASHED, self._describe_exit(exit_status))
+        return self._failure(request, *verdict)
+
+    @staticmethod
+    def _describe_exit(status: int | None) -> str:
+        if status is None:
+            return "The evaluation process disappeared without a result."
+        if os.WIFSIGNALED(status):
+            return f"The evaluation process was killed by {_signal_name(os.WTERMSIG(status))} before reporting a result."
+        code = os.WEXITSTATUS(status)
+        return (
+            f"The evaluation process exited with code {code} before reporting a result "
+            "(os._exit, sys.exit or a fatal error in the candidate)."
+        )
+
+    def _failure(self, request: EvalRequest, status: str, message: str) -> EvalResult:
+        result = EvalResult(
+            status=status,
+            error={"type": status, "message": message, "traceback": ""},
+            device=self.device_label,
+            problem_hash=problem_hash(request.reference),
+            problem_id=request.problem_id,
+            request_id=request.request_id,
+        )
+        result.feedback = build_feedback(result)
+        return result
+
+    def _child_main(self, request: EvalRequest, evaldir: Path, write_fd: int) -> None:
+        """Runs in the forked child; always ends with os._exit so no parent state is unwound."""
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        payload: bytes
+        try:
+            os.close(_PROTO_FD)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            os.chdir(evaldir)
+            os.environ["TMPDIR"] = str(evaldir)
+            tempfile.tempdir = str(evaldir)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            payload = json.dumps(self._child_evaluate(request, evaldir).to_json()).encode()
+        except SystemExit as exc:
+            res = self._failure(request, STATUS_CRASHED, f"The candidate called sys.exit({exc.code!r}) during evaluation.")
+            payload = json.dumps(res.to_json()).encode()
+        except BaseException as exc:  # noqa: BLE001 - must report whatever happened
+            res = self._failure(request, STATUS_SERVER_ERROR, f"Evaluator failure: {type(exc).__name__}: {exc}")
+            payload = json.dumps(res.to_json()).encode()
+        try:
+            view = memoryview(payload)
+            while view:
+                n = os.write(write_fd, view)
+                view = view[n:]
+        finally:
+            os._exit(0)
+
+    def _child_evaluate(self, request: EvalRequest, evaldir: Path) -> EvalResult:
+        import torch
+
+        from eval_server.evaluate import EvalContext, evaluate
+
+        if self.device_kind == "cuda":
+            device = torch.device("cuda", 0)  # CUDA_VISIBLE_DEVICES pins the physical GPU
+            torch.cuda.set_device(device)
+            label = f"{self.device_label} ({torch.cuda.get_device_name(device)})"
+            timing = True
+        else:
+            device = torch.device("cpu")
+            label = f"{self.device_label} (triton interpreter)"
+            timing = False
+        ctx = EvalContext(device=device, device_label=label, workdir=evaldir, timing_enabled=timing)
+        return evaluate(request, ctx)
+
+
+_PROTO_FD = -1
+
+
+def main(argv: list[str] | None = None) -> None:
+    global _PROTO_FD
+    parser = argparse.ArgumentParser(description="eval_server worker (started by the server, not by hand)")
+    parser.add_argument("--worker-id", type=int, required=True)
+    parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    parser.add_argument("--device-label", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--mem-cap-mb", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    # Keep the protocol channel private; anything printed later goes to the log (stderr).
+    _PROTO_FD = os.dup(1)
+    os.dup2(2, 1)
+    proto = os.fdopen(_PROTO_FD, "w", buffering=1)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    (Path(args.workdir) / "evals").mkdir(parents=True, exist_ok=True)
+    sandbox.become_subreaper()
+    worker = Worker(args)
+    versions = worker.warm_up()
+    proto.write(json.dumps({"ready": True, "pid": os.getpid(), "device": args.device_label, "versions": versions}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        if msg.get("shutdown"):
+            break
+        try:
+            result = worker.run_one(msg["request"], float(msg["timeout_s"]))
+            reply = {"result": result.to_json()}
+        except Exception as exc:  # noqa: BLE001 - the worker must keep serving
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        proto.write(json.dumps(reply) + "\n")
+
+
+if __name__ == "__main__":
+    main()
