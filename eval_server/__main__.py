@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _stop)
     pool.start()
     log.info(
-        "eval_server listening on http://%s:%d with %d worker(s) on %s (workdir %s)",
+        "eval_server listening on http://%s:%s with %d worker(s) on %s (workdir %s)",
         args.host, server.effective_port, len(slots), ", ".join(info["devices"]), workdir,
     )
     try:

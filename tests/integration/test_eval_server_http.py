@@ -1,0 +1,181 @@
+"""The real eval server as a subprocess on loopback, driven over real HTTP (CPU interpreter mode)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+
+from eval_server import samples
+from tests.conftest import running_eval_server
+
+pytestmark = pytest.mark.integration
+
+# Hang/crash cases get a short limit so the suite stays fast.
+_FAST_LIMIT = {"relu__infinite_loop": 4.0}
+
+
+def _post(url: str, payload: dict, timeout: float = 120.0) -> httpx.Response:
+    return httpx.post(f"{url}/eval", json=payload, timeout=timeout)
+
+
+def _sample_payload(case: samples.SampleCase) -> dict:
+    options = {"correctness_trials": 3}
+    if case.candidate in _FAST_LIMIT:
+        options["timeout_s"] = _FAST_LIMIT[case.candidate]
+    return {
+        "reference": samples.load_problem(case.problem),
+        "candidate": samples.load_candidate(case.candidate),
+        "options": options,
+        "problem_id": case.problem,
+        "request_id": case.candidate,
+    }
+
+
+def test_every_sample_case_gets_its_expected_status(cpu_server: str) -> None:
+    with cf.ThreadPoolExecutor(max_workers=4) as ex:
+        futures = {ex.submit(_post, cpu_server, _sample_payload(c)): c for c in samples.SAMPLE_CASES}
+        results = {futures[f].candidate: (futures[f], f.result()) for f in cf.as_completed(futures)}
+    wrong = []
+    for name, (case, resp) in sorted(results.items()):
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["request_id"] == name
+        assert body["device"].startswith("cpu")
+        assert body["feedback"].startswith(f"Status: {body['status']}.")
+        if body["status"] != case.expected_status:
+            wrong.append(f"{name}: expected {case.expected_status}, got {body['status']}: {body['feedback'][:300]}")
+    assert not wrong, "\n".join(wrong)
+
+    ok = results["relu__correct"][1].json()
+    assert ok["correct"] and ok["compiled"] and ok["kernel_launches"] >= 1
+    assert ok["reference_timing"] is None and ok["speedup"] is None  # no timing on CPU
+    assert len(ok["trials"]) == 3 and ok["max_abs_diff"] == 0.0
+
+    wrong_math = results["relu__wrong_math"][1].json()
+    assert wrong_math["compiled"] and not wrong_math["correct"]
+    assert wrong_math["max_abs_diff"] > 0.1
+    assert "max abs diff" in wrong_math["feedback"]
+
+    syntax = results["relu__syntax_error"][1].json()
+    assert syntax["error"]["type"] == "SyntaxError"
+    assert "candidate.py" in syntax["feedback"] and "line" in syntax["feedback"]
+
+    runtime = results["relu__runtime_error"][1].json()
+    assert "Traceback" in runtime["feedback"] and "candidate.py" in runtime["feedback"]
+    assert "eval_server" not in runtime["error"]["traceback"]  # evaluator frames are trimmed
+
+    timeout = results["relu__infinite_loop"][1].json()
+    assert "time limit of 4 s" in timeout["feedback"]
+
+    segv = results["relu__segfault"][1].json()
+    assert "SIGSEGV" in segv["feedback"]
+    exited = results["relu__os_exit"][1].json()
+    assert "exited with code 3" in exited["feedback"]
+
+    not_launched = results["relu__kernel_unused"][1].json()
+    assert {c["id"] for c in not_launched["checks"]} >= {"runtime.no_kernel_launch"}
+
+
+def test_malformed_requests_get_clear_4xx(cpu_server: str) -> None:
+    good = {"reference": samples.load_problem("relu"), "candidate": samples.load_candidate("relu__correct")}
+    cases = [
+        (b"{not json", 400, "not valid JSON"),
+        (b"", 400, "empty body"),
+        (b"[1, 2]", 400, "body: expected dict"),
+        (httpx.Request("POST", "/", json={**good, "extra": 1}).content, 400, "unknown field(s) ['extra']"),
+        (httpx.Request("POST", "/", json={"candidate": "x"}).content, 400, "missing required field 'reference'"),
+        (httpx.Request("POST", "/", json={**good, "reference": 3}).content, 400, "reference: expected str, got int"),
+        (httpx.Request("POST", "/", json={**good, "options": {"correctness_trials": True}}).content, 400,
+         "options.correctness_trials: expected int, got bool"),
+        (httpx.Request("POST", "/", json={**good, "options": {"tolerance": "loose"}}).content, 400,
+         "options.tolerance: unknown profile 'loose'"),
+        (httpx.Request("POST", "/", json={**good, "options": {"speed": 1}}).content, 400, "options: unknown field(s)"),
+        (b"x" * (2 << 20), 413, "request body too large"),
+    ]
+    for body, code, fragment in cases:
+        resp = httpx.post(f"{cpu_server}/eval", content=body, headers={"content-type": "application/json"}, timeout=30)
+        assert resp.status_code == code, (body[:60], resp.text)
+        assert fragment in resp.json()["error"], (fragment, resp.json())
+    assert httpx.get(f"{cpu_server}/eval", timeout=10).status_code == 405
+    assert httpx.get(f"{cpu_server}/nope", timeout=10).json()["error"].startswith("Not Found")
+
+
+def test_stats_and_metrics_reflect_traffic(cpu_server: str) -> None:
+    payload = _sample_payload(samples.SampleCase("relu", "relu__correct", "ok", ""))
+    assert _post(cpu_server, payload).json()["status"] == "ok"
+    stats = httpx.get(f"{cpu_server}/stats", timeout=10).json()
+    assert stats["workers"] == 2 and stats["mode"] == "cpu-interpreter"
+    assert stats["by_status"]["ok"] >= 1
+    assert stats["latency_s"]["p50"] is not None
+    assert all(w["versions"]["triton_interpret"] for w in stats["per_worker"])
+    metrics = httpx.get(f"{cpu_server}/metrics", timeout=10).text
+    assert 'kernel_eval_evaluations_total{status="ok"}' in metrics
+    assert "kernel_eval_workers_ready 2" in metrics
+
+
+def test_worker_environment_is_scrubbed_and_private(tmp_path) -> None:
+    """A candidate that prints its environment sees no secrets and a private HOME/TMPDIR."""
+    spy = samples.load_candidate("relu__correct").replace(
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n",
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        import os, tempfile\n"
+        "        print('SPY', os.environ.get('MY_SERVICE_API_KEY'), os.environ.get('HF_TOKEN'),\n"
+        "              os.environ.get('HOME'), tempfile.gettempdir(), os.environ.get('TRITON_CACHE_DIR'))\n",
+    )
+    env = {"MY_SERVICE_API_KEY": "sk-leak", "HF_TOKEN": "hf-leak"}
+    with running_eval_server(tmp_path, "--devices", "cpu", "--cpu-workers", "1", env=env) as url:
+        body = _post(url, {"reference": samples.load_problem("relu"), "candidate": spy}).json()
+    assert body["status"] == "ok", body["feedback"]
+    line = next(ln for ln in body["stdout_tail"].splitlines() if ln.startswith("SPY"))
+    assert "leak" not in line
+    _, api_key, hf, home, tmp, cache = line.split()
+    assert api_key == "None" and hf == "None"
+    assert home.endswith("worker-0") and str(tmp_path) in home
+    assert "/evals/eval-" in tmp  # per-evaluation private temp dir
+    assert cache.startswith(home)
+
+
+def test_worker_survives_hang_and_crash_and_leaves_no_zombies(tmp_path) -> None:
+    """One worker: timeout, segfault and os._exit in a row, then a correct request is still served."""
+    reference = samples.load_problem("relu")
+    with running_eval_server(tmp_path, "--devices", "cpu", "--cpu-workers", "1") as url:
+        pid_before = httpx.get(f"{url}/stats", timeout=10).json()["per_worker"][0]["pid"]
+        for name, status in [("relu__infinite_loop", "timeout"), ("relu__segfault", "crashed"), ("relu__os_exit", "crashed")]:
+            body = _post(url, {"reference": reference, "candidate": samples.load_candidate(name),
+                               "options": {"timeout_s": 3}}).json()
+            assert body["status"] == status, body["feedback"]
+        t0 = time.monotonic()
+        ok = _post(url, {"reference": reference, "candidate": samples.load_candidate("relu__correct")}).json()
+        assert ok["status"] == "ok" and ok["correct"]
+        assert time.monotonic() - t0 < 30
+        stats = httpx.get(f"{url}/stats", timeout=10).json()
+        worker = stats["per_worker"][0]
+        # The warm worker itself never died: the candidates only killed their forked children.
+        assert worker["pid"] == pid_before and worker["alive"] and stats["worker_restarts"] == 0
+        children = psutil.Process(worker["pid"]).children(recursive=True)
+        assert [c for c in children if c.status() == psutil.STATUS_ZOMBIE] == []
+        assert children == []
+
+
+def test_queue_full_answers_503_with_retry_after(tmp_path) -> None:
+    reference = samples.load_problem("relu")
+    hang = {"reference": reference, "candidate": samples.load_candidate("relu__infinite_loop"), "options": {"timeout_s": 4}}
+    with running_eval_server(tmp_path, "--devices", "cpu", "--cpu-workers", "1", "--max-queue", "0") as url:
+        holder: dict[str, httpx.Response] = {}
+        t = threading.Thread(target=lambda: holder.setdefault("r", _post(url, hang)))
+        t.start()
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{url}/stats", timeout=5).json()["in_flight"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        busy = _post(url, {"reference": reference, "candidate": samples.load_candidate("relu__correct")})
+        t.join()
+        assert busy.status_code == 503
+        assert busy.headers["Retry-After"] == "5"
+        assert "queue full" in busy.json()["error"]
+        assert holder["r"].json()["status"] == "timeout"
+        assert httpx.get(f"{url}/stats", timeout=5).json()["rejected_queue_full"] == 1
