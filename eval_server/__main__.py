@@ -59,28 +59,59 @@ def parse_slots(devices: str, workers_per_device: int, cpu_workers: int) -> list
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m eval_server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m eval_server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     net = p.add_argument_group("network")
-    net.add_argument("--host", default=os.environ.get("EVAL_SERVER_HOST", "127.0.0.1"), help="bind address (default loopback)")
+    net.add_argument(
+        "--host",
+        default=os.environ.get("EVAL_SERVER_HOST", "127.0.0.1"),
+        help="bind address (default loopback)",
+    )
     net.add_argument("--port", type=int, default=int(os.environ.get("EVAL_SERVER_PORT", "18188")))
     net.add_argument("--max-body-mb", type=float, default=1.0, help="largest accepted request body")
     dev = p.add_argument_group("workers")
-    dev.add_argument("--devices", default=os.environ.get("EVAL_SERVER_DEVICES", "auto"), help="'auto', 'cpu' or GPU ids '0,1'")
-    dev.add_argument("--workers-per-device", type=int, default=1, help="workers per GPU (timing wants the GPU alone: keep 1)")
-    dev.add_argument("--cpu-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="workers in CPU mode")
+    dev.add_argument(
+        "--devices",
+        default=os.environ.get("EVAL_SERVER_DEVICES", "auto"),
+        help="'auto', 'cpu' or GPU ids '0,1'",
+    )
+    dev.add_argument(
+        "--workers-per-device",
+        type=int,
+        default=1,
+        help="workers per GPU (timing wants the GPU alone: keep 1)",
+    )
+    dev.add_argument(
+        "--cpu-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="workers in CPU mode"
+    )
     dev.add_argument("--cpu-threads-per-worker", type=int, default=1)
-    dev.add_argument("--max-queue", type=int, default=64, help="requests allowed to wait for a worker; beyond: 503")
-    dev.add_argument("--timeout-s", type=float, default=None, help="default per-evaluation limit (GPU 180, CPU 300)")
-    dev.add_argument("--max-timeout-s", type=float, default=900.0, help="cap on a request's own options.timeout_s")
-    dev.add_argument("--mem-cap-gb", type=float, default=32.0, help="host memory cap per evaluation (0 = none)")
-    dev.add_argument("--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)")
+    dev.add_argument(
+        "--max-queue", type=int, default=64, help="requests allowed to wait for a worker; beyond: 503"
+    )
+    dev.add_argument(
+        "--timeout-s", type=float, default=None, help="default per-evaluation limit (GPU 180, CPU 300)"
+    )
+    dev.add_argument(
+        "--max-timeout-s", type=float, default=900.0, help="cap on a request's own options.timeout_s"
+    )
+    dev.add_argument(
+        "--mem-cap-gb", type=float, default=32.0, help="host memory cap per evaluation (0 = none)"
+    )
+    dev.add_argument(
+        "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     slots = parse_slots(args.devices, args.workers_per_device, args.cpu_workers)
     on_cpu = all(s.kind == "cpu" for s in slots)
     own_workdir = args.workdir is None
@@ -111,7 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     pool.start()
     log.info(
         "eval_server listening on http://%s:%s with %d worker(s) on %s (workdir %s)",
-        args.host, server.effective_port, len(slots), ", ".join(info["devices"]), workdir,
+        args.host,
+        server.effective_port,
+        len(slots),
+        ", ".join(info["devices"]),
+        workdir,
     )
     try:
         server.run()

@@ -20,7 +20,9 @@ log = logging.getLogger("eval_server.app")
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 
-def create_app(pool: WorkerPool, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, info: dict[str, Any] | None = None) -> Flask:
+def create_app(
+    pool: WorkerPool, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, info: dict[str, Any] | None = None
+) -> Flask:
     app = Flask("eval_server")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     server_info = dict(info or {})
@@ -106,13 +108,22 @@ def render_prometheus(snap: dict[str, Any]) -> str:
     for name, (help_text, value) in gauges.items():
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
     counters = {
-        "kernel_eval_worker_restarts_total": ("Workers replaced after a crash or hang.", snap["worker_restarts"]),
-        "kernel_eval_queue_full_total": ("Requests refused with 503 because the queue was full.", snap["rejected_queue_full"]),
+        "kernel_eval_worker_restarts_total": (
+            "Workers replaced after a crash or hang.",
+            snap["worker_restarts"],
+        ),
+        "kernel_eval_queue_full_total": (
+            "Requests refused with 503 because the queue was full.",
+            snap["rejected_queue_full"],
+        ),
     }
     for name, (help_text, value) in counters.items():
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
     lat = snap["latency_s"]
-    lines += ["# HELP kernel_eval_latency_seconds Recent evaluation latency quantiles.", "# TYPE kernel_eval_latency_seconds summary"]
+    lines += [
+        "# HELP kernel_eval_latency_seconds Recent evaluation latency quantiles.",
+        "# TYPE kernel_eval_latency_seconds summary",
+    ]
     for q, key in (("0.5", "p50"), ("0.95", "p95")):
         if lat[key] is not None:
             lines.append(f'kernel_eval_latency_seconds{{quantile="{q}"}} {lat[key]:.6f}')

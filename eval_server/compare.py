@@ -68,11 +68,18 @@ def compare_outputs(reference: Any, candidate: Any, profile: str) -> Comparison:
             if not isinstance(cand, _Tensor):
                 return Comparison(False, mismatch=f"{path}: expected a tensor, got {type(cand).__name__}")
             if type(cand) is not _Tensor:
-                return Comparison(False, mismatch=f"{path}: output is a tensor subclass ({type(cand).__name__}); return a plain torch.Tensor")
+                return Comparison(
+                    False,
+                    mismatch=f"{path}: output is a tensor subclass ({type(cand).__name__}); return a plain torch.Tensor",
+                )
             if cand.layout != torch.strided:
-                return Comparison(False, mismatch=f"{path}: output layout {cand.layout} is not a dense strided tensor")
+                return Comparison(
+                    False, mismatch=f"{path}: output layout {cand.layout} is not a dense strided tensor"
+                )
             if tuple(cand.shape) != tuple(ref.shape):
-                return Comparison(False, mismatch=f"{path}: shape {tuple(cand.shape)} != expected {tuple(ref.shape)}")
+                return Comparison(
+                    False, mismatch=f"{path}: shape {tuple(cand.shape)} != expected {tuple(ref.shape)}"
+                )
             if cand.dtype != ref.dtype:
                 return Comparison(False, mismatch=f"{path}: dtype {cand.dtype} != expected {ref.dtype}")
             if cand.device != ref.device:
@@ -82,18 +89,27 @@ def compare_outputs(reference: Any, candidate: Any, profile: str) -> Comparison:
         elif isinstance(ref, bool | int | float):
             if not isinstance(cand, bool | int | float | _Tensor):
                 return Comparison(False, mismatch=f"{path}: expected a number, got {type(cand).__name__}")
+            if isinstance(cand, _Tensor) and cand.numel() != 1:
+                return Comparison(
+                    False, mismatch=f"{path}: expected a number, got a tensor of shape {tuple(cand.shape)}"
+                )
             c = float(cand.item()) if isinstance(cand, _Tensor) else float(cand)
             r = float(ref)
             tol = tolerance_for(profile, torch.float32)
-            max_abs = abs(c - r) if math.isfinite(c - r) else math.inf
-            max_rel = max_abs / abs(r) if r != 0 else (0.0 if max_abs == 0 else math.inf)
-            ok = (math.isnan(r) and math.isnan(c)) or max_abs <= tol + tol * abs(r)
+            if c == r or (math.isnan(r) and math.isnan(c)):  # equal (infinities included) or both NaN
+                ok, max_abs, max_rel = True, 0.0, 0.0
+            else:
+                max_abs = abs(c - r) if math.isfinite(c - r) else math.inf
+                max_rel = max_abs / abs(r) if r != 0 and math.isfinite(r) else math.inf
+                ok = math.isfinite(r) and max_abs <= tol + tol * abs(r)
         elif ref is None:
             if cand is not None:
                 return Comparison(False, mismatch=f"{path}: expected None, got {type(cand).__name__}")
             continue
         else:
-            return Comparison(False, mismatch=f"{path}: unsupported reference output type {type(ref).__name__}")
+            return Comparison(
+                False, mismatch=f"{path}: unsupported reference output type {type(ref).__name__}"
+            )
         worst_abs = max(worst_abs, max_abs)
         worst_rel = max(worst_rel, max_rel)
         if not ok:
@@ -115,10 +131,11 @@ def _tensor_close(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> tuple[bo
     ok = bool(close.all())
     diff = _abs(c - r)
     finite = _isfinite(diff)
-    both_nan = _isnan(c) & _isnan(r)
-    if bool((~finite & ~both_nan).any()):
+    # NaN where the reference has NaN, or the same infinity (inf - inf is NaN), is no difference.
+    same = (_isnan(c) & _isnan(r)) | (c == r)
+    if bool((~finite & ~same).any()):
         return ok, math.inf, math.inf
-    diff = _where(both_nan, torch.zeros_like(diff), diff)
+    diff = _where(same, torch.zeros_like(diff), diff)
     max_abs = float(diff.max())
     big = _abs(r) > tol
     max_rel = float((diff[big] / _abs(r[big])).max()) if bool(big.any()) else 0.0

@@ -183,7 +183,9 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
                     out = cand_model(*args)
                 _sync(device)
             except Exception as exc:
-                result.status = STATUS_COMPILE_ERROR if _is_triton_compile_error(exc) else STATUS_RUNTIME_ERROR
+                result.status = (
+                    STATUS_COMPILE_ERROR if _is_triton_compile_error(exc) else STATUS_RUNTIME_ERROR
+                )
                 result.compiled = result.status != STATUS_COMPILE_ERROR
                 result.error = _error(exc, ctx)
                 raise _Stop from None
@@ -193,7 +195,9 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
                 if result.status == STATUS_REJECTED:
                     raise _Stop
             cmp = compare_outputs(ref_out, out, opts.tolerance)
-            result.trials.append(TrialResult(seed, cmp.passed, cmp.max_abs_diff, cmp.max_rel_diff, cmp.mismatch))
+            result.trials.append(
+                TrialResult(seed, cmp.passed, cmp.max_abs_diff, cmp.max_rel_diff, cmp.mismatch)
+            )
         patched = snapshot.changed()
         if patched:
             result.checks.append(
@@ -221,7 +225,11 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
             try:
                 flush = l2_flush_buffer(device)
                 sets = trial_inputs[: max(1, min(3, len(trial_inputs)))]
-                kw: dict[str, Any] = {"trials": opts.timing_trials, "warmup": opts.warmup_trials, "device": device}
+                kw: dict[str, Any] = {
+                    "trials": opts.timing_trials,
+                    "warmup": opts.warmup_trials,
+                    "device": device,
+                }
                 result.reference_timing = time_gpu(ref_model, sets, flush=flush, **kw)
                 cand_sets = [loader.clone_args(s) for s in sets]
                 result.candidate_timing = time_gpu(cand_model, cand_sets, flush=flush, **kw)
@@ -275,4 +283,6 @@ def _runtime_checks(result: EvalResult, ops: TorchOpRecorder, args: list[Any], p
 def _same_tensor_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(torch.equal(a, b)) or bool(torch.isnan(a).any() and torch.allclose(a, b, equal_nan=True, rtol=0, atol=0))
+    return bool(torch.equal(a, b)) or bool(
+        torch.isnan(a).any() and torch.allclose(a, b, equal_nan=True, rtol=0, atol=0)
+    )

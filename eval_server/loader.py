@@ -98,7 +98,9 @@ def clone_args(args: Sequence[Any]) -> list[Any]:
     return out
 
 
-def format_exception_tail(exc: BaseException, workdir: str | Path, max_lines: int = 40, max_chars: int = 4000) -> str:
+def format_exception_tail(
+    exc: BaseException, workdir: str | Path, max_lines: int = 40, max_chars: int = 4000
+) -> str:
     """The traceback a model can act on: evaluator frames dropped, temp paths shortened, trimmed.
 
     Frames from this package are removed because they only say *where we called the candidate*;

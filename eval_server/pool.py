@@ -100,7 +100,9 @@ class WorkerHandle:
             "TMPDIR": str(self.dir / "tmp"),
             "TRITON_CACHE_DIR": str(self.dir / "triton-cache"),
             "TRITON_HOME": str(self.dir),
-            "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH", "")) if p),
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH", "")) if p
+            ),
             "PYTHONUNBUFFERED": "1",
         }
         if self.slot.kind == "cuda":
@@ -112,26 +114,41 @@ class WorkerHandle:
             overrides["OMP_NUM_THREADS"] = str(self.config.cpu_threads_per_worker)
         env = sandbox.scrubbed_env(os.environ, overrides)
         cmd = [
-            sys.executable, "-m", "eval_server.worker",
-            "--worker-id", str(self.worker_id),
-            "--device", self.slot.kind,
-            "--device-label", self.slot.label,
-            "--workdir", str(self.dir),
-            "--mem-cap-mb", str(self.config.mem_cap_mb),
-            "--threads", str(self.config.cpu_threads_per_worker if self.slot.kind == "cpu" else 1),
+            sys.executable,
+            "-m",
+            "eval_server.worker",
+            "--worker-id",
+            str(self.worker_id),
+            "--device",
+            self.slot.kind,
+            "--device-label",
+            self.slot.label,
+            "--workdir",
+            str(self.dir),
+            "--mem-cap-mb",
+            str(self.config.mem_cap_mb),
+            "--threads",
+            str(self.config.cpu_threads_per_worker if self.slot.kind == "cpu" else 1),
         ]
         log_path = self.config.workdir / f"worker-{self.worker_id}.log"
         with open(log_path, "ab") as log_file:
             self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, env=env,
-                cwd=str(self.dir), start_new_session=True,
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                env=env,
+                cwd=str(self.dir),
+                start_new_session=True,
             )
         self._buf = b""
         msg = self._read_message(time.monotonic() + self.config.startup_timeout_s)
         if msg is None or not msg.get("ready"):
             tail = _tail(log_path)
             self.kill()
-            raise WorkerUnavailableError(f"worker {self.worker_id} on {self.slot.label} failed to start:\n{tail}")
+            raise WorkerUnavailableError(
+                f"worker {self.worker_id} on {self.slot.label} failed to start:\n{tail}"
+            )
         self.info = msg
         log.info("worker %d ready on %s (pid %s)", self.worker_id, self.slot.label, msg.get("pid"))
 
@@ -197,7 +214,9 @@ class WorkerHandle:
         self.evaluations += 1
         msg: dict[str, Any] | None
         try:
-            self.proc.stdin.write(json.dumps({"request": request.to_json(), "timeout_s": timeout_s}).encode() + b"\n")
+            self.proc.stdin.write(
+                json.dumps({"request": request.to_json(), "timeout_s": timeout_s}).encode() + b"\n"
+            )
             self.proc.stdin.flush()
             msg = self._read_message(time.monotonic() + timeout_s + self.config.outer_grace_s)
         except (OSError, ValueError) as exc:
@@ -295,14 +314,22 @@ class WorkerPool:
                 raise WorkerUnavailableError("the pool is shutting down")
             if not self._idle and self._waiting >= self.config.max_queue:
                 self.stats.rejected_queue_full += 1
-                raise QueueFullError(f"all {len(self.workers)} workers are busy and {self._waiting} requests are queued")
+                raise QueueFullError(
+                    f"all {len(self.workers)} workers are busy and {self._waiting} requests are queued"
+                )
             self._waiting += 1
             try:
                 while not self._idle:
                     if self._closed:
                         raise WorkerUnavailableError("the pool is shutting down")
-                    if self._start_errors and self._ready == 0 and len(self._start_errors) == len(self.workers):
-                        raise WorkerUnavailableError("no worker could be started: " + self._start_errors[-1][-500:])
+                    if (
+                        self._start_errors
+                        and self._ready == 0
+                        and len(self._start_errors) == len(self.workers)
+                    ):
+                        raise WorkerUnavailableError(
+                            "no worker could be started: " + self._start_errors[-1][-500:]
+                        )
                     self._cond.wait(timeout=1.0)
                 worker = self._idle.pop()
             finally:
@@ -351,7 +378,9 @@ class WorkerPool:
                 "worker_restarts": self.stats.worker_restarts,
                 "rejected_queue_full": self.stats.rejected_queue_full,
                 "latency_s": {
-                    "mean": self.stats.latency_sum_s / self.stats.evaluations if self.stats.evaluations else None,
+                    "mean": self.stats.latency_sum_s / self.stats.evaluations
+                    if self.stats.evaluations
+                    else None,
                     "p50": _pct(lat, 0.5),
                     "p95": _pct(lat, 0.95),
                 },

@@ -18,26 +18,93 @@ from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
+# Entering a dispatch mode imports torch._dynamo, which rebinds torch.manual_seed; import it
+# before any NamespaceSnapshot so that this legitimate rebinding is not reported as a patch.
 import torch
-import torch._dynamo  # noqa: F401  entering a dispatch mode imports it and it rebinds torch.manual_seed:
-# import it before any NamespaceSnapshot so that legitimate rebinding is not reported as a patch.
+import torch._dynamo  # noqa: F401
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 # aten ops a Triton candidate may run in torch: allocation, views, copies and metadata.
 # Everything else counts as torch doing the computation.
 ALLOWED_ATEN_OPS = frozenset(
     {
-        "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-        "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "zero_", "fill_",
-        "arange", "scalar_tensor", "lift_fresh", "lift_fresh_copy", "detach", "alias", "view", "_unsafe_view",
-        "reshape", "_reshape_alias", "as_strided", "t", "transpose", "permute", "expand", "expand_as",
-        "squeeze", "unsqueeze", "flatten", "unflatten", "slice", "select", "split", "split_with_sizes",
-        "chunk", "unbind", "narrow", "view_as", "clone", "contiguous", "copy_", "_to_copy", "to",
-        "resize_", "set_", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel", "is_contiguous",
-        "cat", "stack", "pad", "constant_pad_nd", "_has_compatible_shallow_copy_type", "is_same_size",
-        "_copy_from", "_copy_from_and_resize", "record_stream", "diagonal", "movedim", "_reshape_copy",
-        "view_as_real", "view_as_complex", "conj", "resolve_conj", "resolve_neg", "item", "numpy_T",
-        "split_copy", "empty_permuted",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "zeros",
+        "zeros_like",
+        "new_zeros",
+        "ones",
+        "ones_like",
+        "new_ones",
+        "full",
+        "full_like",
+        "new_full",
+        "zero_",
+        "fill_",
+        "arange",
+        "scalar_tensor",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "detach",
+        "alias",
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "_reshape_alias",
+        "as_strided",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "expand_as",
+        "squeeze",
+        "unsqueeze",
+        "flatten",
+        "unflatten",
+        "slice",
+        "select",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "narrow",
+        "view_as",
+        "clone",
+        "contiguous",
+        "copy_",
+        "_to_copy",
+        "to",
+        "resize_",
+        "set_",
+        "_local_scalar_dense",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "is_contiguous",
+        "cat",
+        "stack",
+        "pad",
+        "constant_pad_nd",
+        "_has_compatible_shallow_copy_type",
+        "is_same_size",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "record_stream",
+        "diagonal",
+        "movedim",
+        "_reshape_copy",
+        "view_as_real",
+        "view_as_complex",
+        "conj",
+        "resolve_conj",
+        "resolve_neg",
+        "item",
+        "numpy_T",
+        "split_copy",
+        "empty_permuted",
     }
 )
 
@@ -78,7 +145,9 @@ class LaunchRecorder:
 
         def run(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
             if recorder.active and not kwargs.get("warmup", False):
-                name = getattr(getattr(fn_self, "fn", None), "__name__", None) or getattr(fn_self, "__name__", "?")
+                name = getattr(getattr(fn_self, "fn", None), "__name__", None) or getattr(
+                    fn_self, "__name__", "?"
+                )
                 recorder.launches[str(name)] += 1
             # The interpreter moves data with torch ops; they are not the candidate's compute.
             with _disable_current_modes():
@@ -120,17 +189,19 @@ class NamespaceSnapshot:
     """Identity of every attribute of some modules/classes, to detect monkey-patching later."""
 
     def __init__(self, namespaces: Iterable[tuple[str, Any]]) -> None:
-        self._saved: dict[str, tuple[Any, dict[str, int]]] = {}
+        # Keep the original objects, not just their id(): an original whose only reference was
+        # the namespace is freed when replaced, and its id can be reused by the replacement.
+        self._saved: dict[str, tuple[Any, dict[str, Any]]] = {}
         for label, ns in namespaces:
-            self._saved[label] = (ns, {k: id(v) for k, v in list(vars(ns).items())})
+            self._saved[label] = (ns, dict(vars(ns)))
 
     def changed(self) -> list[str]:
         """'<namespace>.<attr>' for every attribute that was replaced or deleted since the snapshot."""
         out = []
-        for label, (ns, ids) in self._saved.items():
+        for label, (ns, originals) in self._saved.items():
             current = vars(ns)
-            for key, ident in ids.items():
-                if key not in current or id(current[key]) != ident:
+            for key, original in originals.items():
+                if key not in current or current[key] is not original:
                     out.append(f"{label}.{key}")
         return out
 

@@ -17,9 +17,27 @@ import psutil
 
 # Only these variables reach a worker; everything else (credentials above all) is dropped.
 _ALLOWED_PREFIXES = (
-    "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "LANG", "LC_", "TZ", "CUDA_", "NVIDIA_",
-    "TRITON_", "TORCH_", "PYTORCH_", "NCCL_", "OMP_", "MKL_", "OPENBLAS_", "CC", "CXX", "VIRTUAL_ENV",
-    "CONDA_PREFIX", "TERM", "TMPDIR",
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "LANG",
+    "LC_",
+    "TZ",
+    "CUDA_",
+    "NVIDIA_",
+    "TRITON_",
+    "TORCH_",
+    "PYTORCH_",
+    "NCCL_",
+    "OMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "CC",
+    "CXX",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "TERM",
+    "TMPDIR",
 )
 # Dropped even when the prefix is allowed (e.g. TORCH_HUB_TOKEN).
 _SECRET_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.IGNORECASE)

@@ -21,7 +21,9 @@ STATUS_INCORRECT = "incorrect"  # ran, but outputs differ from the reference (or
 STATUS_REJECTED = "rejected"  # a static or runtime anti-cheat check fired
 STATUS_TIMEOUT = "timeout"  # hard wall-clock limit hit; the evaluation process was killed
 STATUS_CRASHED = "crashed"  # evaluation process died (signal, os._exit, memory cap)
-STATUS_REFERENCE_ERROR = "reference_error"  # the problem itself failed to load or run: not the candidate's fault
+STATUS_REFERENCE_ERROR = (
+    "reference_error"  # the problem itself failed to load or run: not the candidate's fault
+)
 STATUS_SERVER_ERROR = "server_error"  # internal failure of the evaluator
 
 STATUSES: tuple[str, ...] = (

@@ -27,16 +27,74 @@ class Rule:
 # (empty, empty_like, view, reshape, contiguous, stride, size ...) are allowed.
 TORCH_COMPUTE_CALLS = frozenset(
     {
-        "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "tensordot", "matrix_power",
-        "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-        "linear", "bilinear", "relu", "relu_", "gelu", "silu", "sigmoid", "tanh", "softmax",
-        "log_softmax", "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm",
-        "dropout", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
-        "adaptive_avg_pool2d", "adaptive_max_pool2d", "cumsum", "cumprod", "logsumexp", "norm",
-        "scaled_dot_product_attention", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
-        "smooth_l1_loss", "kl_div", "hardtanh", "leaky_relu", "elu", "selu", "softplus", "mish",
-        "hardswish", "hardsigmoid", "logsigmoid", "softsign", "tanhshrink", "prelu", "normalize",
-        "pdist", "cdist", "cosine_similarity", "triplet_margin_loss", "hinge_embedding_loss",
+        "matmul",
+        "mm",
+        "bmm",
+        "addmm",
+        "baddbmm",
+        "addbmm",
+        "einsum",
+        "tensordot",
+        "matrix_power",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "linear",
+        "bilinear",
+        "relu",
+        "relu_",
+        "gelu",
+        "silu",
+        "sigmoid",
+        "tanh",
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+        "group_norm",
+        "batch_norm",
+        "instance_norm",
+        "rms_norm",
+        "dropout",
+        "max_pool1d",
+        "max_pool2d",
+        "max_pool3d",
+        "avg_pool1d",
+        "avg_pool2d",
+        "avg_pool3d",
+        "adaptive_avg_pool2d",
+        "adaptive_max_pool2d",
+        "cumsum",
+        "cumprod",
+        "logsumexp",
+        "norm",
+        "scaled_dot_product_attention",
+        "cross_entropy",
+        "nll_loss",
+        "mse_loss",
+        "l1_loss",
+        "smooth_l1_loss",
+        "kl_div",
+        "hardtanh",
+        "leaky_relu",
+        "elu",
+        "selu",
+        "softplus",
+        "mish",
+        "hardswish",
+        "hardsigmoid",
+        "logsigmoid",
+        "softsign",
+        "tanhshrink",
+        "prelu",
+        "normalize",
+        "pdist",
+        "cdist",
+        "cosine_similarity",
+        "triplet_margin_loss",
+        "hinge_embedding_loss",
     }
 )
 # torch.nn modules whose call does the work (constructing one to hold weights is fine; the
@@ -64,8 +122,10 @@ def _functional_aliases(tree: ast.Module) -> set[str]:
             for a in node.names:
                 if a.name == "torch.nn.functional":
                     aliases.add(a.asname or a.name)
-        elif isinstance(node, ast.ImportFrom) and node.module == "torch.nn" and any(
-            a.name == "functional" for a in node.names
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "torch.nn"
+            and any(a.name == "functional" for a in node.names)
         ):
             aliases.update(a.asname or a.name for a in node.names if a.name == "functional")
     return aliases
@@ -126,7 +186,12 @@ def _find_torch_compute(tree: ast.Module) -> list[str]:
         if not name:
             continue
         head, _, last = name.rpartition(".")
-        if (head in aliases or head == "torch") and last in TORCH_COMPUTE_CALLS or head == "torch" and last in TORCH_COMPUTE_MODULES:
+        if (
+            (head in aliases or head == "torch")
+            and last in TORCH_COMPUTE_CALLS
+            or head == "torch"
+            and last in TORCH_COMPUTE_MODULES
+        ):
             hits.append(f"line {node.lineno}: {name}()")
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):

@@ -49,8 +49,13 @@ def _signal_name(signum: int) -> str:
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
-    return {"SIGSEGV": "SIGSEGV (segmentation fault)", "SIGABRT": "SIGABRT (abort)", "SIGBUS": "SIGBUS (bus error)",
-            "SIGKILL": "SIGKILL", "SIGFPE": "SIGFPE (arithmetic error)"}.get(name, name)
+    return {
+        "SIGSEGV": "SIGSEGV (segmentation fault)",
+        "SIGABRT": "SIGABRT (abort)",
+        "SIGBUS": "SIGBUS (bus error)",
+        "SIGKILL": "SIGKILL",
+        "SIGFPE": "SIGFPE (arithmetic error)",
+    }.get(name, name)
 
 
 class Worker:
@@ -128,7 +133,10 @@ class Worker:
                     break
                 now = time.monotonic()
                 if now > deadline:
-                    verdict = (STATUS_TIMEOUT, f"The evaluation exceeded the time limit of {timeout_s:g} s and was killed.")
+                    verdict = (
+                        STATUS_TIMEOUT,
+                        f"The evaluation exceeded the time limit of {timeout_s:g} s and was killed.",
+                    )
                     break
                 if self.mem_cap_bytes and now >= next_mem_check:
                     next_mem_check = now + 0.1
@@ -165,7 +173,10 @@ class Worker:
                 try:
                     return EvalResult.from_json(json.loads(payload))
                 except (ValueError, TypeError) as exc:
-                    verdict = (STATUS_CRASHED, f"The evaluation process reported an unreadable result ({exc}).")
+                    verdict = (
+                        STATUS_CRASHED,
+                        f"The evaluation process reported an unreadable result ({exc}).",
+                    )
             else:
                 verdict = (STATUS_CRASHED, self._describe_exit(exit_status))
         return self._failure(request, *verdict)
@@ -214,10 +225,14 @@ class Worker:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             payload = json.dumps(self._child_evaluate(request, evaldir).to_json()).encode()
         except SystemExit as exc:
-            res = self._failure(request, STATUS_CRASHED, f"The candidate called sys.exit({exc.code!r}) during evaluation.")
+            res = self._failure(
+                request, STATUS_CRASHED, f"The candidate called sys.exit({exc.code!r}) during evaluation."
+            )
             payload = json.dumps(res.to_json()).encode()
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
-            res = self._failure(request, STATUS_SERVER_ERROR, f"Evaluator failure: {type(exc).__name__}: {exc}")
+            res = self._failure(
+                request, STATUS_SERVER_ERROR, f"Evaluator failure: {type(exc).__name__}: {exc}"
+            )
             payload = json.dumps(res.to_json()).encode()
         try:
             view = memoryview(payload)
@@ -268,7 +283,10 @@ def main(argv: list[str] | None = None) -> None:
     sandbox.become_subreaper()
     worker = Worker(args)
     versions = worker.warm_up()
-    proto.write(json.dumps({"ready": True, "pid": os.getpid(), "device": args.device_label, "versions": versions}) + "\n")
+    proto.write(
+        json.dumps({"ready": True, "pid": os.getpid(), "device": args.device_label, "versions": versions})
+        + "\n"
+    )
     for line in sys.stdin:
         if not line.strip():
             continue

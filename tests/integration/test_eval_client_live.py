@@ -21,8 +21,15 @@ def test_client_round_trip_and_dead_url_failover(cpu_server: str) -> None:
         async with EvalClient([dead, cpu_server], backoff_s=0.01, max_retries=4) as client:
             reference = samples.load_problem("softmax")
             jobs = [
-                client.evaluate_source(reference, samples.load_candidate(name), options=EvalOptions(correctness_trials=2))
-                for name in ("softmax__correct", "softmax__wrong_shape", "softmax__correct", "softmax__correct")
+                client.evaluate_source(
+                    reference, samples.load_candidate(name), options=EvalOptions(correctness_trials=2)
+                )
+                for name in (
+                    "softmax__correct",
+                    "softmax__wrong_shape",
+                    "softmax__correct",
+                    "softmax__correct",
+                )
             ]
             results = await asyncio.gather(*jobs)
             health = await client.health()

@@ -48,7 +48,9 @@ def test_every_sample_case_gets_its_expected_status(cpu_server: str) -> None:
         assert body["device"].startswith("cpu")
         assert body["feedback"].startswith(f"Status: {body['status']}.")
         if body["status"] != case.expected_status:
-            wrong.append(f"{name}: expected {case.expected_status}, got {body['status']}: {body['feedback'][:300]}")
+            wrong.append(
+                f"{name}: expected {case.expected_status}, got {body['status']}: {body['feedback'][:300]}"
+            )
     assert not wrong, "\n".join(wrong)
 
     ok = results["relu__correct"][1].json()
@@ -88,17 +90,37 @@ def test_malformed_requests_get_clear_4xx(cpu_server: str) -> None:
         (b"", 400, "empty body"),
         (b"[1, 2]", 400, "body: expected dict"),
         (httpx.Request("POST", "/", json={**good, "extra": 1}).content, 400, "unknown field(s) ['extra']"),
-        (httpx.Request("POST", "/", json={"candidate": "x"}).content, 400, "missing required field 'reference'"),
-        (httpx.Request("POST", "/", json={**good, "reference": 3}).content, 400, "reference: expected str, got int"),
-        (httpx.Request("POST", "/", json={**good, "options": {"correctness_trials": True}}).content, 400,
-         "options.correctness_trials: expected int, got bool"),
-        (httpx.Request("POST", "/", json={**good, "options": {"tolerance": "loose"}}).content, 400,
-         "options.tolerance: unknown profile 'loose'"),
-        (httpx.Request("POST", "/", json={**good, "options": {"speed": 1}}).content, 400, "options: unknown field(s)"),
+        (
+            httpx.Request("POST", "/", json={"candidate": "x"}).content,
+            400,
+            "missing required field 'reference'",
+        ),
+        (
+            httpx.Request("POST", "/", json={**good, "reference": 3}).content,
+            400,
+            "reference: expected str, got int",
+        ),
+        (
+            httpx.Request("POST", "/", json={**good, "options": {"correctness_trials": True}}).content,
+            400,
+            "options.correctness_trials: expected int, got bool",
+        ),
+        (
+            httpx.Request("POST", "/", json={**good, "options": {"tolerance": "loose"}}).content,
+            400,
+            "options.tolerance: unknown profile 'loose'",
+        ),
+        (
+            httpx.Request("POST", "/", json={**good, "options": {"speed": 1}}).content,
+            400,
+            "options: unknown field(s)",
+        ),
         (b"x" * (2 << 20), 413, "request body too large"),
     ]
     for body, code, fragment in cases:
-        resp = httpx.post(f"{cpu_server}/eval", content=body, headers={"content-type": "application/json"}, timeout=30)
+        resp = httpx.post(
+            f"{cpu_server}/eval", content=body, headers={"content-type": "application/json"}, timeout=30
+        )
         assert resp.status_code == code, (body[:60], resp.text)
         assert fragment in resp.json()["error"], (fragment, resp.json())
     assert httpx.get(f"{cpu_server}/eval", timeout=10).status_code == 405
@@ -145,9 +167,19 @@ def test_worker_survives_hang_and_crash_and_leaves_no_zombies(tmp_path) -> None:
     reference = samples.load_problem("relu")
     with running_eval_server(tmp_path, "--devices", "cpu", "--cpu-workers", "1") as url:
         pid_before = httpx.get(f"{url}/stats", timeout=10).json()["per_worker"][0]["pid"]
-        for name, status in [("relu__infinite_loop", "timeout"), ("relu__segfault", "crashed"), ("relu__os_exit", "crashed")]:
-            body = _post(url, {"reference": reference, "candidate": samples.load_candidate(name),
-                               "options": {"timeout_s": 3}}).json()
+        for name, status in [
+            ("relu__infinite_loop", "timeout"),
+            ("relu__segfault", "crashed"),
+            ("relu__os_exit", "crashed"),
+        ]:
+            body = _post(
+                url,
+                {
+                    "reference": reference,
+                    "candidate": samples.load_candidate(name),
+                    "options": {"timeout_s": 3},
+                },
+            ).json()
             assert body["status"] == status, body["feedback"]
         t0 = time.monotonic()
         ok = _post(url, {"reference": reference, "candidate": samples.load_candidate("relu__correct")}).json()
@@ -164,7 +196,11 @@ def test_worker_survives_hang_and_crash_and_leaves_no_zombies(tmp_path) -> None:
 
 def test_queue_full_answers_503_with_retry_after(tmp_path) -> None:
     reference = samples.load_problem("relu")
-    hang = {"reference": reference, "candidate": samples.load_candidate("relu__infinite_loop"), "options": {"timeout_s": 4}}
+    hang = {
+        "reference": reference,
+        "candidate": samples.load_candidate("relu__infinite_loop"),
+        "options": {"timeout_s": 4},
+    }
     with running_eval_server(tmp_path, "--devices", "cpu", "--cpu-workers", "1", "--max-queue", "0") as url:
         holder: dict[str, httpx.Response] = {}
         t = threading.Thread(target=lambda: holder.setdefault("r", _post(url, hang)))

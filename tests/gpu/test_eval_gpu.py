@@ -1,0 +1,189 @@
+"""The eval server on real GPUs: statuses, timing, isolation after GPU faults, device pinning.
+
+Run on the GPU machine: `python -m pytest -m gpu tests/gpu`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from pathlib import Path
+
+import httpx
+import pytest
+
+from eval_server import samples
+from eval_server.launch import running_server
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # pragma: no cover - CPU machines never select this marker
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+_KERNEL_HEADER = """
+import os
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+"""
+
+# Each fault below must yield a clear status, and the next evaluation on the GPU must be fine.
+ILLEGAL_ADDRESS = (
+    _KERNEL_HEADER
+    + """
+@triton.jit
+def bad_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs + (1 << 40), x)   # far outside any allocation
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        bad_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+"""
+)
+
+DEVICE_ASSERT = (
+    _KERNEL_HEADER
+    + """
+@triton.jit(debug=True)
+def assert_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.device_assert(x > 1e9, "value too small")
+    tl.store(out_ptr + offs, x, mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        assert_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+"""
+)
+
+ENDLESS_KERNEL = (
+    _KERNEL_HEADER
+    + """
+@triton.jit
+def spin_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    i = 0
+    while i < n + 1:          # i never grows: the kernel never ends
+        x = x * 1.0
+        i = i * 1
+    tl.store(out_ptr + offs, x, mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        spin_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+"""
+)
+
+HUGE_ALLOCATION = (
+    _KERNEL_HEADER
+    + """
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        scratch = torch.empty(1 << 45, dtype=torch.uint8, device=x.device)  # 32 TiB
+        out = torch.empty_like(x)
+        copy_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+"""
+)
+
+OS_EXIT_AFTER_LAUNCH = samples.load_candidate("relu__os_exit")
+
+
+def _eval(url: str, problem: str, candidate: str, **options) -> dict:
+    body = {"reference": samples.load_problem(problem), "candidate": candidate, "options": options}
+    resp = httpx.post(f"{url}/eval", json=body, timeout=600)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+@pytest.fixture(scope="module")
+def gpu_server(tmp_path_factory: pytest.TempPathFactory):
+    with running_server(tmp_path_factory.mktemp("gpu"), ["--devices", "0"]) as url:
+        yield url
+
+
+def test_samples_on_gpu_with_timing(gpu_server: str) -> None:
+    wrong = []
+    for case in samples.SAMPLE_CASES:
+        opts = {"timeout_s": 20} if case.candidate == "relu__infinite_loop" else {}
+        res = _eval(gpu_server, case.problem, samples.load_candidate(case.candidate), **opts)
+        if res["status"] != case.expected_status:
+            wrong.append(
+                f"{case.candidate}: {res['status']} != {case.expected_status}\n{res['feedback'][:600]}"
+            )
+            continue
+        assert res["device"].startswith("cuda:0 ("), res["device"]
+        if res["status"] == "ok":
+            assert res["reference_timing"]["trials"] == 99  # 100 timed, first discarded
+            assert res["candidate_timing"]["median_ms"] > 0
+            assert res["speedup"] is not None and res["speedup"] > 0
+            assert "Speedup:" in res["feedback"]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "statuses", "fragment"),
+    [
+        ("illegal_address", ILLEGAL_ADDRESS, {"runtime_error", "crashed"}, "illegal"),
+        ("device_assert", DEVICE_ASSERT, {"runtime_error", "crashed"}, ""),
+        ("endless_kernel", ENDLESS_KERNEL, {"timeout"}, "time limit"),
+        ("huge_allocation", HUGE_ALLOCATION, {"runtime_error"}, "memory"),
+        ("os_exit", OS_EXIT_AFTER_LAUNCH, {"crashed"}, "exited with code 3"),
+    ],
+)
+def test_gpu_faults_are_contained(
+    gpu_server: str, name: str, source: str, statuses: set[str], fragment: str
+) -> None:
+    res = _eval(gpu_server, "relu", source, timeout_s=30)
+    assert res["status"] in statuses, res["feedback"]
+    assert fragment.lower() in res["feedback"].lower(), res["feedback"]
+    after = _eval(gpu_server, "relu", samples.load_candidate("relu__correct"))
+    assert after["status"] == "ok", after["feedback"]
+    assert after["speedup"] is not None
+
+
+def test_workers_never_share_a_gpu(tmp_path: Path) -> None:
+    """With two GPUs, every tensor an evaluation creates lives on that worker's own device."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    probe = (
+        samples.load_candidate("relu__correct")
+        .replace(
+            "        return out\n",
+            "        print('DEVICES', x.device, out.device, torch.cuda.current_device(), os.environ['CUDA_VISIBLE_DEVICES'])\n"
+            "        return out\n",
+        )
+        .replace("import torch\n", "import os\nimport torch\n", 1)
+    )
+    with running_server(tmp_path, ["--devices", "0,1"]) as url, cf.ThreadPoolExecutor(8) as ex:
+        results = list(ex.map(lambda _: _eval(url, "relu", probe, timing=False), range(16)))
+    seen = set()
+    for res in results:
+        assert res["status"] == "ok", res["feedback"]
+        physical = res["device"].split()[0]  # "cuda:1"
+        line = next(ln for ln in res["stdout_tail"].splitlines() if ln.startswith("DEVICES"))
+        _, x_dev, out_dev, current, visible = line.split()
+        assert x_dev == out_dev == "cuda:0" and current == "0"  # one visible GPU per worker
+        assert physical == f"cuda:{visible}"
+        seen.add(physical)
+    assert seen == {"cuda:0", "cuda:1"}
