@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -39,6 +40,26 @@ def visible_gpus() -> list[int]:
     return list(range(count))
 
 
+def gpu_names() -> dict[int, str]:
+    """Physical GPU id -> product name from nvidia-smi (no CUDA context in the server process)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    names = {}
+    for line in out.splitlines():
+        idx, _, name = line.partition(",")
+        if idx.strip().isdigit():
+            names[int(idx)] = name.strip()
+    return names
+
+
 def parse_slots(devices: str, workers_per_device: int, cpu_workers: int) -> list[DeviceSlot]:
     """'auto' | 'cpu' | comma-separated physical GPU ids -> one DeviceSlot per worker."""
     spec = devices.strip().lower()
@@ -46,7 +67,8 @@ def parse_slots(devices: str, workers_per_device: int, cpu_workers: int) -> list
         gpus = visible_gpus()
         if not gpus:
             return [DeviceSlot("cpu")] * cpu_workers
-        return [DeviceSlot("cuda", g) for g in gpus for _ in range(workers_per_device)]
+        names = gpu_names()
+        return [DeviceSlot("cuda", g, names.get(g, "")) for g in gpus for _ in range(workers_per_device)]
     if spec == "cpu":
         return [DeviceSlot("cpu")] * cpu_workers
     ids: list[int] = []
@@ -55,7 +77,8 @@ def parse_slots(devices: str, workers_per_device: int, cpu_workers: int) -> list
         if not part.isdigit():
             raise SystemExit(f"--devices: expected 'auto', 'cpu' or GPU ids like '0,1', got {devices!r}")
         ids.append(int(part))
-    return [DeviceSlot("cuda", g) for g in ids for _ in range(workers_per_device)]
+    names = gpu_names()
+    return [DeviceSlot("cuda", g, names.get(g, "")) for g in ids for _ in range(workers_per_device)]
 
 
 def build_parser() -> argparse.ArgumentParser:

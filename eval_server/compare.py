@@ -29,6 +29,7 @@ class Comparison:
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     mismatch: str | None = None  # structural problem, in words
+    detail: str | None = None  # for a numeric failure: how many elements, where, which values
 
 
 def flatten_output(obj: Any, path: str = "output") -> list[tuple[str, Any]]:
@@ -49,7 +50,7 @@ def tolerance_for(profile: str, dtype: torch.dtype) -> float:
 def _structure(obj: Any) -> Any:
     if isinstance(obj, tuple | list):
         return (type(obj).__name__, len(obj))
-    return type(obj).__name__
+    return None  # a leaf: its kind is checked in compare_outputs, with a message that names the problem
 
 
 def compare_outputs(reference: Any, candidate: Any, profile: str) -> Comparison:
@@ -86,6 +87,8 @@ def compare_outputs(reference: Any, candidate: Any, profile: str) -> Comparison:
                 return Comparison(False, mismatch=f"{path}: device {cand.device} != expected {ref.device}")
             tol = tolerance_for(profile, ref.dtype)
             ok, max_abs, max_rel = _tensor_close(ref, cand, tol)
+            if not ok:
+                detail = f"{path}: " + _where_wrong(ref, cand, tol)
         elif isinstance(ref, bool | int | float):
             if not isinstance(cand, bool | int | float | _Tensor):
                 return Comparison(False, mismatch=f"{path}: expected a number, got {type(cand).__name__}")
@@ -95,6 +98,7 @@ def compare_outputs(reference: Any, candidate: Any, profile: str) -> Comparison:
                 )
             c = float(cand.item()) if isinstance(cand, _Tensor) else float(cand)
             r = float(ref)
+            detail = f"{path}: got {c:.6g}, expected {r:.6g}"
             tol = tolerance_for(profile, torch.float32)
             if c == r or (math.isnan(r) and math.isnan(c)):  # equal (infinities included) or both NaN
                 ok, max_abs, max_rel = True, 0.0, 0.0
@@ -113,7 +117,7 @@ def compare_outputs(reference: Any, candidate: Any, profile: str) -> Comparison:
         worst_abs = max(worst_abs, max_abs)
         worst_rel = max(worst_rel, max_rel)
         if not ok:
-            return Comparison(False, worst_abs, worst_rel, mismatch=None)
+            return Comparison(False, worst_abs, worst_rel, mismatch=None, detail=detail)
     return Comparison(True, worst_abs, worst_rel)
 
 
@@ -140,6 +144,21 @@ def _tensor_close(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> tuple[bo
     big = _abs(r) > tol
     max_rel = float((diff[big] / _abs(r[big])).max()) if bool(big.any()) else 0.0
     return ok, max_abs, max_rel
+
+
+def _where_wrong(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> str:
+    """'N/M elements (p%) outside tolerance; worst at [i, j]: got a, expected b' for the model."""
+    r = ref.detach().to(torch.float64)
+    c = cand.detach().to(torch.float64)
+    bad = ~_isclose(c, r, rtol=tol, atol=tol, equal_nan=True)
+    n_bad = int(bad.sum())
+    excess = _where(bad, _abs(c - r).nan_to_num(nan=math.inf, posinf=math.inf), torch.zeros_like(r))
+    flat = int(excess.reshape(-1).argmax())
+    index = list(torch.unravel_index(torch.tensor(flat), tuple(r.shape))) if r.dim() else []
+    where = "[" + ", ".join(str(int(i)) for i in index) + "]"
+    got, exp = float(c.reshape(-1)[flat]), float(r.reshape(-1)[flat])
+    pct = 100.0 * n_bad / max(1, r.numel())
+    return f"{n_bad}/{r.numel()} elements ({pct:.3g}%) outside tolerance; worst at {where}: got {got:.6g}, expected {exp:.6g}"
 
 
 def _describe(obj: Any) -> str:

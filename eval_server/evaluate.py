@@ -196,7 +196,7 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
                     raise _Stop
             cmp = compare_outputs(ref_out, out, opts.tolerance)
             result.trials.append(
-                TrialResult(seed, cmp.passed, cmp.max_abs_diff, cmp.max_rel_diff, cmp.mismatch)
+                TrialResult(seed, cmp.passed, cmp.max_abs_diff, cmp.max_rel_diff, cmp.mismatch, cmp.detail)
             )
         patched = snapshot.changed()
         if patched:

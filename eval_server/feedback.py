@@ -63,10 +63,9 @@ def build_feedback(result: EvalResult, tolerance: float | None = None) -> str:
                 lines.append(f"- trial seed {t.seed}: {t.mismatch}")
             else:
                 tol = f" (tolerance atol=rtol={tolerance:g})" if tolerance is not None else ""
-                lines.append(
-                    f"- trial seed {t.seed}: max abs diff {_fmt(t.max_abs_diff)}, "
-                    f"max rel diff {_fmt(t.max_rel_diff)}{tol}"
-                )
+                lines.append(f"- trial seed {t.seed}: max abs diff {_fmt(t.max_abs_diff)}{tol}")
+                if t.detail:
+                    lines.append(f"  {t.detail}")
     if result.status == STATUS_OK:
         if result.max_abs_diff is not None:
             lines.append(f"Max abs diff over {len(result.trials)} trials: {_fmt(result.max_abs_diff)}.")

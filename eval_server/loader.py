@@ -111,6 +111,7 @@ def format_exception_tail(
         for f in traceback.extract_tb(exc.__traceback__)
         if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)
         and not f.filename.endswith(_NOISE_FILES)
+        and not f.filename.startswith("<frozen ")
     ]
     lines = ["Traceback (most recent call last):\n"] if frames else []
     lines += traceback.format_list(frames)

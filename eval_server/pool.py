@@ -45,10 +45,13 @@ class DeviceSlot:
 
     kind: str
     index: int | None = None
+    name: str = ""  # e.g. "NVIDIA H200", when known
 
     @property
     def label(self) -> str:
-        return f"cuda:{self.index}" if self.kind == "cuda" else "cpu"
+        if self.kind != "cuda":
+            return "cpu (triton interpreter)"
+        return f"cuda:{self.index} ({self.name})" if self.name else f"cuda:{self.index}"
 
 
 @dataclass

@@ -66,12 +66,14 @@ def become_subreaper() -> bool:
 
 def kill_tree(pid: int) -> None:
     """SIGKILL a process group led by `pid` and every descendant still visible."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+    # List descendants before killing anything: once `pid` dies its children are reparented
+    # (to init or a subreaper), and one that left the group (setsid) would no longer be found.
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         children = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
     for child in children:
         with contextlib.suppress(psutil.Error):
             child.kill()

@@ -102,6 +102,7 @@ class TrialResult:
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     mismatch: str | None = None  # structural problem (shape/dtype/type), if any
+    detail: str | None = None  # numeric failure: share of bad elements, worst index, got vs expected
 
 
 @dataclass
@@ -145,17 +146,28 @@ class EvalResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EvalResult:
+        """Rebuild a result from its JSON; unknown fields anywhere raise ValidationError."""
         data = dict(data)
-        data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
-        data["checks"] = [Check(**c) for c in data.get("checks", [])]
+        _reject_unknown("result", data, {f.name for f in dataclasses.fields(cls)})
+        data["trials"] = [
+            _build(TrialResult, f"result.trials[{i}]", t) for i, t in enumerate(data.get("trials", []))
+        ]
+        data["checks"] = [
+            _build(Check, f"result.checks[{i}]", c) for i, c in enumerate(data.get("checks", []))
+        ]
         for key in ("reference_timing", "candidate_timing"):
             if data.get(key) is not None:
-                data[key] = TimingStats(**data[key])
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise ValidationError(f"unknown result fields: {sorted(unknown)}")
+                data[key] = _build(TimingStats, f"result.{key}", data[key])
         return cls(**data)
+
+
+def _build(cls: type, path: str, data: Any) -> Any:
+    _check_type(path, data, dict)
+    _reject_unknown(path, data, {f.name for f in dataclasses.fields(cls)})
+    try:
+        return cls(**data)
+    except TypeError as exc:  # a missing required field
+        raise ValidationError(f"{path}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- validation

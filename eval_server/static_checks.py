@@ -114,21 +114,30 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
-def _functional_aliases(tree: ast.Module) -> set[str]:
-    """Names bound to torch.nn.functional (e.g. `import torch.nn.functional as F`)."""
-    aliases = {"torch.nn.functional"}
+def _import_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> canonical dotted name for every import (`import torch.nn.functional as F`
+    binds F -> torch.nn.functional; `from torch import matmul as mm` binds mm -> torch.matmul)."""
+    aliases: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name == "torch.nn.functional":
-                    aliases.add(a.asname or a.name)
-        elif (
-            isinstance(node, ast.ImportFrom)
-            and node.module == "torch.nn"
-            and any(a.name == "functional" for a in node.names)
-        ):
-            aliases.update(a.asname or a.name for a in node.names if a.name == "functional")
+                if a.asname:
+                    aliases[a.asname] = a.name
+                else:  # `import torch.nn` binds the top-level name only
+                    top = a.name.split(".")[0]
+                    aliases[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
     return aliases
+
+
+def _canonical(name: str, aliases: dict[str, str]) -> str:
+    head, _, rest = name.partition(".")
+    base = aliases.get(head)
+    if base is None:
+        return name
+    return f"{base}.{rest}" if rest else base
 
 
 def _is_triton_jit(dec: ast.expr) -> bool:
@@ -170,7 +179,13 @@ def _find_reference_use(tree: ast.Module) -> list[str]:
             hits.append(f"line {node.lineno}: uses the name Model")
         elif isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names):
             hits.append(f"line {node.lineno}: imports Model")
-    return sorted(set(hits))
+    return sorted(set(hits), key=_line_key)
+
+
+def _line_key(evidence: str) -> tuple[int, str]:
+    """Sort 'line 9: ...' before 'line 10: ...'."""
+    num = evidence.removeprefix("line ").split(":", 1)[0]
+    return (int(num) if num.isdigit() else 0, evidence)
 
 
 def _calls(tree: ast.Module) -> Iterator[tuple[ast.Call, str]]:
@@ -179,18 +194,20 @@ def _calls(tree: ast.Module) -> Iterator[tuple[ast.Call, str]]:
             yield node, _dotted(node.func)
 
 
+_COMPUTE_NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.fft")
+
+
 def _find_torch_compute(tree: ast.Module) -> list[str]:
-    aliases = _functional_aliases(tree)
+    aliases = _import_aliases(tree)
     hits = []
     for node, name in _calls(tree):
         if not name:
             continue
-        head, _, last = name.rpartition(".")
+        head, _, last = _canonical(name, aliases).rpartition(".")
         if (
-            (head in aliases or head == "torch")
-            and last in TORCH_COMPUTE_CALLS
-            or head == "torch"
-            and last in TORCH_COMPUTE_MODULES
+            (head in _COMPUTE_NAMESPACES and last in TORCH_COMPUTE_CALLS)
+            or (head == "torch" and last in TORCH_COMPUTE_MODULES)
+            or head == "torch.linalg"
         ):
             hits.append(f"line {node.lineno}: {name}()")
     for node in ast.walk(tree):
@@ -261,7 +278,7 @@ def run_static_checks(tree: ast.Module) -> list[Check]:
     """Apply every rule; each fired rule becomes one Check whose message cites the evidence."""
     fired: list[Check] = []
     for rule in RULES:
-        evidence = rule.find(tree)
+        evidence = sorted(rule.find(tree), key=_line_key)
         if evidence:
             shown = "; ".join(evidence[:5]) + (" ..." if len(evidence) > 5 else "")
             fired.append(Check(rule.id, f"{rule.message} Found: {shown}.", rule.severity))

@@ -29,6 +29,8 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor:
 
 
 def summarize(times_ms: Sequence[float]) -> TimingStats:
+    if not times_ms:
+        raise ValueError("summarize() needs at least one timing")
     xs = sorted(times_ms)
     n = len(xs)
     q = statistics.quantiles(xs, n=4, method="inclusive") if n >= 2 else [xs[0]] * 3

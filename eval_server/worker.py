@@ -248,14 +248,13 @@ class Worker:
         from eval_server.evaluate import EvalContext, evaluate
 
         if self.device_kind == "cuda":
-            device = torch.device("cuda", 0)  # CUDA_VISIBLE_DEVICES pins the physical GPU
-            torch.cuda.set_device(device)
-            label = f"{self.device_label} ({torch.cuda.get_device_name(device)})"
-            timing = True
+            # CUDA_VISIBLE_DEVICES pins the physical GPU. CUDA initialises lazily on first use,
+            # so statically rejected candidates never pay for a context.
+            device = torch.device("cuda", 0)
+            label, timing = self.device_label, True
         else:
             device = torch.device("cpu")
-            label = f"{self.device_label} (triton interpreter)"
-            timing = False
+            label, timing = self.device_label, False
         ctx = EvalContext(device=device, device_label=label, workdir=evaldir, timing_enabled=timing)
         return evaluate(request, ctx)
 

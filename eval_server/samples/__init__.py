@@ -66,8 +66,12 @@ SAMPLE_CASES: tuple[SampleCase, ...] = (
     SampleCase("relu", "relu__infinite_loop", STATUS_TIMEOUT, "forward spins forever"),
     SampleCase("relu", "relu__segfault", STATUS_CRASHED, "forward segfaults (ctypes NULL read)"),
     SampleCase("relu", "relu__os_exit", STATUS_CRASHED, "forward calls os._exit(3)"),
-    SampleCase("relu", "relu__method_fallback", STATUS_REJECTED, "copy kernel launched, Tensor.clamp does the math"),
-    SampleCase("relu", "relu__kernel_unused", STATUS_REJECTED, "kernel defined, never launched; Tensor.clamp"),
+    SampleCase(
+        "relu", "relu__method_fallback", STATUS_REJECTED, "copy kernel launched, Tensor.clamp does the math"
+    ),
+    SampleCase(
+        "relu", "relu__kernel_unused", STATUS_REJECTED, "kernel defined, never launched; Tensor.clamp"
+    ),
     SampleCase("relu", "relu__modifies_input", STATUS_REJECTED, "writes the result into its input"),
     SampleCase("relu", "relu__monkey_patch", STATUS_REJECTED, "wrong math, rebinds torch.isclose/allclose"),
     # softmax

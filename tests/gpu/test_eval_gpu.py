@@ -70,20 +70,20 @@ ENDLESS_KERNEL = (
     _KERNEL_HEADER
     + """
 @triton.jit
-def spin_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def spin_kernel(x_ptr, out_ptr, flag_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
-    i = 0
-    while i < n + 1:          # i never grows: the kernel never ends
-        x = x * 1.0
-        i = i * 1
+    flag = tl.load(flag_ptr, volatile=True)
+    while flag == 0:  # nothing ever writes the flag: the kernel never ends
+        flag = tl.load(flag_ptr, volatile=True)
     tl.store(out_ptr + offs, x, mask=offs < n)
 
 
 class ModelNew(nn.Module):
     def forward(self, x):
         out = torch.empty_like(x)
-        spin_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+        spin_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, flag, x.numel(), BLOCK=1024)
         return out
 """
 )
@@ -144,11 +144,13 @@ def test_samples_on_gpu_with_timing(gpu_server: str) -> None:
 @pytest.mark.parametrize(
     ("name", "source", "statuses", "fragment"),
     [
-        ("illegal_address", ILLEGAL_ADDRESS, {"runtime_error", "crashed"}, "illegal"),
-        ("device_assert", DEVICE_ASSERT, {"runtime_error", "crashed"}, ""),
-        ("endless_kernel", ENDLESS_KERNEL, {"timeout"}, "time limit"),
-        ("huge_allocation", HUGE_ALLOCATION, {"runtime_error"}, "memory"),
-        ("os_exit", OS_EXIT_AFTER_LAUNCH, {"crashed"}, "exited with code 3"),
+        pytest.param(
+            "illegal_address", ILLEGAL_ADDRESS, {"runtime_error", "crashed"}, "illegal", id="illegal_address"
+        ),
+        pytest.param("device_assert", DEVICE_ASSERT, {"runtime_error", "crashed"}, "", id="device_assert"),
+        pytest.param("endless_kernel", ENDLESS_KERNEL, {"timeout"}, "time limit", id="endless_kernel"),
+        pytest.param("huge_allocation", HUGE_ALLOCATION, {"runtime_error"}, "memory", id="huge_allocation"),
+        pytest.param("os_exit", OS_EXIT_AFTER_LAUNCH, {"crashed"}, "exited with code 3", id="os_exit"),
     ],
 )
 def test_gpu_faults_are_contained(

@@ -1,0 +1,186 @@
+"""Unit tests of eval_server.sandbox: environment scrubbing, killing a process tree, tree RSS."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from eval_server.sandbox import kill_tree, scrubbed_env, tree_rss_bytes
+
+pytestmark = pytest.mark.unit
+
+SECRETS = {
+    "OPENAI_API_KEY": "sk-1",
+    "HF_TOKEN": "hf_1",
+    "WANDB_API_KEY": "w1",
+    "AWS_SECRET_ACCESS_KEY": "a1",
+    "GITHUB_TOKEN": "ghp_1",
+    "TORCH_HUB_TOKEN": "t1",  # allowed prefix TORCH_, dropped for TOKEN
+    "CUDA_PASSWORD": "p1",  # allowed prefix CUDA_, dropped for PASSWORD
+    "TRITON_AUTH_HEADER": "x",
+}
+UNKNOWN = {
+    "MY_APP_SETTING": "1",
+    "HOME": "/root",
+    "USER": "me",
+    "SSH_AUTH_SOCK": "/tmp/agent",
+    "DATABASE_URL": "pg://",
+}
+KEPT = {
+    "PATH": "/usr/bin:/bin",
+    "CUDA_VISIBLE_DEVICES": "3",
+    "TRITON_INTERPRET": "1",
+    "TRITON_CACHE_DIR": "/tmp/triton",
+    "LC_ALL": "C.UTF-8",
+    "LANG": "C.UTF-8",
+    "LD_LIBRARY_PATH": "/usr/local/cuda/lib64",
+    "PYTHONPATH": "/repo",
+    "TORCH_HOME": "/tmp/torch",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    "OMP_NUM_THREADS": "4",
+}
+
+
+# --------------------------------------------------------------------------- scrubbed_env
+
+
+def test_scrubbed_env_keeps_allowed_and_drops_everything_else():
+    env = scrubbed_env({**SECRETS, **UNKNOWN, **KEPT})
+    assert env == KEPT
+
+
+@pytest.mark.parametrize("name", sorted(SECRETS))
+def test_each_secret_dropped(name):
+    assert scrubbed_env({name: "v", "PATH": "/bin"}) == {"PATH": "/bin"}
+
+
+def test_secret_match_is_case_insensitive():
+    assert scrubbed_env({"TRITON_api_key": "x", "TORCH_Session_id": "y"}) == {}
+
+
+def test_overrides_applied_last():
+    env = scrubbed_env(
+        {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "5", "TRITON_INTERPRET": "1"}
+    )
+    assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "5", "TRITON_INTERPRET": "1"}
+
+
+def test_does_not_mutate_base():
+    base = {"PATH": "/bin", "HF_TOKEN": "x"}
+    scrubbed_env(base, {"A": "1"})
+    assert base == {"PATH": "/bin", "HF_TOKEN": "x"}
+
+
+def test_real_environment_loses_secret(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    env = scrubbed_env(os.environ)
+    assert "OPENAI_API_KEY" not in env
+    assert env.get("PATH") == os.environ.get("PATH")
+
+
+# --------------------------------------------------------------------------- kill_tree
+
+
+def _gone(p: psutil.Process) -> bool:
+    """Exited (a zombie counts: whoever adopted it reaps it, it runs no more code)."""
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _start_tree(script: str, expect: int) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    """Start `bash -c script` as a session leader; wait until `expect` processes of the tree run `sleep`."""
+    proc = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 5
+    while True:
+        leader = psutil.Process(proc.pid)
+        procs = [leader, *leader.children(recursive=True)]
+        names = []
+        for p in procs:
+            try:
+                names.append(p.name())
+            except psutil.NoSuchProcess:
+                names.append("")
+        if names.count("sleep") >= expect or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert names.count("sleep") >= expect, f"tree did not start: {list(zip(procs, names, strict=True))}"
+    return proc, procs
+
+
+def _cleanup(proc: subprocess.Popen, procs: list[psutil.Process]) -> None:
+    """Kill whatever a failed test left behind, by pid (psutil refuses if a pid was reused)."""
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float = 5.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in procs if not _gone(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def test_kill_tree_kills_leader_and_child():
+    proc, procs = _start_tree("sleep 60 & sleep 60", expect=2)
+    try:
+        assert len(procs) >= 2 and all(p.is_running() for p in procs)
+        kill_tree(proc.pid)
+        assert proc.wait(timeout=5) == -9
+        assert _wait_gone(procs) == []
+    finally:
+        _cleanup(proc, procs)
+
+
+def test_kill_tree_kills_descendant_in_another_process_group():
+    # `setsid` moves the child out of the leader's process group: killpg alone would miss it.
+    proc, procs = _start_tree("setsid sleep 60 & sleep 60", expect=2)
+    try:
+        assert len({os.getpgid(p.pid) for p in procs}) == 2
+        kill_tree(proc.pid)
+        proc.wait(timeout=5)
+        assert _wait_gone(procs) == []
+    finally:
+        _cleanup(proc, procs)
+
+
+def test_kill_tree_on_dead_pid_is_silent():
+    proc = subprocess.Popen(["true"], start_new_session=True)
+    proc.wait()
+    kill_tree(proc.pid)  # must not raise
+
+
+# --------------------------------------------------------------------------- tree_rss_bytes
+
+
+def test_tree_rss_live_and_dead():
+    assert tree_rss_bytes(os.getpid()) > 10 * 1024 * 1024  # pytest with torch imported
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert tree_rss_bytes(proc.pid) > 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert tree_rss_bytes(proc.pid) == 0
+
+
+def test_tree_rss_includes_children():
+    proc, procs = _start_tree("sleep 60 & sleep 60", expect=2)
+    try:
+        leader_only = procs[0].memory_info().rss
+        assert tree_rss_bytes(proc.pid) > leader_only
+    finally:
+        _cleanup(proc, procs)

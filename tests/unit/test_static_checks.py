@@ -1,0 +1,307 @@
+"""Unit tests of eval_server.static_checks: each rule on minimal positive and clean examples."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import textwrap
+
+import pytest
+
+from eval_server.samples import load_candidate
+from eval_server.schema import Check
+from eval_server.static_checks import RULE_IDS, RULES, run_static_checks
+
+pytestmark = pytest.mark.unit
+
+# A legitimate candidate: kernel, launch, allocation and views only.
+CLEAN = """\
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=m), 0.0), mask=m)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous().view(-1)
+        y = torch.empty_like(x)
+        k[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y.reshape(x.shape)
+"""
+
+
+def checks(source: str) -> list[Check]:
+    return run_static_checks(ast.parse(textwrap.dedent(source)))
+
+
+def fired(source: str) -> dict[str, str]:
+    return {c.id: c.message for c in checks(source)}
+
+
+def with_kernel(body: str) -> str:
+    """CLEAN plus `body` appended at module level (so only the rule under test can fire)."""
+    return CLEAN + "\n" + textwrap.dedent(body)
+
+
+def line_of(source: str, needle: str) -> int:
+    for i, line in enumerate(source.splitlines(), start=1):
+        if needle in line:
+            return i
+    raise AssertionError(f"{needle!r} not in source")
+
+
+def test_rule_ids_are_stable():
+    assert RULE_IDS == (
+        "static.no_triton_kernel",
+        "static.try_except",
+        "static.reference_model",
+        "static.torch_compute",
+        "static.process_escape",
+    )
+    assert all(r.severity == "reject" for r in RULES)
+
+
+def test_clean_candidate_fires_nothing():
+    assert checks(CLEAN) == []
+
+
+@pytest.mark.parametrize("name", ["relu__correct", "gemm_scale_leakyrelu__correct"])
+def test_bundled_correct_candidates_fire_nothing(name):
+    assert checks(load_candidate(name)) == []
+
+
+# --------------------------------------------------------------------------- no_triton_kernel
+
+
+def test_no_jit_kernel_fires():
+    src = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.clone()\n"
+    got = checks(src)
+    assert [c.id for c in got] == ["static.no_triton_kernel"]
+    assert got[0].severity == "reject"
+    assert got[0].message.endswith("Found: no function decorated with @triton.jit.")
+    assert "@triton.jit" in got[0].message
+
+
+@pytest.mark.parametrize(
+    "decorator, imports",
+    [
+        ("@triton.jit", "import triton"),
+        ("@triton.jit(do_not_specialize=['n'])", "import triton"),
+        ("@jit", "from triton import jit"),
+        ("@triton.autotune(configs=[], key=['n'])\n@triton.jit", "import triton"),
+    ],
+)
+def test_jit_decorator_forms_are_recognised(decorator, imports):
+    src = f"{imports}\n{decorator}\ndef k(x):\n    pass\n"
+    assert "static.no_triton_kernel" not in fired(src)
+
+
+def test_undecorated_function_named_like_kernel_is_not_a_kernel():
+    assert "static.no_triton_kernel" in fired("import triton\ndef relu_kernel(x):\n    pass\n")
+
+
+# --------------------------------------------------------------------------- try_except
+
+
+def test_try_except_fires_with_line():
+    src = with_kernel(
+        """
+        def helper(x):
+            try:
+                return x
+            except Exception:
+                return None
+        """
+    )
+    got = fired(src)
+    assert set(got) == {"static.try_except"}
+    assert f"Found: line {line_of(src, 'try:')}: try/except." in got["static.try_except"]
+
+
+def test_try_finally_without_handler_is_allowed():
+    src = with_kernel(
+        """
+        def helper(x):
+            try:
+                return x
+            finally:
+                pass
+        """
+    )
+    assert fired(src) == {}
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="except* needs Python 3.11")
+def test_try_star_fires():
+    src = with_kernel(
+        """
+        def helper(x):
+            try:
+                return x
+            except* ValueError:
+                pass
+        """
+    )
+    assert "static.try_except" in fired(src)
+
+
+def test_many_hits_are_capped_at_five():
+    blocks = "".join("try:\n    pass\nexcept Exception:\n    pass\n" for _ in range(7))
+    msg = fired(with_kernel(blocks))["static.try_except"]
+    evidence = msg.split(" Found: ", 1)[1]
+    assert evidence.count(": try/except") == 5
+    first = len(CLEAN.splitlines()) + 2  # CLEAN, one blank line, then the blocks (4 lines each)
+    assert evidence == "; ".join(f"line {first + 4 * i}: try/except" for i in range(5)) + " ...."
+
+
+# --------------------------------------------------------------------------- reference_model
+
+
+def test_class_modelnew_inherits_model():
+    src = with_kernel(
+        """
+        class Model(nn.Module):
+            def forward(self, x):
+                return x
+
+        class ModelNew2(Model):
+            pass
+        """
+    )
+    msg = fired(src)["static.reference_model"]
+    n_def = line_of(src, "class Model(")
+    n_sub = line_of(src, "class ModelNew2(Model)")
+    assert f"line {n_def}: defines class Model (a copy of the reference)" in msg
+    assert f"line {n_sub}: class ModelNew2 inherits from Model" in msg
+    assert f"line {n_sub}: uses the name Model" in msg
+
+
+def test_class_modelnew_model_alone():
+    src = "import triton\n@triton.jit\ndef k(x):\n    pass\nclass ModelNew(Model):\n    pass\n"
+    got = fired(src)
+    assert set(got) == {"static.reference_model"}
+    assert "line 5: class ModelNew inherits from Model" in got["static.reference_model"]
+
+
+def test_dotted_model_base_and_import_and_call():
+    src = with_kernel(
+        """
+        from reference import Model
+        import reference
+
+        class A(reference.Model):
+            pass
+
+        def make():
+            return Model()
+        """
+    )
+    msg = fired(src)["static.reference_model"]
+    assert f"line {line_of(src, 'from reference import Model')}: imports Model" in msg
+    assert f"line {line_of(src, 'class A(')}: class A inherits from Model" in msg
+    assert f"line {line_of(src, 'return Model()')}: uses the name Model" in msg
+
+
+def test_modelnew_and_model_in_strings_are_fine():
+    src = with_kernel('NAME = "Model"\nclass ModelNewHelper(nn.Module):\n    pass\n')
+    assert fired(src) == {}
+
+
+# --------------------------------------------------------------------------- torch_compute
+
+
+@pytest.mark.parametrize(
+    "imports, call, shown",
+    [
+        ("", "torch.relu(x)", "torch.relu()"),
+        ("", "torch.matmul(x, x)", "torch.matmul()"),
+        ("", "torch.nn.functional.gelu(x)", "torch.nn.functional.gelu()"),
+        ("import torch.nn.functional as F", "F.relu(x)", "F.relu()"),
+        ("from torch.nn import functional as Fn", "Fn.softmax(x, dim=-1)", "Fn.softmax()"),
+        ("from torch.nn import functional", "functional.linear(x, x)", "functional.linear()"),
+        ("", "torch.compile(f)", "torch.compile()"),
+    ],
+)
+def test_torch_compute_calls_fire(imports, call, shown):
+    src = with_kernel(f"{imports}\ndef helper(x, f):\n    return {call}\n")
+    msg = fired(src)["static.torch_compute"]
+    assert f"line {line_of(src, call)}: {shown}" in msg
+    assert "move the math into @triton.jit kernels" in msg
+
+
+def test_matmul_operator_fires():
+    src = with_kernel("def helper(a, b):\n    return a @ b\n")
+    msg = fired(src)["static.torch_compute"]
+    assert f"line {line_of(src, 'a @ b')}: the @ operator (torch matmul)" in msg
+
+
+def test_allocation_views_and_unaliased_names_do_not_fire():
+    src = with_kernel(
+        """
+        import math
+
+        def helper(x):
+            a = torch.empty((4, 4), device=x.device)
+            b = torch.zeros_like(x).view(-1).reshape(2, -1).contiguous()
+            c = torch.empty_strided((2,), (1,))
+            return math.tanh(1.0), a, b, c, x.size(0), x.stride()
+        """
+    )
+    assert fired(src) == {}
+
+
+def test_same_name_on_other_modules_is_not_torch():
+    src = with_kernel("import numpy as np\ndef helper(x):\n    return np.tanh(x), tl.sigmoid(x), G.relu(x)\n")
+    assert fired(src) == {}
+
+
+# --------------------------------------------------------------------------- process_escape
+
+
+@pytest.mark.parametrize(
+    "stmt, evidence",
+    [
+        ("import threading", "import threading"),
+        ("import multiprocessing.pool", "import multiprocessing.pool"),
+        ("import subprocess as sp", "import subprocess"),
+        ("from concurrent.futures import ThreadPoolExecutor", "from concurrent.futures import ..."),
+        ("s = torch.cuda.Stream()", "torch.cuda.Stream()"),
+        ("ctx = torch.cuda.stream(None)", "torch.cuda.stream()"),
+    ],
+)
+def test_process_escape_fires(stmt, evidence):
+    src = with_kernel(stmt + "\n")
+    got = fired(src)
+    assert set(got) == {"static.process_escape"}
+    assert f"line {line_of(src, stmt)}: {evidence}" in got["static.process_escape"]
+
+
+def test_harmless_imports_do_not_fire_process_escape():
+    src = with_kernel("import math\nimport os.path\nfrom typing import Any\nimport threadpoolctl_like\n")
+    assert fired(src) == {}
+
+
+# --------------------------------------------------------------------------- combination
+
+
+def test_several_rules_fire_in_rule_order_one_check_each():
+    src = "import threading\nimport torch\ntry:\n    y = torch.relu(1)\nexcept Exception:\n    pass\n"
+    got = checks(src)
+    assert [c.id for c in got] == [
+        "static.no_triton_kernel",
+        "static.try_except",
+        "static.torch_compute",
+        "static.process_escape",
+    ]
+    by_id = {c.id: c.message for c in got}
+    assert "Found: line 3: try/except." in by_id["static.try_except"]
+    assert "Found: line 4: torch.relu()." in by_id["static.torch_compute"]
+    assert "Found: line 1: import threading." in by_id["static.process_escape"]
