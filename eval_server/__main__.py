@@ -81,6 +81,12 @@ def parse_slots(devices: str, workers_per_device: int, cpu_workers: int) -> list
     return [DeviceSlot("cuda", g, names.get(g, "")) for g in ids for _ in range(workers_per_device)]
 
 
+def default_ref_cache() -> Path:
+    """$XDG_CACHE_HOME (or ~/.cache)/triton-kernel-rl/ref_timing.sqlite: survives restarts."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "triton-kernel-rl" / "ref_timing.sqlite"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m eval_server",
@@ -124,6 +130,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--mem-cap-gb", type=float, default=32.0, help="host memory cap per evaluation (0 = none)"
     )
     dev.add_argument(
+        "--ref-cache",
+        default=os.environ.get("EVAL_SERVER_REF_CACHE", str(default_ref_cache())),
+        help="SQLite file caching reference timings across restarts ('none' disables)",
+    )
+    dev.add_argument("--excessive-speedup", type=float, default=10.0, help="re-verify and re-time above this speedup")
+    dev.add_argument(
+        "--drift-tolerance",
+        type=float,
+        default=0.05,
+        help="a cached reference timing is re-measured when a spot check differs by more than this",
+    )
+    dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
     )
     p.add_argument("--log-level", default="INFO")
@@ -147,6 +165,9 @@ def main(argv: list[str] | None = None) -> None:
         max_queue=args.max_queue,
         mem_cap_mb=int(args.mem_cap_gb * 1024),
         cpu_threads_per_worker=args.cpu_threads_per_worker,
+        ref_cache=None if args.ref_cache.lower() in ("", "none") else Path(args.ref_cache).expanduser().resolve(),
+        excessive_speedup=args.excessive_speedup,
+        drift_tolerance=args.drift_tolerance,
     )
     pool = WorkerPool(config)
 

@@ -168,3 +168,35 @@ def _describe(obj: Any) -> str:
         inner = ", ".join(_describe(o) for o in obj[:4]) + (", ..." if len(obj) > 4 else "")
         return f"{type(obj).__name__}[{inner}]"
     return type(obj).__name__
+
+
+def normalized_error(output: Any, truth: Any) -> float | None:
+    """max|output - truth| / max|truth| over all floating tensor leaves (float64 math).
+
+    Used by the precision check: the candidate's error against the fp32 reference, compared
+    with the fp32 reference's own error against a float64 run. None if there is nothing to
+    compare (no floating tensors, or mismatched structure).
+    """
+    worst_diff = 0.0
+    worst_mag = 0.0
+    leaves_a, leaves_b = flatten_output(output), flatten_output(truth)
+    if len(leaves_a) != len(leaves_b):
+        return None
+    seen = False
+    for (_, a), (_, b) in zip(leaves_a, leaves_b, strict=True):
+        if not (isinstance(a, _Tensor) and isinstance(b, _Tensor)) or not b.is_floating_point():
+            continue
+        if a.shape != b.shape or b.numel() == 0:
+            return None
+        a64 = a.detach().to(torch.float64)
+        b64 = b.detach().to(torch.float64)
+        finite = _isfinite(b64)
+        if not bool(finite.any()):
+            continue
+        diff = _abs(a64 - b64)[finite]
+        worst_diff = max(worst_diff, float(diff.nan_to_num(nan=math.inf).max()))
+        worst_mag = max(worst_mag, float(_abs(b64[finite]).max()))
+        seen = True
+    if not seen:
+        return None
+    return worst_diff / worst_mag if worst_mag > 0 else (0.0 if worst_diff == 0 else math.inf)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import random
 import re
 import sys
 import traceback
@@ -48,8 +49,16 @@ def import_source(source: str, workdir: str | Path, stem: str) -> types.ModuleTy
 
 
 def seed_everything(seed: int) -> None:
-    """Seed torch's CPU and CUDA generators (manual_seed covers every device)."""
+    """Seed torch (every device), Python's `random` and NumPy, so get_inputs() is reproducible:
+    inputs are regenerated from their seed instead of being kept alive."""
+    random.seed(seed)
     torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover - numpy ships with torch
+        pass
 
 
 def _to_device(obj: Any, device: torch.device) -> Any:

@@ -65,6 +65,9 @@ class PoolConfig:
     cpu_threads_per_worker: int = 1
     startup_timeout_s: float = 300.0
     outer_grace_s: float = 30.0  # beyond the eval timeout before the worker itself is declared hung
+    ref_cache: Path | None = None  # persistent reference-timing cache (GPU workers)
+    excessive_speedup: float = 10.0
+    drift_tolerance: float = 0.05
 
 
 @dataclass
@@ -132,6 +135,12 @@ class WorkerHandle:
             str(self.config.mem_cap_mb),
             "--threads",
             str(self.config.cpu_threads_per_worker if self.slot.kind == "cpu" else 1),
+            "--ref-cache",
+            str(self.config.ref_cache or ""),
+            "--excessive-speedup",
+            str(self.config.excessive_speedup),
+            "--drift-tolerance",
+            str(self.config.drift_tolerance),
         ]
         log_path = self.config.workdir / f"worker-{self.worker_id}.log"
         with open(log_path, "ab") as log_file:

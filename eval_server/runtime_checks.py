@@ -229,3 +229,29 @@ def default_guarded_namespaces() -> list[tuple[str, ModuleType | type]]:
 
         spaces.append(("triton.InterpretedFunction", InterpretedFunction))
     return spaces
+
+
+def poison_free_memory(nbytes: int, device: Any) -> None:
+    """Make the next allocations on `device` return NaN-filled memory.
+
+    The caching allocator hands freed blocks back to the next `torch.empty`; a candidate could
+    get memory still holding the reference's (correct) results or intermediates and skip
+    writing some elements. Dropping every cached block and then allocating, NaN-filling and
+    freeing one large block means the candidate's outputs come out of that poisoned block, so
+    an element it never writes stays NaN and fails the comparison.
+    """
+    if getattr(device, "type", "cpu") != "cuda" or nbytes <= 0:
+        return
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    block = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=device)
+    block.fill_(float("nan"))
+    torch.cuda.synchronize(device)
+    del block
+
+
+def python_threads() -> int:
+    """Live Python threads; a forward that leaves one running may do work outside timing."""
+    import threading
+
+    return threading.active_count()

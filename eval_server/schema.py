@@ -115,6 +115,7 @@ class TimingStats:
     iqr_ms: float
     cv: float  # coefficient of variation (std / mean)
     trials: int
+    wall_median_ms: float | None = None  # host wall clock per trial (after the device sync), for cross-checks
 
 
 @dataclass
@@ -130,6 +131,7 @@ class EvalResult:
     reference_timing: TimingStats | None = None
     candidate_timing: TimingStats | None = None
     speedup: float | None = None  # reference median / candidate median; null without timing
+    reference_timing_source: str | None = None  # "measured" | "cache" | "remeasured: ..." (drift)
     error: dict[str, str] | None = None  # {"type", "message", "traceback"} of the failure
     stdout_tail: str = ""  # what the candidate printed (trimmed)
     feedback: str = ""  # text meant for the model: what happened and what to fix

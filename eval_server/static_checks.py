@@ -228,7 +228,8 @@ def _find_process_escape(tree: ast.Module) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in banned_modules:
             hits.append(f"line {node.lineno}: from {node.module} import ...")
     for node, name in _calls(tree):
-        if name.endswith("cuda.Stream") or name.endswith("cuda.stream"):
+        last = name.rpartition(".")[2]
+        if last in ("Stream", "stream", "ExternalStream") and "cuda" in name:
             hits.append(f"line {node.lineno}: {name}()")
     return hits
 

@@ -3,12 +3,15 @@
 Per trial: flush L2 by writing a buffer larger than L2, synchronize, record a start event,
 call, synchronize the whole device (work queued on other streams is included), record the end
 event. Warm-up calls first; the first timed trial is discarded; median, min, mean, IQR and CV
-are reported. Inputs rotate over several sets so one set cannot sit in cache.
+are reported. Inputs rotate over several sets so one set cannot sit in cache, and the output
+of the last call on each set is handed back so the caller can verify what was timed.
+The torch entry points are bound at import (before any candidate exists in the process).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,6 +21,8 @@ from eval_server.schema import TimingStats
 
 _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
+_perf_counter = time.perf_counter
+_no_grad = torch.no_grad
 
 
 def l2_flush_buffer(device: torch.device) -> torch.Tensor:
@@ -28,7 +33,7 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, device=device)
 
 
-def summarize(times_ms: Sequence[float]) -> TimingStats:
+def summarize(times_ms: Sequence[float], wall_ms: Sequence[float] | None = None) -> TimingStats:
     if not times_ms:
         raise ValueError("summarize() needs at least one timing")
     xs = sorted(times_ms)
@@ -43,6 +48,7 @@ def summarize(times_ms: Sequence[float]) -> TimingStats:
         iqr_ms=q[2] - q[0],
         cv=std / mean if mean > 0 else 0.0,
         trials=n,
+        wall_median_ms=statistics.median(wall_ms) if wall_ms else None,
     )
 
 
@@ -54,25 +60,37 @@ def time_gpu(
     warmup: int,
     device: torch.device,
     flush: torch.Tensor | None = None,
+    last_outputs: dict[int, Any] | None = None,
 ) -> TimingStats:
-    """Median-based timing of `fn(*inputs)` in milliseconds; `trials` includes the discarded first."""
+    """Median-based timing of `fn(*inputs)` in milliseconds; `trials` includes the discarded first.
+
+    If `last_outputs` is given, it receives {set index: output of the last timed call on that set}.
+    """
     if flush is None:
         flush = l2_flush_buffer(device)
-    with torch.no_grad():
+    with _no_grad():
         for i in range(warmup):
             fn(*input_sets[i % len(input_sets)])
         _synchronize(device)
         times: list[float] = []
+        walls: list[float] = []
         for i in range(trials):
-            args = input_sets[i % len(input_sets)]
+            k = i % len(input_sets)
             flush.zero_()
             _synchronize(device)
             start = _Event(enable_timing=True)
             end = _Event(enable_timing=True)
+            t0 = _perf_counter()
             start.record()
-            fn(*args)
+            out = fn(*input_sets[k])
             _synchronize(device)
             end.record()
             end.synchronize()
+            walls.append((_perf_counter() - t0) * 1e3)
             times.append(start.elapsed_time(end))
-    return summarize(times[1:] if len(times) > 1 else times)
+            if last_outputs is not None:
+                last_outputs[k] = out
+            del out
+    if len(times) > 1:
+        times, walls = times[1:], walls[1:]
+    return summarize(times, walls)

@@ -66,6 +66,9 @@ class Worker:
         self.workdir = Path(args.workdir)
         self.mem_cap_bytes = int(args.mem_cap_mb) * 1024 * 1024 if args.mem_cap_mb else 0
         self.threads: int = args.threads
+        self.ref_cache_path: str | None = args.ref_cache or None
+        self.hardening_overrides = {"excessive_speedup": args.excessive_speedup, "drift_tolerance": args.drift_tolerance}
+        self.versions: dict[str, Any] = {}
         self.evals = 0
 
     # ------------------------------------------------------------------ warm-up (parent)
@@ -77,12 +80,13 @@ class Worker:
 
         _evaluate.LAUNCHES.install()
         torch.set_num_threads(max(1, self.threads))
-        return {
+        self.versions = {
             "torch": torch.__version__,
             "triton": triton.__version__,
             "python": sys.version.split()[0],
             "triton_interpret": os.environ.get("TRITON_INTERPRET", "0") == "1",
         }
+        return self.versions
 
     # ------------------------------------------------------------------ one evaluation
     def run_one(self, request_json: dict[str, Any], timeout_s: float) -> EvalResult:
@@ -245,7 +249,8 @@ class Worker:
     def _child_evaluate(self, request: EvalRequest, evaldir: Path) -> EvalResult:
         import torch
 
-        from eval_server.evaluate import EvalContext, evaluate
+        from eval_server.evaluate import EvalContext, Hardening, evaluate
+        from eval_server.ref_cache import RefTimingCache
 
         if self.device_kind == "cuda":
             # CUDA_VISIBLE_DEVICES pins the physical GPU. CUDA initialises lazily on first use,
@@ -255,7 +260,16 @@ class Worker:
         else:
             device = torch.device("cpu")
             label, timing = self.device_label, False
-        ctx = EvalContext(device=device, device_label=label, workdir=evaldir, timing_enabled=timing)
+        cache = RefTimingCache(self.ref_cache_path) if (timing and self.ref_cache_path) else None
+        ctx = EvalContext(
+            device=device,
+            device_label=label,
+            workdir=evaldir,
+            timing_enabled=timing,
+            ref_cache=cache,
+            hardening=Hardening(**self.hardening_overrides),
+            versions={k: str(v) for k, v in self.versions.items()},
+        )
         return evaluate(request, ctx)
 
 
@@ -271,6 +285,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--mem-cap-mb", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--ref-cache", default="", help="SQLite file of cached reference timings ('' = none)")
+    parser.add_argument("--excessive-speedup", type=float, default=10.0)
+    parser.add_argument("--drift-tolerance", type=float, default=0.05)
     args = parser.parse_args(argv)
 
     # Keep the protocol channel private; anything printed later goes to the log (stderr).

@@ -1,0 +1,79 @@
+"""Persistent cache of reference timings, so the reference is not re-timed for every candidate.
+
+Key: problem hash, GPU name, torch and triton versions, input dtypes/shapes signature and the
+timing settings; any change gives a different key (a miss), so stale entries are never used.
+Storage: one SQLite file (WAL) shared by every worker of a server and kept across restarts;
+evaluation children open their own connection after fork. Entries are written only in the
+reference phase, before any candidate code is imported into the process.
+
+A cached median is trusted only after a short spot check (see evaluate.py): timing drift
+between a cached reference and a later candidate is the larger risk (FIELD_NOTES), so a spot
+check that disagrees by more than `drift_tolerance` triggers a full re-measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from eval_server.schema import TimingStats
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ref_timing (
+    key TEXT PRIMARY KEY,
+    key_parts TEXT NOT NULL,
+    stats TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    hits INTEGER NOT NULL DEFAULT 0
+)
+"""
+
+
+def cache_key(parts: dict[str, Any]) -> str:
+    """Stable sha256 of the key parts (sorted JSON)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class RefTimingCache:
+    """Tiny SQLite-backed map key -> TimingStats. Safe for several processes at once."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute(_SCHEMA)
+
+    def get(self, parts: dict[str, Any]) -> TimingStats | None:
+        key = cache_key(parts)
+        row = self._conn.execute("SELECT stats FROM ref_timing WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        self._conn.execute("UPDATE ref_timing SET hits = hits + 1 WHERE key = ?", (key,))
+        try:
+            return TimingStats(**json.loads(row[0]))
+        except (TypeError, ValueError):
+            return None  # an entry from an incompatible version: treat as a miss
+
+    def put(self, parts: dict[str, Any], stats: TimingStats) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO ref_timing (key, key_parts, stats, created_at, hits) VALUES (?, ?, ?, ?, 0)",
+            (
+                cache_key(parts),
+                json.dumps(parts, sort_keys=True, default=str),
+                json.dumps(dataclasses.asdict(stats)),
+                time.time(),
+            ),
+        )
+
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM ref_timing").fetchone()[0])
+
+    def close(self) -> None:
+        self._conn.close()
