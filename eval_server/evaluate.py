@@ -27,6 +27,7 @@ import torch
 from eval_server import loader
 from eval_server.compare import compare_outputs, normalized_error, tolerance_for
 from eval_server.feedback import build_feedback
+from eval_server.gpu_lock import GpuLock
 from eval_server.ref_cache import RefTimingCache
 from eval_server.runtime_checks import (
     LaunchRecorder,
@@ -85,6 +86,7 @@ class EvalContext:
     ref_cache: RefTimingCache | None = None
     hardening: Hardening = field(default_factory=Hardening)
     versions: dict[str, str] = field(default_factory=dict)
+    gpu_lock: GpuLock | None = None  # shared for GPU work, exclusive for timing (see gpu_lock.py)
     phases: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
@@ -94,6 +96,17 @@ class EvalContext:
             yield
         finally:
             self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - t0, 6)
+
+    @contextmanager
+    def gpu(self, exclusive: bool = False) -> Iterator[None]:
+        """Hold the GPU lock (if any) around GPU work; the wait is reported as phase gpu_wait."""
+        if self.gpu_lock is None:
+            yield
+            return
+        before = self.gpu_lock.waited_s
+        with self.gpu_lock.exclusive() if exclusive else self.gpu_lock.shared():
+            self.phases["gpu_wait"] = round(self.phases.get("gpu_wait", 0.0) + self.gpu_lock.waited_s - before, 6)
+            yield
 
 
 class _Stop(Exception):
@@ -181,14 +194,14 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
     ref = _reference_phase(request, ctx, result, timing)
 
     snapshot = NamespaceSnapshot(default_guarded_namespaces())
-    with ctx.phase("load_candidate"):
+    with ctx.phase("load_candidate"), ctx.gpu():
         cand_model = _load_candidate(request, ctx, result, ref)
 
-    with ctx.phase("correctness"), torch.no_grad():
+    with ctx.phase("correctness"), ctx.gpu(), torch.no_grad():
         _correctness_phase(opts, ctx, result, ref, cand_model, snapshot)
 
     if timing:
-        with ctx.phase("timing"):
+        with ctx.phase("timing"), ctx.gpu(exclusive=True):
             _timing_phase(opts, ctx, result, ref, cand_model, snapshot)
     result.status = STATUS_OK
 
@@ -219,7 +232,7 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
     device = ctx.device
     seeds = [opts.seed + i for i in range(opts.correctness_trials)]
     extra = [opts.seed + _FRESH_SEED_OFFSET + i for i in range(2)] if timing else []
-    with ctx.phase("reference"), torch.no_grad():
+    with ctx.phase("reference"), ctx.gpu(), torch.no_grad():
         try:
             module = loader.import_source(request.reference, ctx.workdir, "reference")
             init_inputs = loader.make_init_inputs(module, opts.seed, device)
@@ -235,7 +248,7 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
         fp64_error = _reference_fp64_error(module, model, seeds[0], outputs[seeds[0]], device)
     ref = _Reference(module, model, init_inputs, seeds, outputs, fp64_error, _nbytes(outputs[seeds[0]]))
     if timing:
-        with ctx.phase("reference_timing"):
+        with ctx.phase("reference_timing"), ctx.gpu(exclusive=True):
             _reference_timing(opts, ctx, result, ref)
     return ref
 

@@ -137,6 +137,8 @@ class WorkerHandle:
             str(self.config.cpu_threads_per_worker if self.slot.kind == "cpu" else 1),
             "--ref-cache",
             str(self.config.ref_cache or ""),
+            "--gpu-lock",
+            str(self.config.workdir / f"gpu-{self.slot.index}.lock") if self.slot.kind == "cuda" else "",
             "--excessive-speedup",
             str(self.config.excessive_speedup),
             "--drift-tolerance",

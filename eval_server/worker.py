@@ -67,6 +67,7 @@ class Worker:
         self.mem_cap_bytes = int(args.mem_cap_mb) * 1024 * 1024 if args.mem_cap_mb else 0
         self.threads: int = args.threads
         self.ref_cache_path: str | None = args.ref_cache or None
+        self.gpu_lock_path: str | None = args.gpu_lock or None
         self.hardening_overrides = {"excessive_speedup": args.excessive_speedup, "drift_tolerance": args.drift_tolerance}
         self.versions: dict[str, Any] = {}
         self.evals = 0
@@ -250,6 +251,7 @@ class Worker:
         import torch
 
         from eval_server.evaluate import EvalContext, Hardening, evaluate
+        from eval_server.gpu_lock import GpuLock
         from eval_server.ref_cache import RefTimingCache
 
         if self.device_kind == "cuda":
@@ -269,6 +271,7 @@ class Worker:
             ref_cache=cache,
             hardening=Hardening(**self.hardening_overrides),
             versions={k: str(v) for k, v in self.versions.items()},
+            gpu_lock=GpuLock(self.gpu_lock_path) if (timing and self.gpu_lock_path) else None,
         )
         return evaluate(request, ctx)
 
@@ -286,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mem-cap-mb", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ref-cache", default="", help="SQLite file of cached reference timings ('' = none)")
+    parser.add_argument("--gpu-lock", default="", help="lock file shared by the evaluations of this GPU")
     parser.add_argument("--excessive-speedup", type=float, default=10.0)
     parser.add_argument("--drift-tolerance", type=float, default=0.05)
     args = parser.parse_args(argv)
