@@ -21,7 +21,9 @@ import triton.language as tl
 
 
 @triton.jit
-def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def _matmul_kernel(
+    a_ptr, b_ptr, c_ptr, M, N, K, MODE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BM + tl.arange(0, BM)
@@ -29,8 +31,16 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, MODE: tl.constexpr, BM: tl.cons
     rk = tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        a = tl.load(
+            a_ptr + rm[:, None] * K + (k + rk)[None, :],
+            mask=(rm[:, None] < M) & ((k + rk)[None, :] < K),
+            other=0.0,
+        )
+        b = tl.load(
+            b_ptr + (k + rk)[:, None] * N + rn[None, :],
+            mask=((k + rk)[:, None] < K) & (rn[None, :] < N),
+            other=0.0,
+        )
         if MODE == 0:
             acc += tl.dot(a, b, input_precision="ieee")
         elif MODE == 1:
@@ -99,7 +109,9 @@ def main() -> int:
         row = {"case": f"matmul {m}x{k}x{n}", "ref_vs_fp64": ref_err}
         for mode, name in enumerate(["ieee", "tf32", "fp16", "bf16"]):
             c = torch.empty(m, n, device=dev)
-            _matmul_kernel[(triton.cdiv(m, 64), triton.cdiv(n, 64))](a, b, c, m, n, k, MODE=mode, BM=64, BN=64, BK=32)
+            _matmul_kernel[(triton.cdiv(m, 64), triton.cdiv(n, 64))](
+                a, b, c, m, n, k, MODE=mode, BM=64, BN=64, BK=32
+            )
             row[name] = nerr(c, ref)
         rows.append(row)
     for r, n in [(4096, 4096), (128, 65536)]:

@@ -1,0 +1,1 @@
+"""Benchmark scripts and the KernelBench-sized problem corpus (bench.corpus)."""
