@@ -23,7 +23,6 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import BENCH_CASES, load_candidate, load_problem  # noqa: E402
-
 from eval_server.launch import running_server  # noqa: E402
 
 

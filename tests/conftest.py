@@ -12,6 +12,9 @@ from eval_server.launch import free_port, running_server
 
 __all__ = ["free_port", "running_eval_server"]
 
+# Candidate and problem sources sent to the server as text (tests/exploit_cases.py), never tests.
+collect_ignore = ["exploit_corpus"]
+
 
 @contextlib.contextmanager
 def running_eval_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:

@@ -14,7 +14,9 @@ pytestmark = pytest.mark.unit
 
 KEY = {"problem": "abc", "gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "inputs": ["(4, 4):torch.float32"],
        "seed": 42, "timing_trials": 100, "warmup_trials": 3, "input_sets": 3}  # fmt: skip
-STATS = TimingStats(median_ms=1.5, min_ms=1.4, mean_ms=1.55, iqr_ms=0.05, cv=0.01, trials=99, wall_median_ms=1.6)
+STATS = TimingStats(
+    median_ms=1.5, min_ms=1.4, mean_ms=1.55, iqr_ms=0.05, cv=0.01, trials=99, wall_median_ms=1.6
+)
 
 
 def test_put_get_round_trip_and_survives_reopen(tmp_path):
