@@ -135,7 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("EVAL_SERVER_REF_CACHE", str(default_ref_cache())),
         help="SQLite file caching reference timings across restarts ('none' disables)",
     )
-    dev.add_argument("--excessive-speedup", type=float, default=10.0, help="re-verify and re-time above this speedup")
+    dev.add_argument(
+        "--precision-policy",
+        choices=["fp32", "tf32"],
+        default=os.environ.get("EVAL_SERVER_PRECISION_POLICY", "fp32"),
+        help="fp32: candidates of fp32 problems must be as accurate as fp32 math (tf32/bf16 dot rejected); "
+        "tf32: tf32/fp16-precision operands allowed",
+    )
+    dev.add_argument(
+        "--excessive-speedup", type=float, default=10.0, help="re-verify and re-time above this speedup"
+    )
     dev.add_argument(
         "--drift-tolerance",
         type=float,
@@ -166,9 +175,12 @@ def main(argv: list[str] | None = None) -> None:
         max_queue=args.max_queue,
         mem_cap_mb=int(args.mem_cap_gb * 1024),
         cpu_threads_per_worker=args.cpu_threads_per_worker,
-        ref_cache=None if args.ref_cache.lower() in ("", "none") else Path(args.ref_cache).expanduser().resolve(),
+        ref_cache=None
+        if args.ref_cache.lower() in ("", "none")
+        else Path(args.ref_cache).expanduser().resolve(),
         excessive_speedup=args.excessive_speedup,
         drift_tolerance=args.drift_tolerance,
+        precision_policy=args.precision_policy,
     )
     pool = WorkerPool(config)
 

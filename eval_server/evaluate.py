@@ -13,6 +13,7 @@ and an excessive speedup is re-verified and re-timed before it is reported.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import math
 import time
@@ -32,9 +33,12 @@ from eval_server.ref_cache import RefTimingCache
 from eval_server.runtime_checks import (
     LaunchRecorder,
     NamespaceSnapshot,
+    ThreadStartRecorder,
     TorchOpRecorder,
+    classify_kernels,
     default_guarded_namespaces,
     poison_free_memory,
+    profile_device_activity,
     python_threads,
 )
 from eval_server.schema import (
@@ -56,6 +60,7 @@ from eval_server.timing import l2_flush_buffer, time_gpu
 
 # Installed once in the warm parent and inherited by every forked evaluation.
 LAUNCHES = LaunchRecorder()
+THREADS = ThreadStartRecorder()
 
 # Seeds for the post-timing checks live far from the correctness seeds.
 _FRESH_SEED_OFFSET = 1_000_003
@@ -69,12 +74,14 @@ class Hardening:
     spot_check_trials: int = 10  # reference trials re-timed to trust a cached reference median
     drift_tolerance: float = 0.05  # spot check vs cache disagreement that forces a re-measure
     excessive_speedup: float = 10.0  # above this, re-verify and re-time before reporting
-    # Precision: reject when the candidate's normalized error against the fp32 reference exceeds
-    # both the floor and `precision_factor` x the reference's own error against float64.
+    # Precision: the candidate's normalized error against float64 (max abs diff / max abs value)
+    # must stay under max(floor[dtype], factor x the budget of the policy); see _precision_baseline.
+    precision_policy: str = "fp32"  # "fp32" (strict) or "tf32" (10-bit-mantissa inputs allowed)
     precision_floor: dict[str, float] = field(
-        default_factory=lambda: {"float32": 4e-3, "float16": 3e-2, "bfloat16": 6e-2, "float64": 1e-6}
+        default_factory=lambda: {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-12}
     )
-    precision_factor: float = 50.0
+    precision_factor: float = 20.0
+    profile_kernels: bool = True  # GPU: CUPTI check that only the candidate's Triton kernels computed
 
 
 @dataclass
@@ -105,12 +112,21 @@ class EvalContext:
             return
         before = self.gpu_lock.waited_s
         with self.gpu_lock.exclusive() if exclusive else self.gpu_lock.shared():
-            self.phases["gpu_wait"] = round(self.phases.get("gpu_wait", 0.0) + self.gpu_lock.waited_s - before, 6)
+            self.phases["gpu_wait"] = round(
+                self.phases.get("gpu_wait", 0.0) + self.gpu_lock.waited_s - before, 6
+            )
             yield
 
 
 class _Stop(Exception):
     """Internal: the pipeline reached a verdict early."""
+
+
+@dataclass
+class _Precision:
+    out64: Any  # float64 reference output of the first trial
+    budget: float  # normalized error the reference itself has under the precision policy
+    dtype: str  # dtype of the first floating output
 
 
 @dataclass
@@ -122,8 +138,10 @@ class _Reference:
     init_inputs: list[Any]
     seeds: list[int]
     outputs: dict[int, Any]  # seed -> reference output
-    fp64_error: float | None  # reference's own normalized error against a float64 run
+    precision: _Precision | None
     output_bytes: int
+    pool: Any = None  # CUDA memory pool holding every reference allocation
+    in_pool: Callable[[], Any] = contextlib.nullcontext
 
 
 def _is_triton_compile_error(exc: BaseException) -> bool:
@@ -226,13 +244,23 @@ def _static_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) ->
         raise _Stop
 
 
+def _reference_pool(device: torch.device) -> tuple[Any, Any]:
+    """(pool, context manager): on CUDA the reference allocates in its own memory pool, so no
+    block that ever held reference data is handed to the candidate by the caching allocator."""
+    if device.type == "cuda" and hasattr(torch.cuda, "MemPool"):
+        pool = torch.cuda.MemPool()
+        return pool, lambda: torch.cuda.use_mem_pool(pool, device=device)
+    return None, contextlib.nullcontext
+
+
 def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult, timing: bool) -> _Reference:
     """Everything about the reference, computed before any candidate code exists here."""
     opts = request.options
     device = ctx.device
     seeds = [opts.seed + i for i in range(opts.correctness_trials)]
     extra = [opts.seed + _FRESH_SEED_OFFSET + i for i in range(2)] if timing else []
-    with ctx.phase("reference"), ctx.gpu(), torch.no_grad():
+    pool, in_pool = _reference_pool(device)
+    with ctx.phase("reference"), ctx.gpu(), torch.no_grad(), in_pool():
         try:
             module = loader.import_source(request.reference, ctx.workdir, "reference")
             init_inputs = loader.make_init_inputs(module, opts.seed, device)
@@ -245,26 +273,62 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
             result.status = STATUS_REFERENCE_ERROR
             result.error = _error(exc, ctx)
             raise _Stop from None
-        fp64_error = _reference_fp64_error(module, model, seeds[0], outputs[seeds[0]], device)
-    ref = _Reference(module, model, init_inputs, seeds, outputs, fp64_error, _nbytes(outputs[seeds[0]]))
+        precision = _precision_baseline(
+            module, model, seeds[0], outputs[seeds[0]], device, ctx.hardening.precision_policy
+        )
+    ref = _Reference(
+        module, model, init_inputs, seeds, outputs, precision, _nbytes(outputs[seeds[0]]), pool, in_pool
+    )
     if timing:
-        with ctx.phase("reference_timing"), ctx.gpu(exclusive=True):
+        with ctx.phase("reference_timing"), ctx.gpu(exclusive=True), in_pool():
             _reference_timing(opts, ctx, result, ref)
     return ref
 
 
-def _reference_fp64_error(module: Any, model: torch.nn.Module, seed: int, out32: Any, device: torch.device) -> float | None:
-    """Normalized error of the reference itself against a float64 copy (None if not applicable)."""
+def _round_to_tf32(t: torch.Tensor) -> torch.Tensor:
+    """fp32 values rounded to a 10-bit mantissa (tf32 / fp16 precision, fp32 range)."""
+    bits = t.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).view(t.shape)
+
+
+def _precision_baseline(
+    module: Any, model: torch.nn.Module, seed: int, out32: Any, device: torch.device, policy: str
+) -> _Precision | None:
+    """The float64 truth for the first trial and the error budget a candidate is held to.
+
+    Policy "fp32": the candidate may be as far from float64 as the fp32 reference itself is
+    (times a factor: summation order differs). Policy "tf32": as far as the reference computed
+    on inputs and weights rounded to a 10-bit mantissa (what tf32 tensor cores or fp16 storage
+    do). None when the problem has no floating output or an op lacks a float64 kernel.
+    """
     try:
+        args = loader.make_inputs(module, seed, device)
         model64 = copy.deepcopy(model).to(torch.float64)
-        args = [
-            a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-            for a in loader.make_inputs(module, seed, device)
-        ]
-        out64 = model64(*args)
-        err = normalized_error(out32, out64)
-        del model64, args, out64
-        return err
+        out64 = model64(
+            *[
+                a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                for a in args
+            ]
+        )
+        del model64
+        budget = normalized_error(out32, out64)
+        if budget is None:
+            return None
+        if policy == "tf32":
+            model_r = copy.deepcopy(model)
+            for p in list(model_r.parameters()) + list(model_r.buffers()):
+                if p.dtype == torch.float32:
+                    p.data = _round_to_tf32(p.data)
+            rounded = [
+                _round_to_tf32(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a
+                for a in args
+            ]
+            budget = max(budget, normalized_error(model_r(*rounded), out64) or 0.0)
+            del model_r, rounded
+        first = next((t for t in _leaves(out32) if t.is_floating_point()), None)
+        if first is None:
+            return None
+        return _Precision(out64=out64, budget=budget, dtype=str(first.dtype).removeprefix("torch."))
     except Exception:  # noqa: BLE001 - some ops have no float64 kernel; the check is then skipped
         return None
 
@@ -291,8 +355,12 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
     }
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None:
-        spot = time_gpu(ref.model, sets, trials=hard.spot_check_trials + 1, warmup=1, device=device, flush=flush)
-        drift = abs(spot.median_ms - cached.median_ms) / cached.median_ms if cached.median_ms > 0 else math.inf
+        spot = time_gpu(
+            ref.model, sets, trials=hard.spot_check_trials + 1, warmup=1, device=device, flush=flush
+        )
+        drift = (
+            abs(spot.median_ms - cached.median_ms) / cached.median_ms if cached.median_ms > 0 else math.inf
+        )
         if drift <= hard.drift_tolerance:
             result.reference_timing = cached
             result.reference_timing_source = f"cache (spot check {spot.median_ms:.4g} ms, drift {drift:.1%})"
@@ -300,7 +368,9 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
         source = f"remeasured: spot check {spot.median_ms:.4g} ms vs cached {cached.median_ms:.4g} ms"
     else:
         source = "measured"
-    stats = time_gpu(ref.model, sets, trials=opts.timing_trials, warmup=opts.warmup_trials, device=device, flush=flush)
+    stats = time_gpu(
+        ref.model, sets, trials=opts.timing_trials, warmup=opts.warmup_trials, device=device, flush=flush
+    )
     if ctx.ref_cache is not None:
         ctx.ref_cache.put(key, stats)
     result.reference_timing = stats
@@ -325,7 +395,9 @@ def _load_candidate(request: EvalRequest, ctx: EvalContext, result: EvalResult, 
         raise _Stop
     try:
         with torch.no_grad():
-            model = loader.build_model(model_cls, loader.clone_args(ref.init_inputs), request.options.seed, ctx.device)
+            model = loader.build_model(
+                model_cls, loader.clone_args(ref.init_inputs), request.options.seed, ctx.device
+            )
     except Exception as exc:
         result.status = STATUS_RUNTIME_ERROR
         result.compiled = True
@@ -336,23 +408,62 @@ def _load_candidate(request: EvalRequest, ctx: EvalContext, result: EvalResult, 
 
 
 def _run_candidate(
-    model: Callable[..., Any], args: list[Any], ctx: EvalContext, result: EvalResult, poison_bytes: int
-) -> tuple[Any, TorchOpRecorder, int]:
+    model: Callable[..., Any],
+    args: list[Any],
+    ctx: EvalContext,
+    result: EvalResult,
+    poison_bytes: int,
+    profile: bool = False,
+) -> tuple[Any, TorchOpRecorder]:
     """One forward under the recorders, into poisoned memory; errors end the evaluation."""
     poison_free_memory(poison_bytes, ctx.device)
     ops = TorchOpRecorder()
     LAUNCHES.reset()
     threads_before = python_threads()
     try:
-        with LAUNCHES.recording(), ops:
-            out = model(*args)
+        device_activity: list[str] = []
+        with LAUNCHES.recording(ops), THREADS.recording(), ops:
+            if profile:
+                out, device_activity = profile_device_activity(lambda: model(*args), ctx.device)
+            else:
+                out = model(*args)
         _sync(ctx.device)
     except Exception as exc:
         result.status = STATUS_COMPILE_ERROR if _is_triton_compile_error(exc) else STATUS_RUNTIME_ERROR
         result.compiled = result.status != STATUS_COMPILE_ERROR
         result.error = _error(exc, ctx)
         raise _Stop from None
-    return out, ops, python_threads() - threads_before
+    if device_activity:
+        _device_activity_checks(result, device_activity)
+    new_threads = python_threads() - threads_before
+    if THREADS.started or new_threads > 0:
+        where = ", ".join(THREADS.started[:3]) or "a thread still running after forward returned"
+        _reject(
+            result,
+            "runtime.threads",
+            f"forward started threads ({where}). All work must happen inside forward, on the calling "
+            "thread, in Triton kernels.",
+        )
+    return out, ops
+
+
+def _device_activity_checks(result: EvalResult, names: list[str]) -> None:
+    foreign, to_host = classify_kernels(names, LAUNCHES.launches)
+    if foreign:
+        shown = sorted({n[:90] for n in foreign})[:5]
+        _reject(
+            result,
+            "runtime.foreign_kernels",
+            f"GPU kernels other than your Triton kernels computed during forward ({len(foreign)} launches, "
+            f"e.g. {'; '.join(shown)}): torch or a library did the work. Compute everything in @triton.jit kernels.",
+        )
+    if to_host:
+        _reject(
+            result,
+            "runtime.host_roundtrip",
+            f"forward copied data from the GPU to the host ({len(to_host)} copies): computing on the CPU is not "
+            "allowed and synchronizes the device. Keep the computation in Triton kernels on the GPU.",
+        )
 
 
 def _correctness_phase(
@@ -366,10 +477,11 @@ def _correctness_phase(
     poison_bytes = 2 * ref.output_bytes + (64 << 20)
     for i, seed in enumerate(ref.seeds):
         args = loader.make_inputs(ref.module, seed, ctx.device)
-        out, ops, new_threads = _run_candidate(model, args, ctx, result, poison_bytes)
+        profile = i == 0 and ctx.device.type == "cuda" and ctx.hardening.profile_kernels
+        out, ops = _run_candidate(model, args, ctx, result, poison_bytes, profile)
         if i == 0:
             result.kernel_launches = LAUNCHES.count
-            _first_trial_checks(result, ops, args, loader.make_inputs(ref.module, seed, ctx.device), new_threads)
+            _first_trial_checks(result, ops, args, loader.make_inputs(ref.module, seed, ctx.device))
         cmp = compare_outputs(ref.outputs[seed], out, opts.tolerance)
         result.trials.append(
             TrialResult(seed, cmp.passed, cmp.max_abs_diff, cmp.max_rel_diff, cmp.mismatch, cmp.detail)
@@ -389,7 +501,7 @@ def _correctness_phase(
 
 
 def _first_trial_checks(
-    result: EvalResult, ops: TorchOpRecorder, args: list[Any], pristine: list[Any], new_threads: int
+    result: EvalResult, ops: TorchOpRecorder, args: list[Any], pristine: list[Any]
 ) -> None:
     if result.kernel_launches == 0:
         result.checks.append(
@@ -422,14 +534,6 @@ def _first_trial_checks(
                 "unchanged; write results to a new output tensor.",
             )
         )
-    if new_threads > 0:
-        result.checks.append(
-            Check(
-                "runtime.threads",
-                f"forward left {new_threads} new thread(s) running. All work must happen inside "
-                "forward, on the calling thread.",
-            )
-        )
     if any(c.severity == "reject" for c in result.checks):
         result.status = STATUS_REJECTED
         raise _Stop
@@ -437,25 +541,28 @@ def _first_trial_checks(
 
 def _precision_check(result: EvalResult, ctx: EvalContext, ref: _Reference, out: Any) -> None:
     """Reject computing in lower precision than the reference (e.g. bf16 math for an fp32 problem)."""
-    if ref.fp64_error is None:
+    prec = ref.precision
+    if prec is None:
         return
-    err = normalized_error(out, ref.outputs[ref.seeds[0]])
+    err = normalized_error(out, prec.out64)
     if err is None:
         return
-    first = next((t for t in _leaves(ref.outputs[ref.seeds[0]]) if t.is_floating_point()), None)
-    if first is None:
-        return
-    dtype = str(first.dtype).removeprefix("torch.")
-    floor = ctx.hardening.precision_floor.get(dtype, ctx.hardening.precision_floor["float32"])
-    limit = max(floor, ctx.hardening.precision_factor * ref.fp64_error)
+    hard = ctx.hardening
+    floor = hard.precision_floor.get(prec.dtype, hard.precision_floor["float32"])
+    limit = max(floor, hard.precision_factor * prec.budget)
     if err > limit:
+        policy = (
+            "an fp32 computation"
+            if hard.precision_policy == "fp32"
+            else "tf32/fp16-precision inputs with fp32 accumulation"
+        )
         _reject(
             result,
             "runtime.low_precision",
-            f"Your output's error relative to the {dtype} reference is {err:.2e} (normalized by the "
-            f"largest output magnitude), above the limit {limit:.2e}; the reference itself is within "
-            f"{ref.fp64_error:.2e} of a float64 computation. Compute and accumulate in at least the "
-            "precision of the reference (e.g. fp32 accumulation; no bf16/fp8 math for fp32 problems).",
+            f"Your output is {err:.2e} away from a float64 computation (max abs diff / max abs value), "
+            f"over the limit {limit:.2e} allowed for {policy} ({prec.dtype} problem). Keep the precision "
+            "of the reference: fp32 loads and accumulation; for fp32 tl.dot use input_precision='ieee' "
+            "or 'tf32x3' (plain tf32, fp16, bf16 or fp8 operands lose precision).",
         )
 
 
@@ -493,7 +600,15 @@ def _timing_phase(
         sets = _timing_sets(ref, device, hard.timing_input_sets)
         flush = l2_flush_buffer(device)
         last: dict[int, Any] = {}
-        cand = time_gpu(model, sets, trials=opts.timing_trials, warmup=opts.warmup_trials, device=device, flush=flush, last_outputs=last)
+        cand = time_gpu(
+            model,
+            sets,
+            trials=opts.timing_trials,
+            warmup=opts.warmup_trials,
+            device=device,
+            flush=flush,
+            last_outputs=last,
+        )
     except Exception as exc:
         result.status = STATUS_RUNTIME_ERROR
         result.correct = False
@@ -502,7 +617,15 @@ def _timing_phase(
     _check_not_patched(result, snapshot)
     # What was timed must be right: the last output on every input set...
     for k, out in last.items():
-        _verify(result, ref, ref.seeds[k], out, opts, "runtime.timed_output", "an output produced while being timed")
+        _verify(
+            result,
+            ref,
+            ref.seeds[k],
+            out,
+            opts,
+            "runtime.timed_output",
+            "an output produced while being timed",
+        )
     last.clear()
     # ...and the same buffers refilled with fresh values must give fresh results (no caching).
     fresh_seed = opts.seed + _FRESH_SEED_OFFSET
@@ -532,7 +655,13 @@ def _timing_phase(
 
 
 def _refill_and_verify(
-    result: EvalResult, ctx: EvalContext, ref: _Reference, model: Any, buffers: list[Any], seed: int, opts: EvalOptions
+    result: EvalResult,
+    ctx: EvalContext,
+    ref: _Reference,
+    model: Any,
+    buffers: list[Any],
+    seed: int,
+    opts: EvalOptions,
 ) -> None:
     """Copy inputs of `seed` into the existing input tensors (same pointers) and verify one call."""
     fresh = loader.make_inputs(ref.module, seed, ctx.device)
@@ -543,10 +672,20 @@ def _refill_and_verify(
     with torch.no_grad():
         out = model(*buffers)
     _sync(ctx.device)
-    _verify(result, ref, seed, out, opts, "runtime.stale_output", "an output after the inputs were refilled with new values")
+    _verify(
+        result,
+        ref,
+        seed,
+        out,
+        opts,
+        "runtime.stale_output",
+        "an output after the inputs were refilled with new values",
+    )
 
 
-def _verify(result: EvalResult, ref: _Reference, seed: int, out: Any, opts: EvalOptions, check_id: str, what: str) -> None:
+def _verify(
+    result: EvalResult, ref: _Reference, seed: int, out: Any, opts: EvalOptions, check_id: str, what: str
+) -> None:
     cmp = compare_outputs(ref.outputs[seed], out, opts.tolerance)
     if not cmp.passed:
         why = cmp.mismatch or cmp.detail or f"max abs diff {cmp.max_abs_diff}"
@@ -561,4 +700,6 @@ def _verify(result: EvalResult, ref: _Reference, seed: int, out: Any, opts: Eval
 def _same_tensor_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(torch.equal(a, b)) or bool(torch.isnan(a).any() and torch.allclose(a, b, equal_nan=True, rtol=0, atol=0))
+    return bool(torch.equal(a, b)) or bool(
+        torch.isnan(a).any() and torch.allclose(a, b, equal_nan=True, rtol=0, atol=0)
+    )

@@ -68,6 +68,7 @@ class PoolConfig:
     ref_cache: Path | None = None  # persistent reference-timing cache (GPU workers)
     excessive_speedup: float = 10.0
     drift_tolerance: float = 0.05
+    precision_policy: str = "fp32"
 
 
 @dataclass
@@ -143,6 +144,8 @@ class WorkerHandle:
             str(self.config.excessive_speedup),
             "--drift-tolerance",
             str(self.config.drift_tolerance),
+            "--precision-policy",
+            self.config.precision_policy,
         ]
         log_path = self.config.workdir / f"worker-{self.worker_id}.log"
         with open(log_path, "ab") as log_file:

@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from types import ModuleType
@@ -115,6 +117,7 @@ class LaunchRecorder:
     def __init__(self) -> None:
         self.active = False
         self.launches: Counter[str] = Counter()
+        self.op_recorder: TorchOpRecorder | None = None
         self._installed = False
 
     @property
@@ -149,6 +152,17 @@ class LaunchRecorder:
                     fn_self, "__name__", "?"
                 )
                 recorder.launches[str(name)] += 1
+                grid = kwargs.get("grid")
+                ops = recorder.op_recorder
+                if callable(grid) and ops is not None:
+                    # The grid callable is candidate code: keep recording the torch ops it runs.
+                    def recorded_grid(
+                        *a: Any, _grid: Any = grid, _ops: TorchOpRecorder = ops, **k: Any
+                    ) -> Any:
+                        with _ops:
+                            return _grid(*a, **k)
+
+                    kwargs["grid"] = recorded_grid
             # The interpreter moves data with torch ops; they are not the candidate's compute.
             with _disable_current_modes():
                 return original(fn_self, *args, **kwargs)
@@ -157,7 +171,81 @@ class LaunchRecorder:
         cls.run = run
 
     @contextlib.contextmanager
-    def recording(self) -> Iterator[LaunchRecorder]:
+    def recording(self, ops: TorchOpRecorder | None = None) -> Iterator[LaunchRecorder]:
+        self.active = True
+        self.op_recorder = ops
+        try:
+            yield self
+        finally:
+            self.active = False
+            self.op_recorder = None
+
+
+class ThreadStartRecorder:
+    """Counts threads started by candidate code while `active` (joined or not).
+
+    A thread that is joined before forward returns leaves no trace in the live-thread count,
+    yet torch ops it runs escape the (thread-local) dispatch recorder. Every thread entry point
+    is wrapped at import time of the worker; a start counts when the first caller frame outside
+    the threading machinery is the candidate's file (threads started by torch or triton
+    internals do not count).
+    """
+
+    _STDLIB_PARTS = ("threading.py", "_threading_local.py", os.sep + "concurrent" + os.sep, "<frozen")
+
+    def __init__(self, candidate_file: str = "candidate.py") -> None:
+        self.active = False
+        self.started: list[str] = []
+        self.candidate_file = candidate_file
+        self._installed = False
+
+    def install(self) -> None:
+        if self._installed:
+            return
+        import _thread
+        import threading
+
+        self._wrap(threading.Thread, "start", is_method=True)
+        for module in (_thread, threading):
+            for attr in (
+                "start_new_thread",
+                "_start_new_thread",
+                "start_joinable_thread",
+                "_start_joinable_thread",
+            ):
+                if hasattr(module, attr):
+                    self._wrap(module, attr, is_method=False)
+        self._installed = True
+
+    def _wrap(self, owner: Any, attr: str, is_method: bool) -> None:
+        original = getattr(owner, attr)
+        recorder = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if recorder.active:
+                where = recorder._candidate_caller()
+                if where:
+                    recorder.started.append(where)
+            return original(*args, **kwargs)
+
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(owner, attr, wrapper)
+
+    def _candidate_caller(self) -> str | None:
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name.endswith(os.sep + "runtime_checks.py") or any(p in name for p in self._STDLIB_PARTS):
+                frame = frame.f_back
+                continue
+            if os.path.basename(name) == self.candidate_file:
+                return f"{self.candidate_file}:{frame.f_lineno}"
+            return None
+        return None
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[ThreadStartRecorder]:
+        self.started = []
         self.active = True
         try:
             yield self
@@ -235,19 +323,67 @@ def poison_free_memory(nbytes: int, device: Any) -> None:
     """Make the next allocations on `device` return NaN-filled memory.
 
     The caching allocator hands freed blocks back to the next `torch.empty`; a candidate could
-    get memory still holding the reference's (correct) results or intermediates and skip
-    writing some elements. Dropping every cached block and then allocating, NaN-filling and
-    freeing one large block means the candidate's outputs come out of that poisoned block, so
-    an element it never writes stays NaN and fails the comparison.
+    get memory still holding earlier results and skip writing some elements. The reference
+    allocates in its own memory pool (evaluate.py), so its memory is never handed out; here
+    every cached block of the default pool is dropped, then one large block (large pool) and
+    a batch of 512 KiB blocks (small pool, requests <= 1 MiB) are allocated, NaN-filled and
+    freed, so the candidate's outputs come out of poisoned memory: an element it never writes
+    stays NaN and fails the comparison.
     """
     if getattr(device, "type", "cpu") != "cuda" or nbytes <= 0:
         return
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
-    block = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=device)
-    block.fill_(float("nan"))
+    big = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=device)
+    small = [torch.empty(1 << 17, dtype=torch.float32, device=device) for _ in range(32)]
+    big.fill_(float("nan"))
+    for block in small:
+        block.fill_(float("nan"))
     torch.cuda.synchronize(device)
-    del block
+    del big, small
+
+
+# GPU kernels a Triton candidate may cause besides its own: copies, fills, transfers to the GPU.
+_ALLOWED_KERNEL_PATTERNS = (
+    "direct_copy_kernel", "FillFunctor", "CatArrayBatchedCopy", "copy_kernel", "Memset", "Memcpy DtoD",
+    "Memcpy HtoD", "elementwise_kernel_with_index", "fill_kernel",
+)  # fmt: skip
+
+
+def classify_kernels(names: Iterable[str], triton_names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Split device activity recorded during forward into (foreign compute kernels, device->host copies).
+
+    A name counts as the candidate's when it starts with one of its launched @triton.jit function
+    names (Triton names the CUDA kernel after the function); copies and fills are allowed; any
+    other kernel (ATen, cuBLAS, cuDNN, ...) is torch or a library doing the work.
+    """
+    own = tuple(n for n in triton_names if n)
+    foreign: list[str] = []
+    to_host: list[str] = []
+    for name in names:
+        if own and name.startswith(own):
+            continue
+        if "Memcpy DtoH" in name:
+            to_host.append(name)
+        elif not any(p in name for p in _ALLOWED_KERNEL_PATTERNS):
+            foreign.append(name)
+    return foreign, to_host
+
+
+def profile_device_activity(fn: Any, device: Any) -> tuple[Any, list[str]]:
+    """Run `fn()` under the CUDA activity profiler; return its result and the device activity names.
+
+    CUPTI sees every kernel on the device, from any thread and behind any dispatch trick, so
+    this is the backstop for torch or library compute that the in-process recorders miss.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = fn()
+        torch.cuda.synchronize(device)
+    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return out, names
 
 
 def python_threads() -> int:

@@ -234,6 +234,59 @@ def _find_process_escape(tree: ast.Module) -> list[str]:
     return hits
 
 
+# Modules that compute outside Triton (host math, other GPU stacks), call native code, or let a
+# candidate reach into the evaluator's own state.
+FORBIDDEN_MODULES = frozenset(
+    {
+        "numpy",
+        "scipy",
+        "cupy",
+        "jax",
+        "jaxlib",
+        "tensorflow",
+        "numba",
+        "ctypes",
+        "cffi",
+        "inspect",
+        "gc",
+        "pycuda",
+    }
+)
+# Private torch machinery that switches off or inspects the evaluator's recorders.
+FORBIDDEN_NAMES = frozenset(
+    {"_C", "_DisableTorchDispatch", "_disable_current_modes", "_python_dispatch", "_getframe", "_current_frames",
+     "_set_torch_dispatch_mode", "_pop_torch_dispatch_stack", "_push_on_torch_dispatch_stack"}
+)  # fmt: skip
+FORBIDDEN_METHODS = frozenset({"numpy", "tolist"})
+
+
+def _find_forbidden(tree: ast.Module) -> list[str]:
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in FORBIDDEN_MODULES:
+                    hits.append(f"line {node.lineno}: import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FORBIDDEN_MODULES:
+            hits.append(f"line {node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_NAMES:
+            hits.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            hits.append(f"line {node.lineno}: {node.id}")
+        elif isinstance(node, ast.alias) and node.name.split(".")[-1] in FORBIDDEN_NAMES:
+            hits.append(f"line {getattr(node, 'lineno', 0)}: import of {node.name}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in FORBIDDEN_METHODS
+            and not node.args
+        ):
+            hits.append(f"line {node.lineno}: .{node.func.attr}()")
+        elif isinstance(node, ast.Call) and _dotted(node.func) in ("__import__", "importlib.import_module"):
+            hits.append(f"line {node.lineno}: dynamic import")
+    return hits
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "static.no_triton_kernel",
@@ -269,6 +322,18 @@ RULES: tuple[Rule, ...] = (
         "in forward on the current stream.",
         "reject",
         _find_process_escape,
+    ),
+)
+
+RULES = (
+    *RULES,
+    Rule(
+        "static.forbidden_api",
+        "The candidate uses modules or private APIs that compute outside Triton or tamper with the "
+        "evaluator (numpy/scipy/cupy/jax, ctypes/cffi, inspect/gc, torch._C, dispatch internals, "
+        "dynamic imports, .numpy()/.tolist()). Compute on the GPU with Triton kernels only.",
+        "reject",
+        _find_forbidden,
     ),
 )
 

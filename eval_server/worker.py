@@ -68,7 +68,11 @@ class Worker:
         self.threads: int = args.threads
         self.ref_cache_path: str | None = args.ref_cache or None
         self.gpu_lock_path: str | None = args.gpu_lock or None
-        self.hardening_overrides = {"excessive_speedup": args.excessive_speedup, "drift_tolerance": args.drift_tolerance}
+        self.hardening_overrides = {
+            "excessive_speedup": args.excessive_speedup,
+            "drift_tolerance": args.drift_tolerance,
+            "precision_policy": args.precision_policy,
+        }
         self.versions: dict[str, Any] = {}
         self.evals = 0
 
@@ -80,6 +84,7 @@ class Worker:
         from eval_server import evaluate as _evaluate  # noqa: F401  (imports compare, timing, checks)
 
         _evaluate.LAUNCHES.install()
+        _evaluate.THREADS.install()
         torch.set_num_threads(max(1, self.threads))
         self.versions = {
             "torch": torch.__version__,
@@ -292,6 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu-lock", default="", help="lock file shared by the evaluations of this GPU")
     parser.add_argument("--excessive-speedup", type=float, default=10.0)
     parser.add_argument("--drift-tolerance", type=float, default=0.05)
+    parser.add_argument("--precision-policy", choices=["fp32", "tf32"], default="fp32")
     args = parser.parse_args(argv)
 
     # Keep the protocol channel private; anything printed later goes to the log (stderr).

@@ -64,7 +64,7 @@ SAMPLE_CASES: tuple[SampleCase, ...] = (
     SampleCase("relu", "relu__try_fallback", STATUS_REJECTED, "try/except falls back to torch.relu"),
     SampleCase("relu", "relu__copies_reference", STATUS_REJECTED, "ModelNew subclasses a copied Model"),
     SampleCase("relu", "relu__infinite_loop", STATUS_TIMEOUT, "forward spins forever"),
-    SampleCase("relu", "relu__segfault", STATUS_CRASHED, "forward segfaults (ctypes NULL read)"),
+    SampleCase("relu", "relu__segfault", STATUS_CRASHED, "forward segfaults (native NULL read)"),
     SampleCase("relu", "relu__os_exit", STATUS_CRASHED, "forward calls os._exit(3)"),
     SampleCase(
         "relu", "relu__method_fallback", STATUS_REJECTED, "copy kernel launched, Tensor.clamp does the math"

@@ -208,3 +208,32 @@ def test_launch_recorder_flag_cleared_on_error():
     with pytest.raises(RuntimeError), rec.recording():
         raise RuntimeError("boom")
     assert not rec.active
+
+
+# --------------------------------------------------------------------------- classify_kernels
+
+
+def test_classify_kernels_separates_triton_copies_foreign_and_host_copies():
+    from eval_server.runtime_checks import classify_kernels
+
+    names = [
+        "relu_kernel",  # the candidate's Triton kernel (CUDA name = function name)
+        "relu_kernel_0d1d2de",  # older Triton suffixes
+        "void at::native::elementwise_kernel<128, 2, at::native::direct_copy_kernel_cuda(...)>",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>",
+        "Memset (Device)",
+        "Memcpy HtoD (Pageable -> Device)",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::clamp_min_scalar_kernel_impl(...)>",
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1",
+        "Memcpy DtoH (Device -> Pageable)",
+    ]
+    foreign, to_host = classify_kernels(names, {"relu_kernel": 1})
+    assert foreign == [names[6], names[7]]
+    assert to_host == [names[8]]
+
+
+def test_classify_kernels_without_triton_launches_flags_everything_computational():
+    from eval_server.runtime_checks import classify_kernels
+
+    foreign, to_host = classify_kernels(["ampere_sgemm_128x64_nn"], {})
+    assert foreign == ["ampere_sgemm_128x64_nn"] and to_host == []

@@ -65,6 +65,7 @@ def test_rule_ids_are_stable():
         "static.reference_model",
         "static.torch_compute",
         "static.process_escape",
+        "static.forbidden_api",
     )
     assert all(r.severity == "reject" for r in RULES)
 
@@ -259,7 +260,7 @@ def test_allocation_views_and_unaliased_names_do_not_fire():
 
 
 def test_same_name_on_other_modules_is_not_torch():
-    src = with_kernel("import numpy as np\ndef helper(x):\n    return np.tanh(x), tl.sigmoid(x), G.relu(x)\n")
+    src = with_kernel("import math as np\ndef helper(x):\n    return np.tanh(x), tl.sigmoid(x), G.relu(x)\n")
     assert fired(src) == {}
 
 
@@ -305,3 +306,30 @@ def test_several_rules_fire_in_rule_order_one_check_each():
     assert "Found: line 3: try/except." in by_id["static.try_except"]
     assert "Found: line 4: torch.relu()." in by_id["static.torch_compute"]
     assert "Found: line 1: import threading." in by_id["static.process_escape"]
+
+
+# --------------------------------------------------------------------------- forbidden_api
+
+
+@pytest.mark.parametrize(
+    "stmt, evidence",
+    [
+        ("import numpy as np", "import numpy"),
+        ("from scipy import special", "from scipy import"),
+        ("import ctypes", "import ctypes"),
+        ("import inspect", "import inspect"),
+        ("x = torch._C._get_tracing_state()", "._C"),
+        ("from torch.utils._python_dispatch import _disable_current_modes", "_disable_current_modes"),
+        ("t = __import__('threading')", "dynamic import"),
+        ("v = out.cpu().numpy()", ".numpy()"),
+        ("v = out.tolist()", ".tolist()"),
+        ("f = sys._getframe(1)", "._getframe"),
+    ],
+)
+def test_forbidden_api_fires(stmt, evidence):
+    msg = fired(with_kernel(stmt + "\n"))["static.forbidden_api"]
+    assert evidence in msg
+
+
+def test_forbidden_api_allows_plain_math_and_os():
+    assert "static.forbidden_api" not in fired(with_kernel("import math\nimport os\ny = math.sqrt(2.0)\n"))

@@ -1,9 +1,9 @@
-"""Crashed: forward launches the kernel, then dereferences a NULL pointer through ctypes.
+"""Crashed: forward launches the kernel, then segfaults (faulthandler's test helper reads NULL).
 
 Demonstrates status `crashed` (the evaluation process dies with SIGSEGV).
 """
 
-import ctypes
+import faulthandler
 
 import torch
 import torch.nn as nn
@@ -30,5 +30,5 @@ class ModelNew(nn.Module):
         n_elements = x.numel()
         BLOCK_SIZE = 4096
         relu_kernel[(triton.cdiv(n_elements, BLOCK_SIZE),)](x, out, n_elements, BLOCK_SIZE=BLOCK_SIZE)
-        ctypes.string_at(0)  # reads address 0: SIGSEGV
+        faulthandler._sigsegv()  # SIGSEGV, as a kernel bug in native code would cause
         return out
