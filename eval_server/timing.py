@@ -61,16 +61,25 @@ def time_gpu(
     device: torch.device,
     flush: torch.Tensor | None = None,
     last_outputs: dict[int, Any] | None = None,
+    min_warmup_ms: float = 200.0,
 ) -> TimingStats:
     """Median-based timing of `fn(*inputs)` in milliseconds; `trials` includes the discarded first.
 
+    Warm-up runs at least `warmup` calls and at least `min_warmup_ms` of wall time: each
+    evaluation is a fresh process on a GPU that may have idled, and a few calls of a 100 us
+    kernel are not enough to bring its clocks up (measured: 8-10 % run-to-run CV without this).
     If `last_outputs` is given, it receives {set index: output of the last timed call on that set}.
     """
     if flush is None:
         flush = l2_flush_buffer(device)
     with _no_grad():
-        for i in range(warmup):
-            fn(*input_sets[i % len(input_sets)])
+        t0 = _perf_counter()
+        calls = 0
+        while calls < warmup or ((_perf_counter() - t0) * 1e3 < min_warmup_ms and calls < 100_000):
+            fn(*input_sets[calls % len(input_sets)])
+            calls += 1
+            if calls >= warmup:
+                _synchronize(device)
         _synchronize(device)
         times: list[float] = []
         walls: list[float] = []

@@ -109,6 +109,12 @@ class Worker:
                 tail = log.read_text(errors="replace")[-_STDOUT_TAIL_CHARS:]
             shutil.rmtree(evaldir, ignore_errors=True)
         result.stdout_tail = tail
+        if result.status == STATUS_CRASHED and tail.strip() and result.error is not None:
+            # What the dying process printed (e.g. "CUDA error: an illegal memory access was
+            # encountered" before an abort) is the most useful evidence the model can get.
+            last = "\n".join(tail.strip().splitlines()[-15:])
+            result.error["message"] += f"\nLast output of the process:\n{last}"
+            result.feedback = build_feedback(result)
         result.worker = self.worker_id
         result.elapsed_s = round(time.perf_counter() - t0, 6)
         return result

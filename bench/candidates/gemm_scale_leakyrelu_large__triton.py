@@ -7,9 +7,10 @@ and applies LeakyReLU before its single store. Programs are ordered in groups of
 rows so the W^T column panels they share stay in L2. W is stored (N, K) with K contiguous, so
 the (BLOCK_K, BLOCK_N) tiles of W^T are K-major, as Hopper's tf32 wgmma wants both operands.
 
-DOT_PRECISION picks the tensor-core mode for fp32 inputs: "tf32" (10-bit mantissa inputs, fp32
-accumulation; well inside the 1e-2 tolerance at K = 8192), "tf32x3" (about fp32 accuracy,
-roughly 3x the MMA work) or "ieee" (no tensor cores, full fp32 products).
+DOT_PRECISION picks the tensor-core mode for fp32 inputs: "tf32x3" (about fp32 accuracy, roughly
+3x the MMA work; what the evaluator's default fp32 precision policy accepts), "tf32" (10-bit
+mantissa inputs, fp32 accumulation: rejected as lower precision under the fp32 policy) or "ieee"
+(no tensor cores, full fp32 products).
 """
 
 import torch
@@ -17,7 +18,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-DOT_PRECISION = "tf32"
+DOT_PRECISION = "tf32x3"
 BLOCK_M = 128
 BLOCK_N = 128
 BLOCK_K = 32
