@@ -246,6 +246,17 @@ def _static_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) ->
         raise _Stop
 
 
+def post_timing_check_seeds(seeds: list[int], timing_sets: int, base_seed: int) -> list[int]:
+    """Two seeds whose inputs the timing never used, for the refill checks after timing.
+
+    Correctness seeds beyond the timing sets are reused when there are enough (their reference
+    outputs are already stored: no extra GPU memory); otherwise fresh seeds far from them.
+    """
+    n_sets = min(timing_sets, len(seeds))
+    fresh = [base_seed + _FRESH_SEED_OFFSET + i for i in range(2)]
+    return (seeds[n_sets:] + fresh)[:2]
+
+
 def _reference_pool(device: torch.device) -> tuple[Any, Any]:
     """(pool, context manager): on CUDA the reference allocates in its own memory pool, so no
     block that ever held reference data is handed to the candidate by the caching allocator."""
@@ -260,10 +271,7 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
     opts = request.options
     device = ctx.device
     seeds = [opts.seed + i for i in range(opts.correctness_trials)]
-    # The post-timing checks need two input sets the timing never saw, with reference outputs:
-    # reuse correctness seeds beyond the timing sets when there are enough (no extra memory).
-    n_sets = min(ctx.hardening.timing_input_sets, len(seeds))
-    check_seeds = (seeds[n_sets:] + [opts.seed + _FRESH_SEED_OFFSET + i for i in range(2)])[:2] if timing else []
+    check_seeds = post_timing_check_seeds(seeds, ctx.hardening.timing_input_sets, opts.seed) if timing else []
     extra = [s for s in check_seeds if s not in seeds]
     pool, in_pool = _reference_pool(device)
     with ctx.phase("reference"), ctx.gpu(), torch.no_grad(), in_pool():
@@ -283,7 +291,16 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
             module, model, seeds[0], outputs[seeds[0]], device, ctx.hardening.precision_policy
         )
     ref = _Reference(
-        module, model, init_inputs, seeds, outputs, precision, _nbytes(outputs[seeds[0]]), pool, in_pool
+        module=module,
+        model=model,
+        init_inputs=init_inputs,
+        seeds=seeds,
+        outputs=outputs,
+        precision=precision,
+        output_bytes=_nbytes(outputs[seeds[0]]),
+        check_seeds=check_seeds,
+        pool=pool,
+        in_pool=in_pool,
     )
     if timing:
         with ctx.phase("reference_timing"), ctx.gpu(exclusive=True), in_pool():

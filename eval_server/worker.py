@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -56,6 +57,18 @@ def _signal_name(signum: int) -> str:
         "SIGKILL": "SIGKILL",
         "SIGFPE": "SIGFPE (arithmetic error)",
     }.get(name, name)
+
+
+_ERROR_LINE = re.compile(r"error|what\(\)|assert|illegal|exception|fault|abort", re.IGNORECASE)
+
+
+def crash_summary(output: str, max_lines: int = 12) -> str:
+    """The informative lines of a dying process's output: error lines first, then the last lines,
+    without C++ stack frame dumps ("frame #12: ...")."""
+    lines = [ln for ln in output.strip().splitlines() if ln.strip() and not ln.lstrip().startswith("frame #")]
+    errors = [ln for ln in lines if _ERROR_LINE.search(ln)][:6]
+    tail = [ln for ln in lines[-(max_lines - len(errors)) :] if ln not in errors]
+    return "\n".join(ln[:300] for ln in errors + tail)
 
 
 class Worker:
@@ -112,8 +125,7 @@ class Worker:
         if result.status == STATUS_CRASHED and tail.strip() and result.error is not None:
             # What the dying process printed (e.g. "CUDA error: an illegal memory access was
             # encountered" before an abort) is the most useful evidence the model can get.
-            last = "\n".join(tail.strip().splitlines()[-15:])
-            result.error["message"] += f"\nLast output of the process:\n{last}"
+            result.error["message"] += f"\nWhat the process printed:\n{crash_summary(tail)}"
             result.feedback = build_feedback(result)
         result.worker = self.worker_id
         result.elapsed_s = round(time.perf_counter() - t0, 6)

@@ -237,3 +237,24 @@ def test_classify_kernels_without_triton_launches_flags_everything_computational
 
     foreign, to_host = classify_kernels(["ampere_sgemm_128x64_nn"], {})
     assert foreign == ["ampere_sgemm_128x64_nn"] and to_host == []
+
+
+def test_post_timing_check_seeds_reuse_correctness_seeds_beyond_the_timing_sets():
+    from eval_server.evaluate import _FRESH_SEED_OFFSET, post_timing_check_seeds
+
+    assert post_timing_check_seeds([42, 43, 44, 45, 46], 3, 42) == [45, 46]
+    assert post_timing_check_seeds([42, 43, 44, 45], 3, 42) == [45, 42 + _FRESH_SEED_OFFSET]
+    assert post_timing_check_seeds([42], 3, 42) == [42 + _FRESH_SEED_OFFSET, 43 + _FRESH_SEED_OFFSET]
+
+
+def test_crash_summary_keeps_error_lines_and_drops_stack_frames():
+    from eval_server.worker import crash_summary
+
+    log = "\n".join(
+        ["SPY start", "terminate called after throwing an instance of 'c10::AcceleratorError'",
+         "  what():  CUDA error: an illegal memory access was encountered"]
+        + [f"frame #{i}: /usr/lib/libtorch.so() [0x{i:x}]" for i in range(40)]
+    )  # fmt: skip
+    summary = crash_summary(log)
+    assert "illegal memory access" in summary and "terminate called" in summary
+    assert "frame #" not in summary
