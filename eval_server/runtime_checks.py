@@ -319,28 +319,56 @@ def default_guarded_namespaces() -> list[tuple[str, ModuleType | type]]:
     return spaces
 
 
-def poison_free_memory(nbytes: int, device: Any) -> None:
-    """Make the next allocations on `device` return NaN-filled memory.
+class _RawCudaBytes:
+    """A non-owning view of raw device memory, through the CUDA array interface."""
 
-    The caching allocator hands freed blocks back to the next `torch.empty`; a candidate could
-    get memory still holding earlier results and skip writing some elements. The reference
-    allocates in its own memory pool (evaluate.py), so its memory is never handed out; here
-    every cached block of the default pool is dropped, then one large block (large pool) and
-    a batch of 512 KiB blocks (small pool, requests <= 1 MiB) are allocated, NaN-filled and
-    freed, so the candidate's outputs come out of poisoned memory: an element it never writes
-    stays NaN and fails the comparison.
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+        }
+
+
+def poison_free_memory(nbytes: int, device: Any) -> str:
+    """Fill every free block of the CUDA caching allocator with 0xFF bytes (NaN in every float dtype).
+
+    The caching allocator hands freed blocks to the next `torch.empty`; a candidate could get
+    memory still holding earlier results (or fresh zeros, right for half of a ReLU) and skip
+    writing some elements. Cached blocks are dropped, a free block of `nbytes` is reserved so the
+    candidate's outputs fit into existing (poisoned) memory, then every inactive block the
+    allocator holds (remainders of partly used segments included) is filled with 0xFF: an
+    element the candidate never writes reads NaN (or -1 for integers) and fails the comparison.
+    Returns how it poisoned ("snapshot" or the "blocks" fallback) for diagnostics.
     """
     if getattr(device, "type", "cpu") != "cuda" or nbytes <= 0:
-        return
+        return "none"
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
-    big = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=device)
-    small = [torch.empty(1 << 17, dtype=torch.float32, device=device) for _ in range(32)]
-    big.fill_(float("nan"))
+    big = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    small = [torch.empty(1 << 19, dtype=torch.uint8, device=device) for _ in range(32)]
+    big.fill_(255)
     for block in small:
-        block.fill_(float("nan"))
-    torch.cuda.synchronize(device)
+        block.fill_(255)
     del big, small
+    mode = "blocks"
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        for segment in torch.cuda.memory_snapshot():
+            if segment.get("device") != index:
+                continue
+            address = segment["address"]
+            for blk in segment["blocks"]:
+                start = blk.get("address", address)
+                if blk["state"] == "inactive" and blk["size"] > 0:
+                    torch.as_tensor(_RawCudaBytes(start, blk["size"]), device=device).fill_(255)
+                address = start + blk["size"]
+        mode = "snapshot"
+    except Exception:  # noqa: BLE001 - the block fallback above still poisoned the common case
+        pass
+    torch.cuda.synchronize(device)
+    return mode
 
 
 # GPU kernels a Triton candidate may cause besides its own: copies, fills, transfers to the GPU.

@@ -117,15 +117,17 @@ class Worker:
             result = self._fork_and_wait(request, evaldir, timeout_s)
         finally:
             log = evaldir / "output.log"
-            tail = ""
+            output = ""
             if log.exists():
-                tail = log.read_text(errors="replace")[-_STDOUT_TAIL_CHARS:]
+                with open(log, "rb") as fh:
+                    fh.seek(max(0, log.stat().st_size - (64 << 10)))
+                    output = fh.read().decode(errors="replace")
             shutil.rmtree(evaldir, ignore_errors=True)
-        result.stdout_tail = tail
-        if result.status == STATUS_CRASHED and tail.strip() and result.error is not None:
+        result.stdout_tail = output[-_STDOUT_TAIL_CHARS:]
+        if result.status == STATUS_CRASHED and output.strip() and result.error is not None:
             # What the dying process printed (e.g. "CUDA error: an illegal memory access was
             # encountered" before an abort) is the most useful evidence the model can get.
-            result.error["message"] += f"\nWhat the process printed:\n{crash_summary(tail)}"
+            result.error["message"] += f"\nWhat the process printed:\n{crash_summary(output)}"
             result.feedback = build_feedback(result)
         result.worker = self.worker_id
         result.elapsed_s = round(time.perf_counter() - t0, 6)

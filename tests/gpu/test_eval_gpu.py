@@ -134,7 +134,8 @@ def test_samples_on_gpu_with_timing(gpu_server: str) -> None:
             continue
         assert res["device"].startswith("cuda:0 ("), res["device"]
         if res["status"] == "ok":
-            assert res["reference_timing"]["trials"] == 99  # 100 timed, first discarded
+            # 100 timed with the first discarded, or a 20-trial spot check against a cached timing
+            assert res["reference_timing"]["trials"] in (99, 20)
             assert res["candidate_timing"]["median_ms"] > 0
             assert res["speedup"] is not None and res["speedup"] > 0
             assert "Speedup:" in res["feedback"]
