@@ -8,6 +8,7 @@ verdict; the namespace snapshot in runtime_checks reports such rebinding as well
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,44 +122,63 @@ def compare_outputs(reference: Any, candidate: Any, profile: str) -> Comparison:
     return Comparison(True, worst_abs, worst_rel)
 
 
+# Elements per chunk for float64 comparison math: bounds the temporaries to ~128 MiB each, so a
+# KernelBench output of 1.6 G elements is compared without tens of GB of float64 copies.
+_CHUNK = 1 << 24
+
+
+def _flat_pairs(ref: torch.Tensor, cand: torch.Tensor) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(offset, reference chunk, candidate chunk) in float64, over the flattened tensors."""
+    r_flat = ref.detach().reshape(-1)
+    c_flat = cand.detach().reshape(-1)
+    for start in range(0, r_flat.numel(), _CHUNK):
+        yield (
+            start,
+            r_flat[start : start + _CHUNK].to(torch.float64),
+            c_flat[start : start + _CHUNK].to(torch.float64),
+        )
+
+
 def _tensor_close(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> tuple[bool, float, float]:
     """allclose(atol=rtol=tol, NaN only where the reference has NaN) plus max abs/rel diffs.
 
     Relative difference is taken over elements whose reference magnitude exceeds `tol`, so
-    near-zero reference values do not make it meaningless.
+    near-zero reference values do not make it meaningless. Computed in float64, chunk by chunk.
     """
-    if ref.numel() == 0:
-        return True, 0.0, 0.0
-    r = ref.detach().to(torch.float64)
-    c = cand.detach().to(torch.float64)
-    close = _isclose(c, r, rtol=tol, atol=tol, equal_nan=True)
-    ok = bool(close.all())
-    diff = _abs(c - r)
-    finite = _isfinite(diff)
-    # NaN where the reference has NaN, or the same infinity (inf - inf is NaN), is no difference.
-    same = (_isnan(c) & _isnan(r)) | (c == r)
-    if bool((~finite & ~same).any()):
-        return ok, math.inf, math.inf
-    diff = _where(same, torch.zeros_like(diff), diff)
-    max_abs = float(diff.max())
-    big = _abs(r) > tol
-    max_rel = float((diff[big] / _abs(r[big])).max()) if bool(big.any()) else 0.0
+    ok, max_abs, max_rel = True, 0.0, 0.0
+    for _, r, c in _flat_pairs(ref, cand):
+        ok = ok and bool(_isclose(c, r, rtol=tol, atol=tol, equal_nan=True).all())
+        diff = _abs(c - r)
+        # NaN where the reference has NaN, or the same infinity (inf - inf is NaN), is no difference.
+        same = (_isnan(c) & _isnan(r)) | (c == r)
+        if bool((~_isfinite(diff) & ~same).any()):
+            return False, math.inf, math.inf
+        diff = _where(same, torch.zeros_like(diff), diff)
+        if diff.numel():
+            max_abs = max(max_abs, float(diff.max()))
+        big = _abs(r) > tol
+        if bool(big.any()):
+            max_rel = max(max_rel, float((diff[big] / _abs(r[big])).max()))
     return ok, max_abs, max_rel
 
 
 def _where_wrong(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> str:
     """'N/M elements (p%) outside tolerance; worst at [i, j]: got a, expected b' for the model."""
-    r = ref.detach().to(torch.float64)
-    c = cand.detach().to(torch.float64)
-    bad = ~_isclose(c, r, rtol=tol, atol=tol, equal_nan=True)
-    n_bad = int(bad.sum())
-    excess = _where(bad, _abs(c - r).nan_to_num(nan=math.inf, posinf=math.inf), torch.zeros_like(r))
-    flat = int(excess.reshape(-1).argmax())
-    index = list(torch.unravel_index(torch.tensor(flat), tuple(r.shape))) if r.dim() else []
+    n_bad = 0
+    worst = (-1.0, 0, 0.0, 0.0)  # (excess, flat index, got, expected)
+    for start, r, c in _flat_pairs(ref, cand):
+        bad = ~_isclose(c, r, rtol=tol, atol=tol, equal_nan=True)
+        n_bad += int(bad.sum())
+        excess = _where(bad, _abs(c - r).nan_to_num(nan=math.inf, posinf=math.inf), torch.zeros_like(r))
+        if excess.numel():
+            k = int(excess.argmax())
+            if float(excess[k]) > worst[0]:
+                worst = (float(excess[k]), start + k, float(c[k]), float(r[k]))
+    _, flat, got, exp = worst
+    index = list(torch.unravel_index(torch.tensor(flat), tuple(ref.shape))) if ref.dim() else []
     where = "[" + ", ".join(str(int(i)) for i in index) + "]"
-    got, exp = float(c.reshape(-1)[flat]), float(r.reshape(-1)[flat])
-    pct = 100.0 * n_bad / max(1, r.numel())
-    return f"{n_bad}/{r.numel()} elements ({pct:.3g}%) outside tolerance; worst at {where}: got {got:.6g}, expected {exp:.6g}"
+    pct = 100.0 * n_bad / max(1, ref.numel())
+    return f"{n_bad}/{ref.numel()} elements ({pct:.3g}%) outside tolerance; worst at {where}: got {got:.6g}, expected {exp:.6g}"
 
 
 def _describe(obj: Any) -> str:
@@ -171,11 +191,11 @@ def _describe(obj: Any) -> str:
 
 
 def normalized_error(output: Any, truth: Any) -> float | None:
-    """max|output - truth| / max|truth| over all floating tensor leaves (float64 math).
+    """max|output - truth| / max|truth| over all floating tensor leaves (float64 math, chunked).
 
-    Used by the precision check: the candidate's error against the fp32 reference, compared
-    with the fp32 reference's own error against a float64 run. None if there is nothing to
-    compare (no floating tensors, or mismatched structure).
+    Used by the precision check: the candidate's error against the reference, compared with
+    the reference's own error against a float64 run. None if there is nothing to compare (no
+    floating tensors, or mismatched structure).
     """
     worst_diff = 0.0
     worst_mag = 0.0
@@ -188,15 +208,14 @@ def normalized_error(output: Any, truth: Any) -> float | None:
             continue
         if a.shape != b.shape or b.numel() == 0:
             return None
-        a64 = a.detach().to(torch.float64)
-        b64 = b.detach().to(torch.float64)
-        finite = _isfinite(b64)
-        if not bool(finite.any()):
-            continue
-        diff = _abs(a64 - b64)[finite]
-        worst_diff = max(worst_diff, float(diff.nan_to_num(nan=math.inf).max()))
-        worst_mag = max(worst_mag, float(_abs(b64[finite]).max()))
-        seen = True
+        for _, b64, a64 in _flat_pairs(b, a):
+            finite = _isfinite(b64)
+            if not bool(finite.any()):
+                continue
+            diff = _abs(a64 - b64)[finite]
+            worst_diff = max(worst_diff, float(diff.nan_to_num(nan=math.inf).max()))
+            worst_mag = max(worst_mag, float(_abs(b64[finite]).max()))
+            seen = True
     if not seen:
         return None
     return worst_diff / worst_mag if worst_mag > 0 else (0.0 if worst_diff == 0 else math.inf)

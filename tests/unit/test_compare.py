@@ -291,3 +291,24 @@ def test_numeric_failure_detail_names_count_position_and_values():
 def test_scalar_failure_detail():
     cmp = compare_outputs((torch.ones(2), 1.0), (torch.ones(2), 2.0), "default")
     assert cmp.detail == "output[1]: got 2, expected 1"
+
+
+def test_chunked_comparison_matches_unchunked(monkeypatch):
+    import eval_server.compare as compare
+
+    ref = torch.randn(37, 11)
+    cand = ref.clone()
+    cand[20, 3] += 3.0
+    cand[2, 2] = float("nan")
+    whole = compare.compare_outputs(ref, cand, "default")
+    monkeypatch.setattr(compare, "_CHUNK", 5)
+    chunked = compare.compare_outputs(ref, cand, "default")
+    assert (chunked.passed, chunked.max_abs_diff, chunked.detail) == (
+        whole.passed,
+        whole.max_abs_diff,
+        whole.detail,
+    )
+    assert "worst at [2, 2]: got nan" in chunked.detail
+    assert compare.normalized_error(cand.nan_to_num(), ref) == pytest.approx(
+        3.0 / float(ref.abs().max()), rel=1e-3
+    )
