@@ -452,7 +452,8 @@ def _run_candidate(
     profile: bool = False,
 ) -> tuple[Any, TorchOpRecorder]:
     """One forward under the recorders, into poisoned memory; errors end the evaluation."""
-    poison_free_memory(poison_bytes, ctx.device)
+    with ctx.phase("poison"):  # sub-phase of correctness, reported separately for tuning
+        poison_free_memory(poison_bytes, ctx.device)
     ops = TorchOpRecorder()
     LAUNCHES.reset()
     threads_before = python_threads()
@@ -460,7 +461,8 @@ def _run_candidate(
         device_activity: list[str] = []
         with LAUNCHES.recording(ops), THREADS.recording(), ops:
             if profile:
-                out, device_activity = profile_device_activity(lambda: model(*args), ctx.device)
+                with ctx.phase("kernel_profile"):  # sub-phase of correctness
+                    out, device_activity = profile_device_activity(lambda: model(*args), ctx.device)
             else:
                 out = model(*args)
         _sync(ctx.device)
