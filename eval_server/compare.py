@@ -138,7 +138,9 @@ def _flat_pairs(
     the bytes of float64 on multi-GB outputs.
     """
     if dtype is None:
-        exact = torch.float64 in (ref.dtype, cand.dtype) or not (ref.is_floating_point() and cand.is_floating_point())
+        exact = torch.float64 in (ref.dtype, cand.dtype) or not (
+            ref.is_floating_point() and cand.is_floating_point()
+        )
         dtype = torch.float64 if exact else torch.float32  # integers compare exactly in float64
     r_flat = ref.detach().reshape(-1)
     c_flat = cand.detach().reshape(-1)

@@ -1,0 +1,135 @@
+"""Turn rewards, discounted returns and the early-stop rule (one place for the whole scoring).
+
+Per-turn reward `r_t` from one evaluation (defaults, all in `RewardConfig`):
+
+| outcome | reward |
+|---|---|
+| no fenced python block (nothing evaluated) | 0 |
+| any check with severity `reject`, or status `rejected` | 0 |
+| `timeout`, `crashed`, `compile_error`, `reference_error`, `server_error` | 0 |
+| compiled but not correct (`incorrect`, `runtime_error` with `compiled`) | 0.1 |
+| correct | 0.3 |
+| correct and timed with speedup s > 1 | 0.3 + min(s - 1, 2.0) |
+
+A result carrying the `runtime.excessive_speedup` warning (the evaluator re-verified and re-timed a
+speedup above its threshold, typically 10x, and kept the slower timing) gets its speedup bonus
+capped at `excessive_speedup_bonus_cap` (default 2.0, i.e. the same as the general cap, so by
+default the warning changes nothing; lower it, e.g. to 0, to distrust such speedups).
+
+Returns with discount `gamma` (default 0.4, the Kevin-32B value):
+- `trajectory` credit: one number per episode, R = sum_t gamma^t r_t (= G_0).
+- `per_turn` credit: every turn is its own sample with G_t = sum_{k>=t} gamma^(k-t) r_k.
+
+Early stop (default): stop the episode after a turn that is correct with speedup >= 2.0. On CPU
+(no timing, speedup null) it never triggers unless `early_stop_min_speedup` is None, which stops
+on any correct turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eval_server.schema import STATUS_INCORRECT, STATUS_OK, STATUS_REJECTED, STATUS_RUNTIME_ERROR, EvalResult
+
+__all__ = [
+    "CREDIT_MODES",
+    "EXCESSIVE_SPEEDUP_CHECK",
+    "RewardConfig",
+    "discounted_returns",
+    "episode_returns",
+    "is_rejected",
+    "should_stop",
+    "trajectory_return",
+    "turn_reward",
+]
+
+EXCESSIVE_SPEEDUP_CHECK = "runtime.excessive_speedup"
+CREDIT_MODES = ("trajectory", "per_turn")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    no_code: float = 0.0
+    failed: float = 0.0  # rejected, timeout, crashed, compile_error, ... (nothing usable)
+    compiled: float = 0.1  # compiled, ran or tried to run, not correct
+    correct: float = 0.3
+    max_speedup_bonus: float = 2.0  # bonus = min(max(speedup - 1, 0), max_speedup_bonus)
+    excessive_speedup_bonus_cap: float = 2.0  # bonus cap when runtime.excessive_speedup fired
+    # Statuses that earn `compiled` when result.compiled is true and the result is not correct.
+    compiled_statuses: tuple[str, ...] = (STATUS_INCORRECT, STATUS_RUNTIME_ERROR)
+    gamma: float = 0.4
+    credit: str = "trajectory"  # "trajectory" | "per_turn"
+    early_stop_on_correct: bool = True
+    early_stop_min_speedup: float | None = 2.0  # None: any correct turn stops the episode
+
+    def __post_init__(self) -> None:
+        if self.credit not in CREDIT_MODES:
+            raise ValueError(f"credit must be one of {CREDIT_MODES}, got {self.credit!r}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+        if self.max_speedup_bonus < 0 or self.excessive_speedup_bonus_cap < 0:
+            raise ValueError("speedup bonus caps must be >= 0")
+
+
+def is_rejected(result: EvalResult) -> bool:
+    """True when an anti-cheat check rejected the candidate (any check with severity reject)."""
+    return result.status == STATUS_REJECTED or any(c.severity == "reject" for c in result.checks)
+
+
+def speedup_bonus(result: EvalResult, config: RewardConfig) -> float:
+    if result.speedup is None:
+        return 0.0
+    cap = config.max_speedup_bonus
+    if any(c.id == EXCESSIVE_SPEEDUP_CHECK for c in result.checks):
+        cap = min(cap, config.excessive_speedup_bonus_cap)
+    return min(max(result.speedup - 1.0, 0.0), cap)
+
+
+def turn_reward(result: EvalResult | None, config: RewardConfig | None = None) -> float:
+    """Reward of one turn; `result` None means the response had no code to evaluate."""
+    config = config or RewardConfig()
+    if result is None:
+        return config.no_code
+    if is_rejected(result):
+        return config.failed
+    if result.correct and result.status == STATUS_OK:
+        return config.correct + speedup_bonus(result, config)
+    if result.compiled and result.status in config.compiled_statuses:
+        return config.compiled
+    return config.failed
+
+
+def should_stop(result: EvalResult | None, config: RewardConfig | None = None) -> bool:
+    """Early-stop rule: stop after a correct turn that is fast enough (see module doc)."""
+    config = config or RewardConfig()
+    if result is None or not config.early_stop_on_correct:
+        return False
+    if not (result.correct and result.status == STATUS_OK) or is_rejected(result):
+        return False
+    if config.early_stop_min_speedup is None:
+        return True
+    return result.speedup is not None and result.speedup >= config.early_stop_min_speedup
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
+    """G_t = sum_{k>=t} gamma^(k-t) r_k for every turn t."""
+    returns = [0.0] * len(rewards)
+    running = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = rewards[t] + gamma * running
+        returns[t] = running
+    return returns
+
+
+def trajectory_return(rewards: Sequence[float], gamma: float) -> float:
+    """R = sum_t gamma^t r_t (0.0 for an episode without turns)."""
+    return sum(r * gamma**t for t, r in enumerate(rewards))
+
+
+def episode_returns(rewards: Sequence[float], config: RewardConfig | None = None) -> list[float]:
+    """What each training sample gets: [R] in trajectory mode, [G_0, ..., G_{T-1}] in per_turn."""
+    config = config or RewardConfig()
+    if config.credit == "trajectory":
+        return [trajectory_return(rewards, config.gamma)]
+    return discounted_returns(rewards, config.gamma)

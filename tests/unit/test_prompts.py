@@ -1,0 +1,71 @@
+"""slime_ext.prompts: first prompt and feedback messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from eval_server.samples import load_problem
+from eval_server.schema import EvalResult
+from slime_ext.prompts import (
+    PromptConfig,
+    build_messages,
+    feedback_message,
+    no_code_feedback,
+    refused_feedback,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_prompt_contains_reference_and_rules() -> None:
+    ref = load_problem("relu")
+    msgs = build_messages(ref)
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    user = msgs[1]["content"]
+    assert ref.strip() in user
+    assert "class ModelNew(nn.Module)" in user
+    assert "@triton.jit" in user
+    assert "ONE fenced ```python" in user
+    assert "relu_kernel" not in user  # no example by default
+
+
+def test_one_shot_and_no_system() -> None:
+    msgs = build_messages("class Model: pass", PromptConfig(one_shot=True, system=None))
+    assert [m["role"] for m in msgs] == ["user"]
+    content = msgs[0]["content"]
+    assert "relu_kernel" in content
+    assert content.index("relu_kernel") < content.index("class Model: pass")  # example before the task
+
+
+def test_custom_templates() -> None:
+    cfg = PromptConfig(system="S", instructions="DO IT", reference_header="REF:")
+    msgs = build_messages("x = 1", cfg)
+    assert msgs[0] == {"role": "system", "content": "S"}
+    assert msgs[1]["content"] == "DO IT\n\nREF:\n\n```python\nx = 1\n```"
+
+
+def test_feedback_fix_and_faster() -> None:
+    bad = EvalResult(status="incorrect", compiled=True, feedback="Status: incorrect. max diff 3.2")
+    msg = feedback_message(bad)
+    assert msg["role"] == "user"
+    assert msg["content"].startswith("Status: incorrect. max diff 3.2")
+    assert "Fix the problem" in msg["content"] and "```python" in msg["content"]
+    good = EvalResult(status="ok", compiled=True, correct=True, feedback="Correct. speedup 1.1x")
+    assert "Make it faster" in feedback_message(good)["content"]
+
+
+def test_feedback_without_text_and_trimmed() -> None:
+    assert "Evaluation status: crashed" in feedback_message(EvalResult(status="crashed"))["content"]
+    long = EvalResult(status="runtime_error", feedback="A" * 5000 + "END")
+    content = feedback_message(long, PromptConfig(max_feedback_chars=100))["content"]
+    assert "characters omitted" in content and "END" in content and len(content) < 400
+
+
+def test_no_code_feedback() -> None:
+    assert "```python" in no_code_feedback()["content"]
+
+
+def test_refused_feedback() -> None:
+    content = refused_feedback("candidate: too long")["content"]
+    assert content.startswith("The evaluator refused the candidate: candidate: too long")
+    assert "Fix the problem" in content
