@@ -1,3 +1,11 @@
-"""Rollout buffer service: durable trajectory store (SQLite, WAL), GRPO group hand-out to slime,
-and the agent runner that drives multi-turn episodes against SGLang and the eval server.
-Not built yet; see the issue "Rollout buffer server"."""
+"""Rollout buffer service: durable trajectory store (SQLite, WAL, synchronous=FULL), GRPO group
+hand-out to the trainer (whole groups, two-phase lease / ack), and its HTTP app.
+
+- `store.py`: BufferStore (idempotent writes by uid, group rules, leases, persistent counters);
+- `app.py`: the Flask app (validation, routes, Prometheus metrics);
+- `__main__.py`: `python -m buffer_server` (waitress, loopback, port 8889 by default).
+
+The record format is `slime_ext.trajectory.TrajectoryRecord`; see docs/BUFFER_SERVER.md. Not
+built yet: the agent runner that drives multi-turn episodes against SGLang and the eval server
+(`POST /rollout/start` and `/rollout/stop` answer 501 until then).
+"""

@@ -1,0 +1,336 @@
+"""Rollout buffer server throughput: durable writes per second and batch-read latency.
+
+Starts `python -m buffer_server` on loopback with a fresh database, then:
+1. writes realistic records for `--seconds` from `--clients` threads, 8 records per POST and
+   then 1 record per POST; a record counts once the server answered 200 (committed with
+   synchronous=FULL). Record: prompt 1024 tokens, response 4096 tokens (3 model turns with
+   float32-valued log-probs, 2 feedback turns with mask 0), 3 eval results as the eval server
+   returns them, timing metadata; ~120 kB of JSON;
+2. reads `--groups` groups of `--group-size` records with one POST /batches (timeout 0),
+   `--reads` times per scenario, acking each batch: first the oldest groups the write phases
+   left ("backlog"), then groups written just before each read ("fresh"); the latency is until
+   the last byte of the reply is in (http.client, and httpx for comparison); the client's JSON
+   decode of the reply is reported apart.
+Request bodies are encoded once per template and only the uids are substituted, so the
+client spends its CPU on HTTP, not on JSON (the server still decodes, validates and encodes
+every record). Client and server share this machine's cores.
+
+  python bench/buffer_throughput.py --seconds 10 --clients 4 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import http.client
+import json
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from functools import partial
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from eval_server.schema import EvalResult, TimingStats, TrialResult  # noqa: E402
+from slime_ext import fastjson  # noqa: E402
+from slime_ext.service import running_service  # noqa: E402
+
+PROMPT_TOKENS = 1024
+RESPONSE_TOKENS = 4096
+VOCAB = 151_936
+UID_PLACEHOLDER = "U" * 32  # uuid4().hex has 32 characters
+INSTANCE_PLACEHOLDER = "I" * 32
+
+
+def pct(values: list[float], q: float) -> float:
+    xs = sorted(values)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
+
+
+def eval_result_json(rng: random.Random, turn: int) -> dict:
+    ok = turn == 2
+    result = EvalResult(
+        status="ok" if ok else "incorrect",
+        compiled=True,
+        correct=ok,
+        trials=[
+            TrialResult(seed=42 + i, passed=ok, max_abs_diff=rng.random() * (1e-6 if ok else 0.5))
+            for i in range(5)
+        ],
+        max_abs_diff=1e-6 if ok else 0.43,
+        kernel_launches=2,
+        reference_timing=TimingStats(1.21, 1.18, 1.22, 0.02, 0.011, 99, 1.25),
+        candidate_timing=TimingStats(0.81, 0.79, 0.82, 0.01, 0.009, 99, 0.85) if ok else None,
+        speedup=1.49 if ok else None,
+        feedback="Status: incorrect. Output mismatch: max abs diff 0.43 at index (3, 17) ... " * 8,
+        device="cuda:0 (NVIDIA H200)",
+        worker=0,
+        elapsed_s=2.1,
+        phases={"static": 0.007, "reference": 0.4, "correctness": 1.1, "timing": 0.6},
+        problem_hash="ab" * 32,
+        problem_id="level1/19_ReLU",
+    )
+    return result.to_json()
+
+
+def make_record(rng: random.Random, instance_id: str) -> dict:
+    """A 3-turn episode: model turns (mask 1) interleaved with 2 feedback turns (mask 0)."""
+    segments = [(1200, 1), (300, 0), (1100, 1), (300, 0), (RESPONSE_TOKENS - 2900, 1)]
+    mask: list[int] = []
+    for length, m in segments:
+        mask += [m] * length
+    # SGLang returns float32 log-probs; as Python floats they print with up to 17 digits.
+    logps = array.array("f", [-abs(rng.gauss(0, 1.5)) if m else 0.0 for m in mask]).tolist()
+    return {
+        "uid": UID_PLACEHOLDER,
+        "instance_id": instance_id,
+        "policy_version": 0,
+        "prompt_token_ids": [rng.randrange(VOCAB) for _ in range(PROMPT_TOKENS)],
+        "response_token_ids": [rng.randrange(VOCAB) for _ in range(RESPONSE_TOKENS)],
+        "loss_mask": mask,
+        "rollout_log_probs": logps,
+        "turn_rewards": [0.0, 0.1, 1.2],
+        "turn_eval_results": [eval_result_json(rng, t) for t in range(3)],
+        "reward": rng.random(),
+        "status": "completed",
+        "metadata": {"gen_s": [11.2, 9.8, 10.4], "eval_s": [2.1, 2.0, 2.2], "turns": 3},
+    }
+
+
+class BodyTemplate:
+    """A JSON body encoded once; `render()` gives every record a fresh uid and the body's
+    records one fresh instance_id (so a body of 8 records is one whole group)."""
+
+    def __init__(self, payload: object) -> None:
+        encoded = fastjson.dumps(payload)
+        self.parts = encoded.split(UID_PLACEHOLDER.encode())
+
+    def render(self) -> bytes:
+        out = [self.parts[0]]
+        for part in self.parts[1:]:
+            out += [uuid.uuid4().hex.encode(), part]
+        return b"".join(out).replace(INSTANCE_PLACEHOLDER.encode(), uuid.uuid4().hex.encode())
+
+
+def write_phase(url: str, templates: list[BodyTemplate], clients: int, seconds: float) -> dict:
+    accepted = [0] * clients
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    body_bytes = [0] * clients
+    errors: list[str] = []
+    stop_at = time.perf_counter() + seconds
+
+    def client(k: int) -> None:
+        with httpx.Client(timeout=60) as http:
+            i = k
+            while time.perf_counter() < stop_at:
+                body = templates[i % len(templates)].render()
+                i += clients
+                t0 = time.perf_counter()
+                resp = http.post(
+                    f"{url}/trajectories", content=body, headers={"content-type": "application/json"}
+                )
+                latencies[k].append(time.perf_counter() - t0)
+                if resp.status_code != 200:
+                    errors.append(f"{resp.status_code}: {resp.text[:300]}")
+                    return
+                accepted[k] += resp.json()["accepted"]
+                body_bytes[k] += len(body)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"write failed: {errors[0]}")
+    lat = [x for xs in latencies for x in xs]
+    return {
+        "records": sum(accepted),
+        "requests": len(lat),
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(sum(accepted) / elapsed, 1),
+        "mb_per_s": round(sum(body_bytes) / elapsed / 1e6, 1),
+        "request_p50_ms": round(pct(lat, 0.5) * 1e3, 2),
+        "request_p95_ms": round(pct(lat, 0.95) * 1e3, 2),
+    }
+
+
+def _post_stdlib(conn: http.client.HTTPConnection, path: str, payload: dict) -> tuple[int, bytes]:
+    conn.request("POST", path, body=fastjson.dumps(payload), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    return resp.status, resp.read()
+
+
+def _post_httpx(client: httpx.Client, path: str, payload: dict) -> tuple[int, bytes]:
+    resp = client.post(path, content=fastjson.dumps(payload))
+    return resp.status_code, resp.content
+
+
+def _write_groups(hx: httpx.Client, group_bodies: list[BodyTemplate], n: int, offset: int) -> None:
+    for g in range(n):
+        hx.post(
+            "/trajectories", content=group_bodies[(offset + g) % len(group_bodies)].render()
+        ).raise_for_status()
+
+
+def _drain(hx: httpx.Client) -> None:
+    while True:
+        batch = hx.post("/batches", json={"num_groups": 4096, "timeout_s": 0}).json()
+        if not batch["groups"]:
+            return
+        hx.post("/batches/ack", json={"lease_id": batch["lease_id"]}).raise_for_status()
+
+
+def read_phase(
+    url: str,
+    group_bodies: list[BodyTemplate],
+    groups: int,
+    group_size: int,
+    reads: int,
+    scenario: str,
+    client: str,
+) -> dict:
+    """`reads` timed POST /batches of `groups` groups, each acked before the next.
+
+    scenario "backlog": the oldest ready groups, i.e. those the write phases left (written up to
+    a minute before, no longer in SQLite's page cache): a trainer that fell behind. Groups are
+    topped up (untimed) only if fewer than `groups` are ready.
+    scenario "fresh": `groups` groups are written (untimed) just before each read, after the
+    backlog was drained: a trainer that keeps up.
+    client "http.client" reads the reply in one call; "httpx" in 64 kB chunks through h11
+    (slower on 30 MB). The client's JSON decode of each reply is timed apart.
+    """
+    latencies, decode, sizes = [], [], []
+    with httpx.Client(base_url=url, timeout=120) as hx:
+        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=120)
+        post = partial(_post_stdlib, conn) if client == "http.client" else partial(_post_httpx, hx)
+        if scenario == "fresh":
+            _drain(hx)
+        for r in range(reads):
+            if scenario == "fresh" or hx.get("/stats").json()["groups"]["ready"] < groups:
+                _write_groups(hx, group_bodies, groups, r)
+            t0 = time.perf_counter()
+            status, raw = post("/batches", {"num_groups": groups, "timeout_s": 0})
+            latencies.append(time.perf_counter() - t0)  # the whole reply has arrived
+            if status != 200:
+                raise RuntimeError(f"read failed: {status}: {raw[:300]!r}")
+            t1 = time.perf_counter()
+            batch = fastjson.loads(raw)
+            decode.append(time.perf_counter() - t1)
+            sizes.append(len(raw))
+            got = [len(g["records"]) for g in batch["groups"]]
+            if len(got) != groups or any(n != group_size for n in got):
+                raise RuntimeError(f"expected {groups} groups of {group_size}, got {got}")
+            hx.post("/batches/ack", json={"lease_id": batch["lease_id"]}).raise_for_status()
+        conn.close()
+    return {
+        "scenario": scenario,
+        "client": client,
+        "groups": groups,
+        "records_per_read": groups * group_size,
+        "reads": reads,
+        "reply_mb": round(statistics.mean(sizes) / 1e6, 1),
+        "p50_ms": round(pct(latencies, 0.5) * 1e3, 1),
+        "p95_ms": round(pct(latencies, 0.95) * 1e3, 1),
+        "max_ms": round(max(latencies) * 1e3, 1),
+        "client_decode_p50_ms": round(pct(decode, 0.5) * 1e3, 1),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=10.0, help="duration of each write phase")
+    p.add_argument("--clients", type=int, default=4, help="concurrent writer threads")
+    p.add_argument("--batch", type=int, default=8, help="records per POST in the batched write phase")
+    p.add_argument("--groups", type=int, default=32, help="groups per batch read")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--reads", type=int, default=10)
+    p.add_argument("--db-dir", default=None, help="where the database goes (default: a temp dir)")
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        help="KEY=VALUE for the server, e.g. SLIME_EXT_JSON=stdlib",
+    )
+    args = p.parse_args()
+
+    rng = random.Random(0)
+    n_templates = 16
+    records = [make_record(rng, INSTANCE_PLACEHOLDER) for _ in range(n_templates)]
+    record_bytes = len(fastjson.dumps(records[0]))
+    batch_bodies = [
+        {"records": [records[(i + j) % n_templates] for j in range(args.batch)]} for i in range(n_templates)
+    ]
+    batched = [BodyTemplate(body) for body in batch_bodies]
+    group_bodies = [
+        BodyTemplate({"records": [records[(i + j) % n_templates] for j in range(args.group_size)]})
+        for i in range(n_templates)
+    ]
+    single = [BodyTemplate(r) for r in records]
+    env = dict(kv.split("=", 1) for kv in args.server_env)
+
+    with tempfile.TemporaryDirectory(dir=args.db_dir) as tmp:
+        db = Path(tmp) / "bench.sqlite"
+        server_args = ["--db", str(db), "--group-size", str(args.group_size), "--no-drop-zero-variance"]
+        with running_service("buffer_server", server_args, Path(tmp), env=env, startup_timeout_s=60) as svc:
+            health = httpx.get(f"{svc.url}/health").json()
+            write_batched = write_phase(svc.url, batched, args.clients, args.seconds)
+            write_single = write_phase(svc.url, single, args.clients, args.seconds)
+            reads = [
+                read_phase(svc.url, group_bodies, args.groups, args.group_size, args.reads, scenario, client)
+                for scenario, client in (
+                    ("backlog", "http.client"),
+                    ("fresh", "http.client"),
+                    ("fresh", "httpx"),
+                )
+            ]
+            stats = httpx.get(f"{svc.url}/stats").json()
+        db_mb = sum(f.stat().st_size for f in Path(tmp).glob("bench.sqlite*")) / 1e6
+
+    result = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "server_json_backend": health["json_backend"],
+        },
+        "record_json_bytes": record_bytes,
+        "clients": args.clients,
+        "write_batched": {"records_per_post": args.batch, **write_batched},
+        "write_single": {"records_per_post": 1, **write_single},
+        "reads": reads,
+        "db_mb_after": round(db_mb, 1),
+        "records_stored": stats["records"]["total"],
+    }
+    print(f"record: {PROMPT_TOKENS} prompt + {RESPONSE_TOKENS} response tokens, {record_bytes / 1e3:.0f} kB JSON; "
+          f"server JSON backend {health['json_backend']}; {os.cpu_count()} CPUs shared by client and server")  # fmt: skip
+    print(f"{'phase':<24}{'records/s':>10}{'MB/s':>8}{'req p50 ms':>12}{'req p95 ms':>12}")
+    for name, w in (("write, 8 per POST", write_batched), ("write, 1 per POST", write_single)):
+        print(
+            f"{name:<24}{w['records_per_s']:>10}{w['mb_per_s']:>8}{w['request_p50_ms']:>12}{w['request_p95_ms']:>12}"
+        )
+    for rd in reads:
+        print(
+            f"read {rd['groups']} groups x {args.group_size} ({rd['reply_mb']} MB), {rd['scenario']}, {rd['client']}: "
+            f"p50 {rd['p50_ms']} ms, p95 {rd['p95_ms']} ms, max {rd['max_ms']} ms"
+        )
+    print(f"client JSON decode of one reply ({fastjson.BACKEND}): p50 {reads[1]['client_decode_p50_ms']} ms")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

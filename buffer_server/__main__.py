@@ -1,0 +1,150 @@
+"""`python -m buffer_server`: start the rollout buffer service (Flask app on waitress).
+
+Examples:
+  python -m buffer_server --db runs/exp1/rollout_buffer.sqlite --group-size 8
+  python -m buffer_server --db /tmp/b.sqlite --group-size 16 --min-group-size 4 --group-timeout-s 300
+  python -m buffer_server --db /tmp/b.sqlite --no-drop-zero-variance --max-staleness -1
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+from buffer_server.store import BufferStore, GroupRules, StoreError
+
+log = logging.getLogger("buffer_server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m buffer_server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    net = p.add_argument_group("network")
+    net.add_argument(
+        "--host",
+        default=os.environ.get("BUFFER_SERVER_HOST", "127.0.0.1"),
+        help="bind address (default loopback)",
+    )
+    net.add_argument("--port", type=int, default=int(os.environ.get("BUFFER_SERVER_PORT", "8889")))
+    net.add_argument("--max-body-mb", type=float, default=64.0, help="largest accepted request body")
+    net.add_argument(
+        "--threads", type=int, default=16, help="HTTP worker threads (each waiting POST /batches holds one)"
+    )
+    net.add_argument(
+        "--max-wait-s", type=float, default=600.0, help="cap on the timeout_s of a POST /batches request"
+    )
+    store = p.add_argument_group("storage and group rules")
+    store.add_argument(
+        "--db",
+        default=os.environ.get("BUFFER_SERVER_DB", "rollout_buffer.sqlite"),
+        help="SQLite database file; created if missing, resumed if present (default: ./rollout_buffer.sqlite)",
+    )
+    store.add_argument("--group-size", type=int, default=8, help="records per instance_id that make a group")
+    store.add_argument(
+        "--min-group-size",
+        type=int,
+        default=None,
+        help="a partial group that times out is handed out with at least this many records, else dropped "
+        "(default: min(2, group size))",
+    )
+    store.add_argument(
+        "--group-timeout-s",
+        type=float,
+        default=600.0,
+        help="age (from its first record) after which a partial group is handed out or dropped; 0 = never",
+    )
+    store.add_argument(
+        "--drop-zero-variance",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="drop groups whose rewards are all equal (no GRPO advantage)",
+    )
+    store.add_argument(
+        "--max-staleness",
+        type=int,
+        default=1,
+        help="drop records with policy_version < current - K; negative = never drop",
+    )
+    store.add_argument(
+        "--lease-s",
+        type=float,
+        default=300.0,
+        help="default time a reader has to ack a batch before its groups are handed out again",
+    )
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        rules = GroupRules(
+            group_size=args.group_size,
+            min_group_size=args.min_group_size,
+            group_timeout_s=args.group_timeout_s if args.group_timeout_s > 0 else None,
+            drop_zero_variance=args.drop_zero_variance,
+            max_staleness=args.max_staleness if args.max_staleness >= 0 else None,
+            lease_s=args.lease_s,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"buffer_server: {exc}") from None
+    try:
+        store = BufferStore(args.db, rules)
+    except StoreError as exc:
+        raise SystemExit(f"buffer_server: {exc}") from None
+
+    from waitress import create_server
+
+    from buffer_server.app import create_app
+
+    max_body = int(args.max_body_mb * (1 << 20))
+    app = create_app(
+        store, max_body_bytes=max_body, max_wait_s=args.max_wait_s, info={"service": "buffer_server"}
+    )
+    server = create_server(
+        app,
+        host=args.host,
+        port=args.port,
+        threads=args.threads,
+        # Flask answers 413 (JSON) above --max-body-mb; waitress's own plain-text 413 only
+        # beyond 4x that, so it never buffers an unbounded body.
+        max_request_body_size=4 * max_body,
+        # Keep typical request and reply bodies (a few MB) in memory rather than temp files.
+        inbuf_overflow=16 << 20,
+        outbuf_overflow=64 << 20,
+        recv_bytes=1 << 18,
+    )
+
+    def _stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    log.info(
+        "buffer_server listening on http://%s:%s, database %s (policy version %d), rules %s",
+        args.host,
+        server.effective_port,
+        store.path,
+        store.policy_version,
+        rules,
+    )
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        log.info("shutting down")
+    finally:
+        server.close()
+        store.close()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""HTTP layer over BufferStore: validation, status codes, stats and Prometheus metrics.
+
+Thin on purpose: every decision about storage and groups lives in `store.py`, and the record
+schema in `slime_ext/trajectory.py`. Errors are JSON `{"error": "..."}` whose text names what
+was wrong (field, record index, size, JSON syntax). A rejected write stores nothing.
+
+A batch reply is streamed from the records' stored JSON bytes without decoding them, so a
+batch of 256 records of 5k tokens costs no JSON encode and no 30 MB concatenation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from buffer_server.store import DROP_REASONS, DROP_STALE, BufferStore, LeaseError, PolicyVersionError
+from slime_ext import fastjson
+from slime_ext.trajectory import ValidationError, parse_record
+
+log = logging.getLogger("buffer_server.app")
+
+DEFAULT_MAX_BODY_BYTES = 64 << 20  # 64 MiB: ~500 records with 5k tokens each
+MAX_RECORDS_PER_REQUEST = 4096
+MAX_GROUPS_PER_BATCH = 4096
+MAX_LEASE_S = 86_400.0
+DEFAULT_MAX_WAIT_S = 600.0
+RUNNER_NOT_BUILT = (
+    "the agent runner is not built yet (see the issue 'Rollout buffer server', section 3: it needs "
+    "the multi-turn episode); write trajectories with POST /trajectories"
+)
+
+
+def _check_type(path: str, value: Any, expected: type | tuple[type, ...]) -> None:
+    names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
+    if isinstance(value, bool) or not isinstance(value, expected):
+        raise ValidationError(f"{path}: expected {names}, got {type(value).__name__}")
+
+
+def _check_number(path: str, value: Any, lo: float, hi: float) -> float:
+    _check_type(path, value, (int, float))
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not (math.isfinite(number) and lo <= number <= hi):
+        raise ValidationError(f"{path}: must be a number in [{lo:g}, {hi:g}]")
+    return number
+
+
+def _check_int(path: str, value: Any, lo: int, hi: int) -> int:
+    _check_type(path, value, int)
+    if not lo <= value <= hi:
+        raise ValidationError(f"{path}: must be an integer in [{lo}, {hi}]")
+    return int(value)
+
+
+def _reject_unknown(data: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ValidationError(f"unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def _json_object(raw: bytes, hint: str) -> dict[str, Any]:
+    if not raw:
+        raise ValidationError(f"empty body: send a JSON object {hint}")
+    try:
+        body = fastjson.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValidationError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ValidationError(f"body: expected a JSON object {hint}, got {type(body).__name__}")
+    return body
+
+
+def create_app(
+    store: BufferStore,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_wait_s: float = DEFAULT_MAX_WAIT_S,
+    info: dict[str, Any] | None = None,
+) -> Flask:
+    app = Flask("buffer_server")
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    server_info = dict(info or {})
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> tuple[Response, int]:
+        code = exc.code or 500
+        if code == 413:
+            message = f"request body too large (limit {max_body_bytes} bytes)"
+        else:
+            message = f"{exc.name}: {exc.description}"
+        return jsonify(error=message), code
+
+    @app.errorhandler(ValidationError)
+    def _invalid(exc: ValidationError) -> tuple[Response, int]:
+        return jsonify(error=str(exc)), 400
+
+    @app.errorhandler(PolicyVersionError)
+    def _bad_version(exc: PolicyVersionError) -> tuple[Response, int]:
+        return jsonify(error=str(exc)), 400
+
+    @app.errorhandler(LeaseError)
+    def _lease_error(exc: LeaseError) -> tuple[Response, int]:
+        return jsonify(error=str(exc)), exc.code
+
+    @app.errorhandler(sqlite3.Error)
+    def _storage_error(exc: sqlite3.Error) -> tuple[Response, int]:
+        log.exception("storage error")
+        resp = jsonify(error=f"storage error, nothing of this request was stored or changed: {exc}")
+        resp.headers["Retry-After"] = "5"
+        return resp, 503
+
+    @app.errorhandler(Exception)
+    def _internal(exc: Exception) -> tuple[Response, int]:
+        log.exception("unhandled error")
+        return jsonify(error=f"internal error: {type(exc).__name__}: {exc}"), 500
+
+    @app.post("/trajectories")
+    def put_trajectories() -> tuple[Response, int]:
+        body = _json_object(request.get_data(cache=False), 'with a record, or {"records": [...]}')
+        if "records" in body:
+            _reject_unknown(body, {"records"})
+            items = body["records"]
+            _check_type("records", items, list)
+            if not items:
+                raise ValidationError("records: must not be empty")
+            if len(items) > MAX_RECORDS_PER_REQUEST:
+                raise ValidationError(f"records: more than {MAX_RECORDS_PER_REQUEST} records in one request")
+            records = [
+                parse_record(item, path=f"records[{i}]", strict_json=fastjson.STRICT_DECODER)
+                for i, item in enumerate(items)
+            ]
+        else:
+            records = [parse_record(body, strict_json=fastjson.STRICT_DECODER)]
+        result = store.put(records)
+        return jsonify(accepted=result.accepted, duplicates=result.duplicates, stale=result.stale), 200
+
+    @app.post("/batches")
+    def get_batch() -> Response:
+        body = _json_object(request.get_data(cache=False), 'like {"num_groups": 32, "timeout_s": 60}')
+        _reject_unknown(body, {"num_groups", "timeout_s", "policy_version", "lease_s"})
+        if "num_groups" not in body:
+            raise ValidationError("num_groups: missing required field")
+        num_groups = _check_int("num_groups", body["num_groups"], 1, MAX_GROUPS_PER_BATCH)
+        timeout_s = _check_number("timeout_s", body.get("timeout_s", 0.0), 0.0, max_wait_s)
+        version = body.get("policy_version")
+        if version is not None:
+            version = _check_int("policy_version", version, 0, 2**62)
+        lease_s = body.get("lease_s")
+        if lease_s is not None:
+            lease_s = _check_number("lease_s", lease_s, 1e-3, MAX_LEASE_S)
+        lease = store.lease(num_groups, timeout_s=timeout_s, lease_s=lease_s, policy_version=version)
+        meta = {
+            "num_groups": len(lease.groups),
+            "num_records": lease.num_records,
+            "requested_groups": num_groups,
+            "waited_s": round(lease.waited_s, 4),
+            "policy_version": lease.policy_version,
+            "lease_expires_at": lease.expires_at,
+        }
+        # The reply is streamed from the stored record bytes with a known Content-Length: no
+        # 30 MB join, and waitress sends while later pieces are still being handed over.
+        pieces = [b'{"lease_id":', fastjson.dumps(lease.lease_id), b',"groups":[']
+        for i, group in enumerate(lease.groups):
+            pieces.append(b'{"instance_id":' if i == 0 else b',{"instance_id":')
+            pieces += [fastjson.dumps(group.instance_id), b',"records":[']
+            for j, body in enumerate(group.records):
+                if j:
+                    pieces.append(b",")
+                pieces.append(body)
+            pieces.append(b"]}")
+        pieces += [b'],"meta":', fastjson.dumps(meta), b"}"]
+        size = sum(len(p) for p in pieces)
+        return Response(
+            iter(pieces), status=200, mimetype="application/json", headers={"Content-Length": str(size)}
+        )
+
+    def _lease_id() -> str:
+        body = _json_object(request.get_data(cache=False), 'like {"lease_id": "..."}')
+        _reject_unknown(body, {"lease_id"})
+        if "lease_id" not in body:
+            raise ValidationError("lease_id: missing required field")
+        _check_type("lease_id", body["lease_id"], str)
+        return body["lease_id"]
+
+    @app.post("/batches/ack")
+    def ack_batch() -> tuple[Response, int]:
+        result = store.ack(_lease_id())
+        return jsonify(
+            lease_id=result.lease_id,
+            groups=result.groups,
+            records=result.records,
+            already_acked=result.already,
+        ), 200
+
+    @app.post("/batches/release")
+    def release_batch() -> tuple[Response, int]:
+        lease_id = _lease_id()
+        return jsonify(lease_id=lease_id, records_released=store.release(lease_id)), 200
+
+    @app.post("/policy_version")
+    def policy_version() -> tuple[Response, int]:
+        body = _json_object(request.get_data(cache=False), 'like {"version": 3}')
+        _reject_unknown(body, {"version"})
+        if "version" not in body:
+            raise ValidationError("version: missing required field")
+        version = _check_int("version", body["version"], 0, 2**62)
+        dropped = store.set_policy_version(version)
+        return jsonify(policy_version=store.policy_version, dropped_stale=dropped), 200
+
+    @app.post("/rollout/start")
+    @app.post("/rollout/stop")
+    def rollout_control() -> tuple[Response, int]:
+        return jsonify(error=RUNNER_NOT_BUILT), 501
+
+    @app.get("/health")
+    def health() -> tuple[Response, int]:
+        try:
+            mode = store.pragma("journal_mode")
+        except sqlite3.Error as exc:
+            return jsonify(status="error", error=f"database not usable: {exc}", **server_info), 503
+        body = {
+            "status": "ok",
+            "db": str(store.path),
+            "journal_mode": mode,
+            "policy_version": store.policy_version,
+            "json_backend": fastjson.BACKEND,
+            **server_info,
+        }
+        return jsonify(body), 200
+
+    @app.get("/stats")
+    def stats() -> tuple[Response, int]:
+        return jsonify({**server_info, **store.stats()}), 200
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(render_prometheus(store.stats()), mimetype="text/plain; version=0.0.4")
+
+    return app
+
+
+def render_prometheus(stats: dict[str, Any]) -> str:
+    """Prometheus text exposition of BufferStore.stats() (no client library needed)."""
+    rec, groups, leases = stats["records"], stats["groups"], stats["leases"]
+    lines = [
+        "# HELP rollout_buffer_records Records held now, by state.",
+        "# TYPE rollout_buffer_records gauge",
+        f'rollout_buffer_records{{state="ready"}} {rec["ready"]}',
+        f'rollout_buffer_records{{state="leased"}} {rec["leased"]}',
+        "# HELP rollout_buffer_groups Pending groups, by state (ready = can be handed out now).",
+        "# TYPE rollout_buffer_groups gauge",
+        f'rollout_buffer_groups{{state="ready"}} {groups["ready"]}',
+        f'rollout_buffer_groups{{state="partial"}} {groups["partial"]}',
+        "# HELP rollout_buffer_records_total Records by outcome since the database was created.",
+        "# TYPE rollout_buffer_records_total counter",
+    ]
+    for outcome, key in (
+        ("accepted", "total"),
+        ("duplicate", "duplicates"),
+        ("consumed", "consumed"),
+        ("redelivered", "redelivered"),
+    ):
+        lines.append(f'rollout_buffer_records_total{{outcome="{outcome}"}} {rec[key]}')
+    lines += [
+        "# HELP rollout_buffer_dropped_records_total Records dropped by a group rule, by reason.",
+        "# TYPE rollout_buffer_dropped_records_total counter",
+    ]
+    for reason in DROP_REASONS:
+        lines.append(
+            f'rollout_buffer_dropped_records_total{{reason="{reason}"}} {stats["dropped_records"][reason]}'
+        )
+    lines += [
+        "# HELP rollout_buffer_dropped_groups_total Whole groups dropped, by reason.",
+        "# TYPE rollout_buffer_dropped_groups_total counter",
+    ]
+    for reason in DROP_REASONS:
+        if reason != DROP_STALE:
+            lines.append(
+                f'rollout_buffer_dropped_groups_total{{reason="{reason}"}} {stats["dropped_groups"][reason]}'
+            )
+    counters = {
+        "rollout_buffer_groups_leased_total": (
+            "Groups handed out (redeliveries included).",
+            groups["leased_total"],
+        ),
+        "rollout_buffer_groups_consumed_total": ("Groups acked by a reader.", groups["consumed"]),
+        "rollout_buffer_leases_expired_total": ("Leases that expired without an ack.", leases["expired"]),
+        "rollout_buffer_leases_released_total": ("Leases given back by their reader.", leases["released"]),
+        "rollout_buffer_write_commits_total": (
+            "Transactions that stored writes (group commit: one may hold several requests), since start.",
+            stats["write_commits"],
+        ),
+    }
+    for name, (help_text, value) in counters.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
+    gauges = {
+        "rollout_buffer_leases_active": ("Leases waiting for an ack.", leases["active"]),
+        "rollout_buffer_policy_version": ("Current policy (weights) version.", stats["policy_version"]),
+        "rollout_buffer_write_rate": (
+            f"Records accepted per second over the last {stats['write_rate_window_s']:g} s.",
+            stats["writes_per_s_recent"],
+        ),
+    }
+    for name, (help_text, value) in gauges.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
+    return "\n".join(lines) + "\n"

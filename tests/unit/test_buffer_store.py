@@ -1,0 +1,478 @@
+"""Unit tests of buffer_server.store against a temporary SQLite file: idempotency, whole groups
+handed out exactly once (lease / ack / release / expiry), the group rules and their persistent
+counters, restart, and all-or-nothing batches. Time-based rules run on a fake clock."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from buffer_server.store import BufferStore, GroupRules, LeaseError, PolicyVersionError, StoreError
+from slime_ext import fastjson
+from slime_ext.trajectory import TrajectoryRecord, parse_record
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def rec(uid: str, instance_id: str = "p0", reward: float = 0.0, version: int = 0) -> TrajectoryRecord:
+    return parse_record(
+        {
+            "uid": uid,
+            "instance_id": instance_id,
+            "policy_version": version,
+            "prompt_token_ids": [1, 2, 3],
+            "response_token_ids": [4, 5, 6, 7],
+            "loss_mask": [1, 1, 0, 1],
+            "rollout_log_probs": [-0.25, -1.5, 0.0, -0.125],
+            "turn_rewards": [reward],
+            "turn_eval_results": [{"status": "ok", "feedback": "Status: ok."}],
+            "reward": reward,
+            "status": "completed",
+            "metadata": {"n": len(uid)},
+        }
+    )
+
+
+def group(
+    instance_id: str, n: int, *, version: int = 0, rewards: list[float] | None = None
+) -> list[TrajectoryRecord]:
+    rewards = rewards if rewards is not None else [float(i) for i in range(n)]
+    return [rec(f"{instance_id}-{i}", instance_id, rewards[i], version) for i in range(n)]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def open_store(tmp_path, clock):
+    opened: list[BufferStore] = []
+
+    def _open(**rules) -> BufferStore:
+        store = BufferStore(tmp_path / "buffer.sqlite", GroupRules(**rules), clock=clock)
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        store.close()
+
+
+def uids(lease) -> dict[str, list[str]]:
+    return {g.instance_id: [r["uid"] for r in g.decoded()] for g in lease.groups}
+
+
+def bodies_match_states(path) -> bool:
+    """Invariant: a body exists exactly for the records that are ready or leased."""
+    with sqlite3.connect(path) as conn:
+        with_body = {s for (s,) in conn.execute("SELECT seq FROM bodies")}
+        live = {s for (s,) in conn.execute("SELECT seq FROM records WHERE state IN ('ready', 'leased')")}
+    return with_body == live
+
+
+def test_database_is_wal_with_full_sync(open_store):
+    store = open_store()
+    assert store.pragma("journal_mode") == "wal"
+    assert store.pragma("synchronous") == 2  # FULL
+    assert store.pragma("page_size") == 32768
+
+
+def test_writes_are_idempotent_by_uid(open_store):
+    store = open_store(group_size=4)
+    first = store.put(group("p0", 3))
+    assert (first.accepted, first.duplicates, first.stale) == (3, 0, 0)
+    retry = store.put(group("p0", 3))
+    assert (retry.accepted, retry.duplicates) == (0, 3)
+    mixed = store.put([rec("p0-2", "p0"), rec("new", "p0", 5.0), rec("new", "p0", 5.0)])
+    assert (mixed.accepted, mixed.duplicates) == (1, 2)  # a uid twice in one batch counts once
+    stats = store.stats()
+    assert stats["records"]["total"] == 4 and stats["records"]["duplicates"] == 5
+    assert stats["records"]["ready"] == 4
+
+
+def test_first_write_of_a_uid_wins(open_store):
+    store = open_store(group_size=2)
+    store.put([rec("a", "p0", 1.0), rec("b", "p0", 2.0)])
+    store.put([rec("a", "p0", 99.0)])  # same uid, other content: a duplicate, not an update
+    lease = store.lease(1)
+    assert [r["reward"] for r in lease.groups[0].decoded()] == [1.0, 2.0]
+
+
+def test_a_group_is_handed_out_whole_and_once(open_store):
+    store = open_store(group_size=4)
+    records = group("p0", 4)
+    store.put(records[:3])
+    assert store.lease(1).groups == []  # 3 of 4: not ready
+    store.put(records[3:])
+    lease = store.lease(5)
+    assert lease.lease_id is not None and lease.num_records == 4
+    assert uids(lease) == {"p0": ["p0-0", "p0-1", "p0-2", "p0-3"]}  # arrival order
+    assert [r for r in lease.groups[0].decoded()] == [r.to_json() for r in records]  # exact round trip
+    assert store.lease(5).groups == []  # leased: nobody else gets it
+    assert store.stats()["records"]["leased"] == 4
+    ack = store.ack(lease.lease_id)
+    assert (ack.groups, ack.records, ack.already) == (1, 4, False)
+    assert store.lease(5).groups == []
+    stats = store.stats()
+    assert stats["records"]["consumed"] == 4 and stats["records"]["stored"] == 0
+    assert stats["groups"]["consumed"] == 1
+    assert store.put(records).duplicates == 4  # consumed uids stay known
+    assert bodies_match_states(store.path)
+
+
+def test_a_group_includes_records_beyond_group_size(open_store):
+    store = open_store(group_size=4)
+    store.put(group("p0", 6))
+    assert [len(g.records) for g in store.lease(2).groups] == [6]
+
+
+def test_records_arriving_after_a_lease_form_the_next_group(open_store):
+    store = open_store(group_size=2)
+    store.put(group("p0", 2))
+    first = store.lease(1)
+    store.put([rec("late-0", "p0", 0.0), rec("late-1", "p0", 1.0)])
+    second = store.lease(1)
+    assert uids(first) == {"p0": ["p0-0", "p0-1"]}
+    assert uids(second) == {"p0": ["late-0", "late-1"]}
+
+
+def test_groups_come_oldest_first_and_max_groups_is_honoured(open_store):
+    store = open_store(group_size=2)
+    for name in ("a", "b", "c"):
+        store.put(group(name, 2))
+    assert [g.instance_id for g in store.lease(2).groups] == ["a", "b"]
+    assert [g.instance_id for g in store.lease(2).groups] == ["c"]
+
+
+def test_an_expired_lease_is_handed_out_again(open_store, clock):
+    store = open_store(group_size=2, lease_s=30.0)
+    store.put(group("p0", 2))
+    first = store.lease(1)
+    assert first.expires_at == pytest.approx(clock.now + 30.0)
+    clock.advance(31.0)
+    with pytest.raises(LeaseError) as exc:
+        store.ack(first.lease_id)
+    assert exc.value.code == 409 and "expired" in str(exc.value)
+    second = store.lease(1)
+    assert second.lease_id != first.lease_id and uids(second) == uids(first)
+    assert store.ack(second.lease_id).records == 2
+    stats = store.stats()
+    assert stats["leases"]["expired"] == 1 and stats["records"]["redelivered"] == 2
+    assert stats["groups"]["leased_total"] == 2 and stats["groups"]["consumed"] == 1
+
+
+def test_lease_s_per_call_overrides_the_default(open_store, clock):
+    store = open_store(group_size=1, min_group_size=1, drop_zero_variance=False, lease_s=300.0)
+    store.put([rec("a")])
+    lease = store.lease(1, lease_s=5.0)
+    clock.advance(6.0)
+    assert uids(store.lease(1)) == uids(lease)
+
+
+def test_ack_is_idempotent_and_release_gives_groups_back(open_store):
+    store = open_store(group_size=2)
+    store.put(group("p0", 2) + group("p1", 2))
+    lease = store.lease(1)
+    assert store.ack(lease.lease_id).already is False
+    assert store.ack(lease.lease_id).already is True  # a retried ack
+    with pytest.raises(LeaseError) as exc:
+        store.release(lease.lease_id)
+    assert exc.value.code == 409
+
+    other = store.lease(1)
+    assert store.release(other.lease_id) == 2
+    assert store.release(other.lease_id) == 0  # idempotent
+    with pytest.raises(LeaseError) as exc:
+        store.ack(other.lease_id)
+    assert exc.value.code == 409 and "released" in str(exc.value)
+    assert uids(store.lease(1)) == uids(other)  # ready again at once
+    for call in (store.ack, store.release):
+        with pytest.raises(LeaseError) as exc:
+            call("no-such-lease")
+        assert exc.value.code == 404
+    assert store.stats()["leases"]["released"] == 1
+
+
+def test_timed_out_partial_groups_are_kept_or_dropped_by_min_size(open_store, clock):
+    store = open_store(group_size=4, min_group_size=2, group_timeout_s=60.0)
+    store.put(group("big", 2) + group("small", 1))
+    clock.advance(59.0)
+    assert store.lease(5).groups == []
+    stats = store.stats()
+    assert stats["groups"]["partial"] == 2 and stats["groups"]["partial_records"] == 3
+    clock.advance(2.0)
+    lease = store.lease(5)
+    assert uids(lease) == {"big": ["big-0", "big-1"]}
+    stats = store.stats()
+    assert stats["dropped_records"]["group_timeout"] == 1
+    assert stats["dropped_groups"]["group_timeout"] == 1
+    assert stats["records"]["dropped"] == 1 and stats["groups"]["partial"] == 0
+    assert bodies_match_states(store.path)
+
+
+def test_group_timeout_none_waits_forever(open_store, clock):
+    store = open_store(group_size=4, group_timeout_s=None)
+    store.put(group("p0", 1))
+    clock.advance(10**7)
+    assert store.lease(1).groups == []
+    assert store.stats()["groups"]["partial"] == 1
+
+
+def test_zero_variance_groups_are_dropped_and_counted(open_store):
+    store = open_store(group_size=3)
+    store.put(group("flat", 2, rewards=[1.0, 1.0]))
+    assert store.stats()["dropped_records"]["zero_variance"] == 0  # partial: not judged yet
+    store.put([rec("flat-2", "flat", 1.0)] + group("mixed", 3, rewards=[1.0, 1.0, 0.5]))
+    assert uids(store.lease(5)) == {"mixed": ["mixed-0", "mixed-1", "mixed-2"]}
+    stats = store.stats()
+    assert stats["dropped_records"]["zero_variance"] == 3
+    assert stats["dropped_groups"]["zero_variance"] == 1
+    assert bodies_match_states(store.path)
+
+
+def test_zero_variance_groups_are_kept_when_the_rule_is_off(open_store):
+    store = open_store(group_size=2, drop_zero_variance=False)
+    store.put(group("flat", 2, rewards=[0.0, 0.0]))
+    assert len(store.lease(1).groups) == 1
+
+
+def test_stale_records_are_dropped_on_arrival_and_when_the_version_moves(open_store):
+    store = open_store(group_size=2, max_staleness=1)
+    assert store.set_policy_version(3) == 0
+    result = store.put([rec("old", "p0", 0.0, version=1), rec("ok", "p0", 1.0, version=2)])
+    assert (result.accepted, result.stale) == (2, 1)
+    assert store.put([rec("old", "p0", 0.0, version=1)]).duplicates == 1  # a stale uid stays known
+    store.put([rec("ok2", "p1", 1.0, version=2)])
+    assert store.set_policy_version(3) == 0  # same version: nothing moves
+    assert store.set_policy_version(4) == 2  # version 2 < 4 - 1
+    stats = store.stats()
+    assert stats["dropped_records"]["stale"] == 3 and stats["policy_version"] == 4
+    assert stats["records"]["ready"] == 0
+    with pytest.raises(PolicyVersionError, match="version: 3 < current 4"):
+        store.set_policy_version(3)
+    assert bodies_match_states(store.path)
+
+
+def test_stale_leased_groups_are_not_pulled_back(open_store):
+    store = open_store(group_size=2, max_staleness=0)
+    store.put(group("p0", 2, version=0))
+    lease = store.lease(1)
+    store.set_policy_version(5)
+    assert store.ack(lease.lease_id).records == 2  # handed out before the version moved
+
+
+def test_no_staleness_limit_keeps_everything(open_store):
+    store = open_store(group_size=2, max_staleness=None)
+    store.set_policy_version(100)
+    assert store.put(group("p0", 2, version=0)).stale == 0
+    assert len(store.lease(1).groups) == 1
+
+
+def test_lease_applies_its_policy_version_first(open_store):
+    store = open_store(group_size=2, max_staleness=0)
+    store.put(group("old", 2, version=0) + group("new", 2, version=1))
+    lease = store.lease(5, policy_version=1)
+    assert list(uids(lease)) == ["new"] and lease.policy_version == 1
+    with pytest.raises(PolicyVersionError):
+        store.lease(1, policy_version=0)
+
+
+def test_restart_resumes_everything_acknowledged(open_store, clock):
+    store = open_store(group_size=2, group_timeout_s=60.0, lease_s=100.0)
+    store.set_policy_version(2)
+    store.put(group("acked", 2, version=2) + group("leased", 2, version=2))
+    store.put(group("ready", 2, version=2) + group("partial", 1, version=2))
+    store.put(group("flat", 2, version=2, rewards=[0.5, 0.5]))
+    acked = store.lease(1)
+    store.ack(acked.lease_id)
+    leased = store.lease(1)
+    before = store.stats()
+    store.close()
+
+    reopened = open_store(group_size=2, group_timeout_s=60.0, lease_s=100.0)
+    after = reopened.stats()
+    for key in ("policy_version", "records", "groups", "leases", "dropped_records", "dropped_groups"):
+        assert after[key] == before[key], key
+    assert after["policy_version"] == 2 and after["dropped_groups"]["zero_variance"] == 1
+    assert uids(reopened.lease(5)) == {"ready": ["ready-0", "ready-1"]}  # the leased one is still out
+    assert reopened.ack(leased.lease_id).records == 2  # a lease survives the restart
+    assert reopened.put(group("acked", 2, version=2)).duplicates == 2
+    clock.advance(61.0)
+    reopened.lease(5)
+    assert reopened.stats()["dropped_groups"]["group_timeout"] == 1  # the partial group's age survived
+
+
+def test_an_unacked_lease_expires_after_a_restart(open_store, clock):
+    store = open_store(group_size=2, lease_s=100.0)
+    store.put(group("p0", 2))
+    lease = store.lease(1)
+    store.close()
+    reopened = open_store(group_size=2, lease_s=100.0)
+    assert reopened.lease(1).groups == []
+    clock.advance(101.0)
+    assert uids(reopened.lease(1)) == uids(lease)
+
+
+def test_one_server_per_database(open_store, tmp_path):
+    open_store()
+    with pytest.raises(StoreError, match="in use by another buffer server"):
+        BufferStore(tmp_path / "buffer.sqlite")
+
+
+def test_a_batch_is_all_or_nothing(open_store):
+    store = open_store(group_size=2)
+    good = group("p0", 2)
+    bad = dataclasses.replace(rec("x", "p1"), uid="")  # bypasses parse_record; the table refuses it
+    with pytest.raises(sqlite3.IntegrityError):
+        store.put([good[0], bad, good[1]])
+    stats = store.stats()
+    assert stats["records"]["total"] == 0 and stats["records"]["ready"] == 0
+    assert store.put(good).accepted == 2  # not duplicates: nothing of the failed batch was kept
+    assert bodies_match_states(store.path)
+
+
+def test_concurrent_puts_are_group_committed_and_stay_idempotent(open_store):
+    store = open_store(group_size=4)
+    results = []
+    lock = threading.Lock()
+
+    def writer(k: int) -> None:
+        for i in range(25):
+            # Writers k and k+4 send the same uids: every uid must be accepted exactly once.
+            result = store.put([rec(f"u{k % 4}-{i}", f"p{i}", float(k % 4))])
+            with lock:
+                results.append(result)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.accepted for r in results) == 100 and sum(r.duplicates for r in results) == 100
+    stats = store.stats()
+    assert stats["records"]["total"] == 100 and stats["records"]["ready"] == 100
+    assert stats["write_commits"] <= 200  # concurrent puts share commits
+    assert bodies_match_states(store.path)
+
+
+def test_a_failed_group_commit_fails_only_the_bad_put(open_store):
+    from buffer_server.store import _PendingPut
+
+    store = open_store(group_size=2)
+    good = _PendingPut([("g1", "p0", 0, 0.0, b"{}"), ("g2", "p0", 0, 1.0, b"{}")])
+    bad = _PendingPut([("b1", "p1", 0, 0.0, b"{}"), ("", "p1", 0, 0.0, b"{}")])  # empty uid: CHECK fails
+    later = _PendingPut([("g3", "p2", 0, 0.0, b"{}")])
+    store._commit_puts([good, bad, later])  # as if three puts had queued behind one commit
+    assert good.done and bad.done and later.done
+    assert (good.result.accepted, later.result.accepted) == (2, 1)
+    assert isinstance(bad.error, sqlite3.IntegrityError) and bad.result is None
+    assert store.stats()["records"]["total"] == 3  # b1 went with its put's failure
+
+
+def test_lease_waits_for_groups_written_meanwhile(open_store):
+    store = open_store(group_size=2)
+
+    def write_later() -> None:
+        time.sleep(0.3)
+        store.put(group("p0", 2))
+
+    writer = threading.Thread(target=write_later)
+    writer.start()
+    t0 = time.monotonic()
+    lease = store.lease(1, timeout_s=10.0)
+    elapsed = time.monotonic() - t0
+    writer.join()
+    assert list(uids(lease)) == ["p0"]
+    assert 0.2 < elapsed < 5.0 and lease.waited_s == pytest.approx(elapsed, abs=0.1)
+
+
+def test_lease_returns_what_is_ready_at_the_deadline(open_store):
+    store = open_store(group_size=2)
+    store.put(group("p0", 2))
+    t0 = time.monotonic()
+    lease = store.lease(3, timeout_s=0.4)
+    assert 0.35 < time.monotonic() - t0 < 3.0
+    assert list(uids(lease)) == ["p0"]
+    assert store.lease(3, timeout_s=0.0).lease_id is None
+
+
+def test_concurrent_readers_get_each_group_exactly_once(open_store):
+    store = open_store(group_size=3)
+    expected = {f"g{i}": [f"g{i}-0", f"g{i}-1", f"g{i}-2"] for i in range(60)}
+    for i in range(60):
+        store.put(group(f"g{i}", 3))
+    got: list[dict[str, list[str]]] = []
+    lock = threading.Lock()
+
+    def reader() -> None:
+        while True:
+            lease = store.lease(4, timeout_s=0.05)
+            if not lease.groups:
+                return
+            with lock:
+                got.append(uids(lease))
+            store.ack(lease.lease_id)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    handed = [iid for lease in got for iid in lease]
+    assert sorted(handed) == sorted(expected)  # every group, none twice
+    assert all(lease[iid] == expected[iid] for lease in got for iid in lease)  # each one whole
+    assert store.stats()["groups"]["consumed"] == 60
+
+
+def test_write_rate_and_stats_shape(open_store):
+    store = open_store(group_size=2)
+    store.put(group("p0", 2) + group("p1", 1))
+    stats = store.stats()
+    assert stats["writes_per_s_recent"] == pytest.approx(3 / stats["write_rate_window_s"])
+    assert stats["groups"] == {
+        "ready": 1,
+        "ready_records": 2,
+        "partial": 1,
+        "partial_records": 1,
+        "leased_total": 0,
+        "consumed": 0,
+    }
+    assert stats["json_backend"] == fastjson.BACKEND
+    assert stats["rules"]["group_size"] == 2 and stats["rules"]["min_group_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({"group_size": 0}, "group_size"),
+        ({"group_size": 4, "min_group_size": 5}, "min_group_size"),
+        ({"min_group_size": 0}, "min_group_size"),
+        ({"group_timeout_s": 0}, "group_timeout_s"),
+        ({"max_staleness": -1}, "max_staleness"),
+        ({"lease_s": 0}, "lease_s"),
+    ],
+)
+def test_group_rules_are_validated(rules, message):
+    with pytest.raises(ValueError, match=message):
+        GroupRules(**rules)
+
+
+def test_min_group_size_defaults_to_two_or_the_group_size():
+    assert GroupRules(group_size=8).min_group_size == 2
+    assert GroupRules(group_size=1).min_group_size == 1
