@@ -44,6 +44,7 @@ from slime_ext.prompts import (
 )
 from slime_ext.rewards import RewardConfig, discounted_returns, should_stop, trajectory_return, turn_reward
 from slime_ext.sglang_client import FINISH_ABORT, FINISH_LENGTH, SGLangClient
+from slime_ext.trajectory import STATUS_ABORTED, STATUS_COMPLETED, STATUS_TRUNCATED
 
 __all__ = [
     "EPISODE_STATUSES",
@@ -56,9 +57,7 @@ __all__ = [
     "run_episode",
 ]
 
-STATUS_COMPLETED = "completed"
-STATUS_TRUNCATED = "truncated"
-STATUS_ABORTED = "aborted"
+# One definition of the statuses: the trajectory record's (the episode becomes such a record).
 EPISODE_STATUSES = (STATUS_COMPLETED, STATUS_TRUNCATED, STATUS_ABORTED)
 
 
