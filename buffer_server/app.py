@@ -20,7 +20,10 @@ from werkzeug.exceptions import HTTPException
 
 from buffer_server.store import DROP_REASONS, DROP_STALE, BufferStore, LeaseError, PolicyVersionError
 from slime_ext import fastjson
-from slime_ext.trajectory import ValidationError, parse_record
+from slime_ext.trajectory import parse_record
+from slime_ext.validation import ValidationError
+from slime_ext.validation import check_type as _check_type
+from slime_ext.validation import reject_unknown as _reject_unknown
 
 log = logging.getLogger("buffer_server.app")
 
@@ -33,12 +36,6 @@ RUNNER_NOT_BUILT = (
     "the agent runner is not built yet (see the issue 'Rollout buffer server', section 3: it needs "
     "the multi-turn episode); write trajectories with POST /trajectories"
 )
-
-
-def _check_type(path: str, value: Any, expected: type | tuple[type, ...]) -> None:
-    names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,)))
-    if isinstance(value, bool) or not isinstance(value, expected):
-        raise ValidationError(f"{path}: expected {names}, got {type(value).__name__}")
 
 
 def _check_number(path: str, value: Any, lo: float, hi: float) -> float:
@@ -57,12 +54,6 @@ def _check_int(path: str, value: Any, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise ValidationError(f"{path}: must be an integer in [{lo}, {hi}]")
     return int(value)
-
-
-def _reject_unknown(data: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ValidationError(f"unknown field(s) {unknown}; allowed: {sorted(allowed)}")
 
 
 def _json_object(raw: bytes, hint: str) -> dict[str, Any]:
@@ -125,7 +116,7 @@ def create_app(
     def put_trajectories() -> tuple[Response, int]:
         body = _json_object(request.get_data(cache=False), 'with a record, or {"records": [...]}')
         if "records" in body:
-            _reject_unknown(body, {"records"})
+            _reject_unknown("", body, {"records"})
             items = body["records"]
             _check_type("records", items, list)
             if not items:
@@ -144,7 +135,7 @@ def create_app(
     @app.post("/batches")
     def get_batch() -> Response:
         body = _json_object(request.get_data(cache=False), 'like {"num_groups": 32, "timeout_s": 60}')
-        _reject_unknown(body, {"num_groups", "timeout_s", "policy_version", "lease_s"})
+        _reject_unknown("", body, {"num_groups", "timeout_s", "policy_version", "lease_s"})
         if "num_groups" not in body:
             raise ValidationError("num_groups: missing required field")
         num_groups = _check_int("num_groups", body["num_groups"], 1, MAX_GROUPS_PER_BATCH)
@@ -183,7 +174,7 @@ def create_app(
 
     def _lease_id() -> str:
         body = _json_object(request.get_data(cache=False), 'like {"lease_id": "..."}')
-        _reject_unknown(body, {"lease_id"})
+        _reject_unknown("", body, {"lease_id"})
         if "lease_id" not in body:
             raise ValidationError("lease_id: missing required field")
         _check_type("lease_id", body["lease_id"], str)
@@ -207,7 +198,7 @@ def create_app(
     @app.post("/policy_version")
     def policy_version() -> tuple[Response, int]:
         body = _json_object(request.get_data(cache=False), 'like {"version": 3}')
-        _reject_unknown(body, {"version"})
+        _reject_unknown("", body, {"version"})
         if "version" not in body:
             raise ValidationError("version: missing required field")
         version = _check_int("version", body["version"], 0, 2**62)

@@ -13,6 +13,10 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from slime_ext.validation import ValidationError
+from slime_ext.validation import check_type as _check_type
+from slime_ext.validation import reject_unknown as _reject_unknown
+
 # Closed set of result statuses. Order is documentation only.
 STATUS_OK = "ok"  # compiled, correct on every trial, passed every check
 STATUS_COMPILE_ERROR = "compile_error"  # syntax/import error, no ModelNew, Triton compile failure
@@ -48,10 +52,6 @@ TOLERANCE_PROFILES: dict[str, dict[str, float]] = {
 MAX_CORRECTNESS_TRIALS = 50
 MAX_TIMING_TRIALS = 10_000
 MAX_SOURCE_CHARS = 200_000
-
-
-class ValidationError(ValueError):
-    """A request that does not match the schema; the message names the field."""
 
 
 def problem_hash(reference_source: str) -> str:
@@ -173,27 +173,6 @@ def _build(cls: type, path: str, data: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _check_type(path: str, value: Any, expected: type | tuple[type, ...]) -> None:
-    # bool is an int subclass in Python; never accept it where a number is expected.
-    if isinstance(value, bool) and bool not in (expected if isinstance(expected, tuple) else (expected,)):
-        raise ValidationError(f"{path}: expected {_type_name(expected)}, got bool")
-    if not isinstance(value, expected):
-        raise ValidationError(f"{path}: expected {_type_name(expected)}, got {type(value).__name__}")
-
-
-def _type_name(expected: type | tuple[type, ...]) -> str:
-    if isinstance(expected, tuple):
-        return " or ".join(t.__name__ for t in expected)
-    return expected.__name__
-
-
-def _reject_unknown(path: str, data: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        where = f"{path}: " if path else ""
-        raise ValidationError(f"{where}unknown field(s) {unknown}; allowed: {sorted(allowed)}")
 
 
 def parse_options(data: Any) -> EvalOptions:

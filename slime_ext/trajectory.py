@@ -35,6 +35,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from slime_ext.validation import ValidationError, type_name
+from slime_ext.validation import check_type as _check_type
+
 __all__ = [
     "MAX_ID_CHARS",
     "MAX_JSON_DEPTH",
@@ -59,10 +62,6 @@ MAX_POLICY_VERSION = 2**62
 MAX_SAMPLE_INDEX = 2**31 - 1
 MAX_JSON_DEPTH = 32
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1  # integers every JSON library here round-trips
-
-
-class ValidationError(ValueError):
-    """A record that does not match the schema; the message names the field (and index)."""
 
 
 @dataclass
@@ -198,20 +197,6 @@ def parse_record(data: Any, *, path: str = "", strict_json: bool = False) -> Tra
 # --------------------------------------------------------------------------- field checks
 
 
-def _type_name(expected: type | tuple[type, ...]) -> str:
-    if isinstance(expected, tuple):
-        return " or ".join(t.__name__ for t in expected)
-    return expected.__name__
-
-
-def _check_type(path: str, value: Any, expected: type | tuple[type, ...]) -> None:
-    # bool is an int subclass in Python; never accept it where a number is expected.
-    if isinstance(value, bool) and bool not in (expected if isinstance(expected, tuple) else (expected,)):
-        raise ValidationError(f"{path}: expected {_type_name(expected)}, got bool")
-    if not isinstance(value, expected):
-        raise ValidationError(f"{path}: expected {_type_name(expected)}, got {type(value).__name__}")
-
-
 def _check_str(path: str, value: Any) -> str:
     _check_type(path, value, str)
     if not value.isascii():
@@ -257,7 +242,7 @@ def _check_float_list(path: str, value: Any) -> list[float]:
 def _first_bad_type(path: str, values: list[Any], allowed: tuple[type, ...]) -> ValidationError:
     for i, v in enumerate(values):
         if type(v) not in allowed:
-            return ValidationError(f"{path}[{i}]: expected {_type_name(allowed)}, got {type(v).__name__}")
+            return ValidationError(f"{path}[{i}]: expected {type_name(allowed)}, got {type(v).__name__}")
     raise AssertionError("no bad element found")  # pragma: no cover
 
 
