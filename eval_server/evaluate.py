@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from eval_server import loader
-from eval_server.compare import compare_outputs, normalized_error, tolerance_for
+from eval_server.compare import compare_outputs, flatten_output, normalized_error, tolerance_for
 from eval_server.feedback import build_feedback
 from eval_server.gpu_lock import GpuLock
 from eval_server.ref_cache import RefTimingCache
@@ -96,6 +96,13 @@ class EvalContext:
     versions: dict[str, str] = field(default_factory=dict)
     gpu_lock: GpuLock | None = None  # shared for GPU work, exclusive for timing (see gpu_lock.py)
     phases: dict[str, float] = field(default_factory=dict)
+    _flush: torch.Tensor | None = None
+
+    def flush_buffer(self) -> torch.Tensor:
+        """The L2 flush buffer, allocated once per evaluation (reference and candidate timing share it)."""
+        if self._flush is None:
+            self._flush = l2_flush_buffer(self.device)
+        return self._flush
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -172,11 +179,7 @@ def _reject(result: EvalResult, check_id: str, message: str) -> None:
 
 
 def _nbytes(obj: Any) -> int:
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, list | tuple):
-        return sum(_nbytes(o) for o in obj)
-    return 0
+    return sum(t.numel() * t.element_size() for t in _leaves(obj))
 
 
 def _dtype_signature(args: list[Any]) -> list[str]:
@@ -372,7 +375,7 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
     hard = ctx.hardening
     device = ctx.device
     sets = _timing_sets(ref, device, hard.timing_input_sets)
-    flush = l2_flush_buffer(device)
+    flush = ctx.flush_buffer()
     key = {
         "problem": result.problem_hash,
         "gpu": torch.cuda.get_device_name(device),
@@ -609,11 +612,7 @@ def _precision_check(result: EvalResult, ctx: EvalContext, ref: _Reference, out:
 
 
 def _leaves(obj: Any) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, list | tuple):
-        return [t for o in obj for t in _leaves(o)]
-    return []
+    return [leaf for _, leaf in flatten_output(obj) if isinstance(leaf, torch.Tensor)]
 
 
 def _check_not_patched(result: EvalResult, snapshot: NamespaceSnapshot) -> None:
@@ -640,7 +639,7 @@ def _timing_phase(
     hard = ctx.hardening
     try:
         sets = _timing_sets(ref, device, hard.timing_input_sets)
-        flush = l2_flush_buffer(device)
+        flush = ctx.flush_buffer()
         last: dict[int, Any] = {}
         cand = time_gpu(
             model,

@@ -17,7 +17,9 @@ from eval_server.schema import (
     STATUS_RUNTIME_ERROR,
     STATUS_SERVER_ERROR,
     STATUS_TIMEOUT,
+    EvalRequest,
     EvalResult,
+    problem_hash,
 )
 
 _HEADLINES = {
@@ -84,3 +86,18 @@ def build_feedback(result: EvalResult, tolerance: float | None = None) -> str:
     if result.status in _FIXES:
         lines += ["", _FIXES[result.status]]
     return "\n".join(lines).strip()
+
+
+def failure_result(request: EvalRequest, status: str, message: str, device: str = "") -> EvalResult:
+    """A result for an evaluation that ended without the pipeline's own verdict (timeout, crash,
+    lost worker), with its feedback already rendered."""
+    result = EvalResult(
+        status=status,
+        error={"type": status, "message": message, "traceback": ""},
+        device=device,
+        problem_hash=problem_hash(request.reference),
+        problem_id=request.problem_id,
+        request_id=request.request_id,
+    )
+    result.feedback = build_feedback(result)
+    return result

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from eval_server import sandbox
-from eval_server.feedback import build_feedback
-from eval_server.schema import STATUS_CRASHED, STATUS_SERVER_ERROR, EvalRequest, EvalResult, problem_hash
+from eval_server.feedback import failure_result
+from eval_server.schema import STATUS_CRASHED, STATUS_SERVER_ERROR, EvalRequest, EvalResult
 
 log = logging.getLogger("eval_server.pool")
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
@@ -250,19 +250,6 @@ class WorkerHandle:
             f"The evaluation worker failed ({detail or 'it died or stopped answering'}) and was replaced.",
             device=self.slot.label,
         )
-
-
-def failure_result(request: EvalRequest, status: str, message: str, device: str = "") -> EvalResult:
-    result = EvalResult(
-        status=status,
-        error={"type": status, "message": message, "traceback": ""},
-        device=device,
-        problem_hash=problem_hash(request.reference),
-        problem_id=request.problem_id,
-        request_id=request.request_id,
-    )
-    result.feedback = build_feedback(result)
-    return result
 
 
 def _tail(path: Path, chars: int = 3000) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_server import sandbox
-from eval_server.feedback import build_feedback
+from eval_server.feedback import build_feedback, failure_result
 from eval_server.schema import (
     STATUS_CRASHED,
     STATUS_SERVER_ERROR,
@@ -38,7 +38,6 @@ from eval_server.schema import (
     EvalRequest,
     EvalResult,
     parse_request,
-    problem_hash,
 )
 
 _POLL_S = 0.02
@@ -209,7 +208,7 @@ class Worker:
                     )
             else:
                 verdict = (STATUS_CRASHED, self._describe_exit(exit_status))
-        return self._failure(request, *verdict)
+        return failure_result(request, *verdict, device=self.device_label)
 
     @staticmethod
     def _describe_exit(status: int | None) -> str:
@@ -222,18 +221,6 @@ class Worker:
             f"The evaluation process exited with code {code} before reporting a result "
             "(os._exit, sys.exit or a fatal error in the candidate)."
         )
-
-    def _failure(self, request: EvalRequest, status: str, message: str) -> EvalResult:
-        result = EvalResult(
-            status=status,
-            error={"type": status, "message": message, "traceback": ""},
-            device=self.device_label,
-            problem_hash=problem_hash(request.reference),
-            problem_id=request.problem_id,
-            request_id=request.request_id,
-        )
-        result.feedback = build_feedback(result)
-        return result
 
     def _child_main(self, request: EvalRequest, evaldir: Path, write_fd: int) -> None:
         """Runs in the forked child; always ends with os._exit so no parent state is unwound."""
@@ -255,13 +242,19 @@ class Worker:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             payload = json.dumps(self._child_evaluate(request, evaldir).to_json()).encode()
         except SystemExit as exc:
-            res = self._failure(
-                request, STATUS_CRASHED, f"The candidate called sys.exit({exc.code!r}) during evaluation."
+            res = failure_result(
+                request,
+                STATUS_CRASHED,
+                f"The candidate called sys.exit({exc.code!r}) during evaluation.",
+                device=self.device_label,
             )
             payload = json.dumps(res.to_json()).encode()
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
-            res = self._failure(
-                request, STATUS_SERVER_ERROR, f"Evaluator failure: {type(exc).__name__}: {exc}"
+            res = failure_result(
+                request,
+                STATUS_SERVER_ERROR,
+                f"Evaluator failure: {type(exc).__name__}: {exc}",
+                device=self.device_label,
             )
             payload = json.dumps(res.to_json()).encode()
         try:
