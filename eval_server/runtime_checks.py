@@ -346,13 +346,10 @@ def poison_free_memory(nbytes: int, device: Any) -> str:
         return "none"
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
-    big = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    small = [torch.empty(1 << 19, dtype=torch.uint8, device=device) for _ in range(32)]
-    big.fill_(255)
-    for block in small:
-        block.fill_(255)
-    del big, small
-    mode = "blocks"
+    # Reserve blocks (large pool: the outputs' size; small pool: 32 x 512 KiB) so the candidate's
+    # allocations fit into memory poisoned below, then free them back to the allocator's cache.
+    _reserve_blocks(nbytes, device, fill=False)
+    mode = "snapshot"
     try:
         index = device.index if device.index is not None else torch.cuda.current_device()
         for segment in torch.cuda.memory_snapshot():
@@ -364,11 +361,21 @@ def poison_free_memory(nbytes: int, device: Any) -> str:
                 if blk["state"] == "inactive" and blk["size"] > 0:
                     torch.as_tensor(_RawCudaBytes(start, blk["size"]), device=device).fill_(255)
                 address = start + blk["size"]
-        mode = "snapshot"
-    except Exception:  # noqa: BLE001 - the block fallback above still poisoned the common case
-        pass
+    except Exception:  # noqa: BLE001 - no usable snapshot: poison the reserved blocks themselves
+        _reserve_blocks(nbytes, device, fill=True)
+        mode = "blocks"
     torch.cuda.synchronize(device)
     return mode
+
+
+def _reserve_blocks(nbytes: int, device: Any, fill: bool) -> None:
+    big = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    small = [torch.empty(1 << 19, dtype=torch.uint8, device=device) for _ in range(32)]
+    if fill:
+        big.fill_(255)
+        for block in small:
+            block.fill_(255)
+    del big, small
 
 
 # GPU kernels a Triton candidate may cause besides its own: copies, fills, transfers to the GPU.
