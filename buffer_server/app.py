@@ -20,6 +20,7 @@ from werkzeug.exceptions import HTTPException
 
 from buffer_server.store import DROP_REASONS, DROP_STALE, BufferStore, LeaseError, PolicyVersionError
 from slime_ext import fastjson
+from slime_ext import prometheus as prom
 from slime_ext.trajectory import parse_record
 from slime_ext.validation import ValidationError
 from slime_ext.validation import check_type as _check_type
@@ -240,65 +241,77 @@ def create_app(
 def render_prometheus(stats: dict[str, Any]) -> str:
     """Prometheus text exposition of BufferStore.stats() (no client library needed)."""
     rec, groups, leases = stats["records"], stats["groups"], stats["leases"]
-    lines = [
-        "# HELP rollout_buffer_records Records held now, by state.",
-        "# TYPE rollout_buffer_records gauge",
-        f'rollout_buffer_records{{state="ready"}} {rec["ready"]}',
-        f'rollout_buffer_records{{state="leased"}} {rec["leased"]}',
-        "# HELP rollout_buffer_groups Pending groups, by state (ready = can be handed out now).",
-        "# TYPE rollout_buffer_groups gauge",
-        f'rollout_buffer_groups{{state="ready"}} {groups["ready"]}',
-        f'rollout_buffer_groups{{state="partial"}} {groups["partial"]}',
-        "# HELP rollout_buffer_records_total Records by outcome since the database was created.",
-        "# TYPE rollout_buffer_records_total counter",
-    ]
-    for outcome, key in (
+    outcomes = (
         ("accepted", "total"),
         ("duplicate", "duplicates"),
         ("consumed", "consumed"),
         ("redelivered", "redelivered"),
-    ):
-        lines.append(f'rollout_buffer_records_total{{outcome="{outcome}"}} {rec[key]}')
-    lines += [
-        "# HELP rollout_buffer_dropped_records_total Records dropped by a group rule, by reason.",
-        "# TYPE rollout_buffer_dropped_records_total counter",
-    ]
-    for reason in DROP_REASONS:
-        lines.append(
-            f'rollout_buffer_dropped_records_total{{reason="{reason}"}} {stats["dropped_records"][reason]}'
+    )
+    return prom.render(
+        prom.family(
+            "rollout_buffer_records",
+            "Records held now, by state.",
+            "gauge",
+            [({"state": state}, rec[state]) for state in ("ready", "leased")],
         )
-    lines += [
-        "# HELP rollout_buffer_dropped_groups_total Whole groups dropped, by reason.",
-        "# TYPE rollout_buffer_dropped_groups_total counter",
-    ]
-    for reason in DROP_REASONS:
-        if reason != DROP_STALE:
-            lines.append(
-                f'rollout_buffer_dropped_groups_total{{reason="{reason}"}} {stats["dropped_groups"][reason]}'
-            )
-    counters = {
-        "rollout_buffer_groups_leased_total": (
-            "Groups handed out (redeliveries included).",
-            groups["leased_total"],
-        ),
-        "rollout_buffer_groups_consumed_total": ("Groups acked by a reader.", groups["consumed"]),
-        "rollout_buffer_leases_expired_total": ("Leases that expired without an ack.", leases["expired"]),
-        "rollout_buffer_leases_released_total": ("Leases given back by their reader.", leases["released"]),
-        "rollout_buffer_write_commits_total": (
-            "Transactions that stored writes (group commit: one may hold several requests), since start.",
-            stats["write_commits"],
-        ),
-    }
-    for name, (help_text, value) in counters.items():
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
-    gauges = {
-        "rollout_buffer_leases_active": ("Leases waiting for an ack.", leases["active"]),
-        "rollout_buffer_policy_version": ("Current policy (weights) version.", stats["policy_version"]),
-        "rollout_buffer_write_rate": (
-            f"Records accepted per second over the last {stats['write_rate_window_s']:g} s.",
-            stats["writes_per_s_recent"],
-        ),
-    }
-    for name, (help_text, value) in gauges.items():
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
-    return "\n".join(lines) + "\n"
+        + prom.family(
+            "rollout_buffer_groups",
+            "Pending groups, by state (ready = can be handed out now).",
+            "gauge",
+            [({"state": state}, groups[state]) for state in ("ready", "partial")],
+        )
+        + prom.family(
+            "rollout_buffer_records_total",
+            "Records by outcome since the database was created.",
+            "counter",
+            [({"outcome": outcome}, rec[key]) for outcome, key in outcomes],
+        )
+        + prom.family(
+            "rollout_buffer_dropped_records_total",
+            "Records dropped by a group rule, by reason.",
+            "counter",
+            [({"reason": reason}, stats["dropped_records"][reason]) for reason in DROP_REASONS],
+        )
+        + prom.family(
+            "rollout_buffer_dropped_groups_total",
+            "Whole groups dropped, by reason.",
+            "counter",
+            [({"reason": r}, stats["dropped_groups"][r]) for r in DROP_REASONS if r != DROP_STALE],
+        )
+        + prom.scalars(
+            "counter",
+            {
+                "rollout_buffer_groups_leased_total": (
+                    "Groups handed out (redeliveries included).",
+                    groups["leased_total"],
+                ),
+                "rollout_buffer_groups_consumed_total": ("Groups acked by a reader.", groups["consumed"]),
+                "rollout_buffer_leases_expired_total": (
+                    "Leases that expired without an ack.",
+                    leases["expired"],
+                ),
+                "rollout_buffer_leases_released_total": (
+                    "Leases given back by their reader.",
+                    leases["released"],
+                ),
+                "rollout_buffer_write_commits_total": (
+                    "Transactions that stored writes (group commit: one may hold several requests), since start.",
+                    stats["write_commits"],
+                ),
+            },
+        )
+        + prom.scalars(
+            "gauge",
+            {
+                "rollout_buffer_leases_active": ("Leases waiting for an ack.", leases["active"]),
+                "rollout_buffer_policy_version": (
+                    "Current policy (weights) version.",
+                    stats["policy_version"],
+                ),
+                "rollout_buffer_write_rate": (
+                    f"Records accepted per second over the last {stats['write_rate_window_s']:g} s.",
+                    stats["writes_per_s_recent"],
+                ),
+            },
+        )
+    )

@@ -15,6 +15,7 @@ from werkzeug.exceptions import HTTPException
 
 from eval_server.pool import QueueFullError, WorkerPool, WorkerUnavailableError
 from eval_server.schema import STATUSES, ValidationError, parse_request
+from slime_ext import prometheus as prom
 
 log = logging.getLogger("eval_server.app")
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -87,44 +88,50 @@ def create_app(
 
 def render_prometheus(snap: dict[str, Any]) -> str:
     """Prometheus text exposition of a pool snapshot (no client library needed)."""
-    lines = [
-        "# HELP kernel_eval_evaluations_total Evaluations finished, by result status.",
-        "# TYPE kernel_eval_evaluations_total counter",
-    ]
-    for status in STATUSES:
-        lines.append(f'kernel_eval_evaluations_total{{status="{status}"}} {snap["by_status"].get(status, 0)}')
-    lines += [
-        "# HELP kernel_eval_checks_total Anti-cheat checks that fired, by check id.",
-        "# TYPE kernel_eval_checks_total counter",
-    ]
-    for check, n in sorted(snap["by_check"].items()):
-        lines.append(f'kernel_eval_checks_total{{check="{check}"}} {n}')
-    gauges = {
-        "kernel_eval_workers": ("Configured workers.", snap["workers"]),
-        "kernel_eval_workers_ready": ("Workers that finished start-up.", snap["workers_ready"]),
-        "kernel_eval_in_flight": ("Evaluations running now.", snap["in_flight"]),
-        "kernel_eval_queued": ("Requests waiting for a worker.", snap["queued"]),
-    }
-    for name, (help_text, value) in gauges.items():
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
-    counters = {
-        "kernel_eval_worker_restarts_total": (
-            "Workers replaced after a crash or hang.",
-            snap["worker_restarts"],
-        ),
-        "kernel_eval_queue_full_total": (
-            "Requests refused with 503 because the queue was full.",
-            snap["rejected_queue_full"],
-        ),
-    }
-    for name, (help_text, value) in counters.items():
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
     lat = snap["latency_s"]
-    lines += [
-        "# HELP kernel_eval_latency_seconds Recent evaluation latency quantiles.",
-        "# TYPE kernel_eval_latency_seconds summary",
-    ]
-    for q, key in (("0.5", "p50"), ("0.95", "p95")):
-        if lat[key] is not None:
-            lines.append(f'kernel_eval_latency_seconds{{quantile="{q}"}} {lat[key]:.6f}')
-    return "\n".join(lines) + "\n"
+    return prom.render(
+        prom.family(
+            "kernel_eval_evaluations_total",
+            "Evaluations finished, by result status.",
+            "counter",
+            [({"status": status}, snap["by_status"].get(status, 0)) for status in STATUSES],
+        )
+        + prom.family(
+            "kernel_eval_checks_total",
+            "Anti-cheat checks that fired, by check id.",
+            "counter",
+            [({"check": check}, n) for check, n in sorted(snap["by_check"].items())],
+        )
+        + prom.scalars(
+            "gauge",
+            {
+                "kernel_eval_workers": ("Configured workers.", snap["workers"]),
+                "kernel_eval_workers_ready": ("Workers that finished start-up.", snap["workers_ready"]),
+                "kernel_eval_in_flight": ("Evaluations running now.", snap["in_flight"]),
+                "kernel_eval_queued": ("Requests waiting for a worker.", snap["queued"]),
+            },
+        )
+        + prom.scalars(
+            "counter",
+            {
+                "kernel_eval_worker_restarts_total": (
+                    "Workers replaced after a crash or hang.",
+                    snap["worker_restarts"],
+                ),
+                "kernel_eval_queue_full_total": (
+                    "Requests refused with 503 because the queue was full.",
+                    snap["rejected_queue_full"],
+                ),
+            },
+        )
+        + prom.family(
+            "kernel_eval_latency_seconds",
+            "Recent evaluation latency quantiles.",
+            "summary",
+            [
+                ({"quantile": q}, f"{lat[key]:.6f}")
+                for q, key in (("0.5", "p50"), ("0.95", "p95"))
+                if lat[key] is not None
+            ],
+        )
+    )
