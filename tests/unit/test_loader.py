@@ -217,15 +217,15 @@ def test_traceback_drops_nn_module_call_plumbing(tmp_path):
     assert text.endswith("AttributeError: 'Tensor' object has no attribute 'missing_method'")
 
 
-def test_traceback_shortens_site_packages_paths():
+def test_traceback_shortens_site_packages_paths(tmp_path):
     code = compile(
         "def lib():\n    raise KeyError('k')\n",
-        "/opt/venv/lib/python3.11/site-packages/somelib/core.py",
+        str(tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "somelib" / "core.py"),
         "exec",
     )
     ns: dict = {}
     exec(code, ns)
-    text = format_exception_tail(catch(ns["lib"]), "/nonexistent")
+    text = format_exception_tail(catch(ns["lib"]), tmp_path / "evaluation-dir")
     assert 'File "somelib/core.py", line 2, in lib' in text
     assert "site-packages" not in text
 
