@@ -41,6 +41,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from eval_server.pool import percentile  # noqa: E402
 from eval_server.schema import EvalResult, TimingStats, TrialResult  # noqa: E402
 from slime_ext import fastjson  # noqa: E402
 from slime_ext.service import running_service  # noqa: E402
@@ -50,11 +51,6 @@ RESPONSE_TOKENS = 4096
 VOCAB = 151_936
 UID_PLACEHOLDER = "U" * 32  # uuid4().hex has 32 characters
 INSTANCE_PLACEHOLDER = "I" * 32
-
-
-def pct(values: list[float], q: float) -> float:
-    xs = sorted(values)
-    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
 
 
 def eval_result_json(rng: random.Random, turn: int) -> dict:
@@ -162,8 +158,8 @@ def write_phase(url: str, templates: list[BodyTemplate], clients: int, seconds: 
         "seconds": round(elapsed, 3),
         "records_per_s": round(sum(accepted) / elapsed, 1),
         "mb_per_s": round(sum(body_bytes) / elapsed / 1e6, 1),
-        "request_p50_ms": round(pct(lat, 0.5) * 1e3, 2),
-        "request_p95_ms": round(pct(lat, 0.95) * 1e3, 2),
+        "request_p50_ms": round(percentile(lat, 0.5) * 1e3, 2),
+        "request_p95_ms": round(percentile(lat, 0.95) * 1e3, 2),
     }
 
 
@@ -242,10 +238,10 @@ def read_phase(
         "records_per_read": groups * group_size,
         "reads": reads,
         "reply_mb": round(statistics.mean(sizes) / 1e6, 1),
-        "p50_ms": round(pct(latencies, 0.5) * 1e3, 1),
-        "p95_ms": round(pct(latencies, 0.95) * 1e3, 1),
+        "p50_ms": round(percentile(latencies, 0.5) * 1e3, 1),
+        "p95_ms": round(percentile(latencies, 0.95) * 1e3, 1),
         "max_ms": round(max(latencies) * 1e3, 1),
-        "client_decode_p50_ms": round(pct(decode, 0.5) * 1e3, 1),
+        "client_decode_p50_ms": round(percentile(decode, 0.5) * 1e3, 1),
     }
 
 

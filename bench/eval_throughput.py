@@ -31,13 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import BENCH_CASES, load_candidate, load_problem  # noqa: E402
 from eval_server.launch import running_server  # noqa: E402
+from eval_server.pool import percentile  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
-
-
-def pct(values: list[float], q: float) -> float:
-    xs = sorted(values)
-    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
 
 
 def run_ours(
@@ -98,9 +94,9 @@ def run_ours(
         "evaluations": len(rows),
         "wall_s": wall,
         "evals_per_min": 60 * len(rows) / wall,
-        "p50_s": pct(lat, 0.5),
-        "p95_s": pct(lat, 0.95),
-        "warm_p50_s": pct(warm, 0.5) if warm else None,
+        "p50_s": percentile(lat, 0.5),
+        "p95_s": percentile(lat, 0.95),
+        "warm_p50_s": percentile(warm, 0.5) if warm else None,
         "cold_mean_s": statistics.fmean(r["elapsed_in_worker_s"] for r in rows if r["repeat"] == 0),
         "phase_mean_s": {k: statistics.fmean(v) for k, v in sorted(phases.items())},
         "rows": rows,
@@ -135,8 +131,8 @@ def run_baseline(device: str, repeats: int, cases: list, timeout_s: float) -> di
         "evaluations": len(rows),
         "wall_s": wall,
         "evals_per_min": 60 * len(rows) / wall,
-        "p50_s": pct(lat, 0.5),
-        "p95_s": pct(lat, 0.95),
+        "p50_s": percentile(lat, 0.5),
+        "p95_s": percentile(lat, 0.95),
         "rows": rows,
     }
 

@@ -385,8 +385,8 @@ class WorkerPool:
                     "mean": self.stats.latency_sum_s / self.stats.evaluations
                     if self.stats.evaluations
                     else None,
-                    "p50": _pct(lat, 0.5),
-                    "p95": _pct(lat, 0.95),
+                    "p50": percentile(lat, 0.5),
+                    "p95": percentile(lat, 0.95),
                 },
                 "per_worker": [
                     {
@@ -404,8 +404,9 @@ class WorkerPool:
             }
 
 
-def _pct(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank quantile `q` in [0, 1] of `values` (None when empty); used by /stats and the benches."""
+    if not values:
         return None
-    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[idx]
+    xs = sorted(values)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
