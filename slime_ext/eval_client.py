@@ -76,6 +76,13 @@ class EvalTimeoutError(EvalClientError):
     and sending it again would double the load exactly when the evaluators are slowest."""
 
 
+def backoff_delay(attempt: int, base_s: float, max_s: float, retry_after: float | None = None) -> float:
+    """Jittered exponential backoff (base_s * 2^attempt, times 0.5-1.0), at least the server's
+    Retry-After, at most max_s. Shared by the eval and SGLang clients."""
+    jittered = min(max_s, base_s * (2**attempt)) * random.uniform(0.5, 1.0)
+    return min(max_s, max(jittered, retry_after or 0.0))
+
+
 # Sleep used between attempts; a module-level name so tests can observe the waits.
 _sleep = asyncio.sleep
 
@@ -340,10 +347,7 @@ class EvalClient:
                 return
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        """Jittered exponential backoff, at least the server's Retry-After, at most max_backoff_s."""
-        base = min(self._max_backoff_s, self._backoff_s * (2**attempt))
-        jittered = base * random.uniform(0.5, 1.0)
-        return min(self._max_backoff_s, max(jittered, retry_after or 0.0))
+        return backoff_delay(attempt, self._backoff_s, self._max_backoff_s, retry_after)
 
     # ------------------------------------------------------------------ one attempt
 

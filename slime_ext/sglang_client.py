@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from slime_ext.eval_client import backoff_delay
 
 __all__ = [
     "DEFAULT_SAMPLING_PARAMS",
@@ -216,7 +217,7 @@ class SGLangClient:
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 if attempt < self._max_retries:
-                    delay = min(self._max_backoff_s, self._backoff_s * 2**attempt) * random.uniform(0.5, 1.0)
+                    delay = backoff_delay(attempt, self._backoff_s, self._max_backoff_s)
                     log.info("sglang connect failed (%s); retry %d in %.2fs", last, attempt + 1, delay)
                     await _sleep(delay)
                 continue
