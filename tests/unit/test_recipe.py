@@ -1,0 +1,58 @@
+"""Recipe YAML (slime_ext/recipe.py): episode section parsing and error messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from slime_ext.recipe import episode_config_from_dict, load_recipe, recipe_section
+from slime_ext.validation import ValidationError
+
+pytestmark = pytest.mark.unit
+
+
+def test_defaults_and_nested_sections(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "rollout_temperature: 1.0\n"
+        "kernel_rl:\n"
+        "  episode:\n"
+        "    max_turns: 4\n"
+        "    reward: {gamma: 0.5, credit: per_turn, compiled_statuses: [incorrect]}\n"
+        "    prompt: {one_shot: true}\n"
+        "    eval_options: {timing_trials: 50, tolerance: strict}\n"
+        "  runner: {concurrency: 8}\n"
+    )
+    recipe = load_recipe(path)
+    cfg = episode_config_from_dict(recipe_section(recipe, "episode"))
+    assert cfg.max_turns == 4
+    assert cfg.reward.gamma == 0.5 and cfg.reward.credit == "per_turn"
+    assert cfg.reward.compiled_statuses == ("incorrect",)
+    assert cfg.prompt.one_shot is True
+    assert cfg.eval_options.timing_trials == 50 and cfg.eval_options.tolerance == "strict"
+    assert recipe_section(recipe, "runner") == {"concurrency": 8}
+    assert recipe_section(recipe, "absent") == {}
+    assert episode_config_from_dict(None) == episode_config_from_dict({})
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"max_turn": 3}, r"kernel_rl\.episode: unknown field"),
+        ({"reward": {"gama": 0.4}}, r"kernel_rl\.episode\.reward: unknown field"),
+        ({"reward": {"credit": "both"}}, r"kernel_rl\.episode\.reward: credit must be"),
+        ({"max_turns": 0}, "max_turns must be >= 1"),
+        ({"eval_options": {"timing_trials": 1}}, "timing_trials"),
+    ],
+)
+def test_errors_name_the_key(data, message):
+    with pytest.raises(ValidationError, match=message):
+        episode_config_from_dict(data)
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_recipe(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("episode: {}\n")
+    with pytest.raises(ValidationError, match="top-level 'kernel_rl'"):
+        load_recipe(bad)
