@@ -52,7 +52,9 @@ __all__ = [
     "EpisodeConfig",
     "Turn",
     "TurnSample",
+    "TurnStep",
     "episode_to_samples_per_turn",
+    "evaluate_response",
     "problem_fields",
     "run_episode",
 ]
@@ -214,6 +216,63 @@ class _Builder:
         self.ep.rollout_log_probs.extend([0.0] * len(ids))
 
 
+@dataclass
+class TurnStep:
+    """What one response leads to: the candidate, its evaluation, the turn reward, and either the
+    next user message, an early stop, or an abort (`abort_reason` set: the episode ends unscored)."""
+
+    candidate: str | None = None
+    eval_result: dict[str, Any] | None = None
+    eval_error: str | None = None
+    eval_s: float = 0.0
+    reward: float = 0.0
+    stop: bool = False
+    abort_reason: str | None = None
+    next_message: dict[str, str] = field(default_factory=dict)
+
+
+async def evaluate_response(
+    visible_text: str,
+    reference: str,
+    problem_id: str | None,
+    evaluator: EvalClient,
+    config: EpisodeConfig,
+) -> TurnStep:
+    """Extract, evaluate and score one response (its visible text: no end-of-turn token).
+
+    Shared by the token-level episode below and the text-level loop of the chat-endpoint policy
+    (`slime_ext/reports/chat_policy.py`), so both apply the same extraction, eval-error handling,
+    reward, early-stop rule and feedback wording.
+    """
+    step = TurnStep(candidate=extract_candidate(visible_text))
+    result: EvalResult | None = None
+    if step.candidate is None:
+        step.next_message = no_code_feedback(config.prompt)
+    else:
+        eval_started = time.monotonic()
+        try:
+            result = await evaluator.evaluate_source(
+                reference, step.candidate, options=config.eval_options, problem_id=problem_id
+            )
+        except EvalRequestError as exc:
+            step.eval_error = exc.message
+            step.next_message = refused_feedback(exc.message, config.prompt)
+        except EvalClientError as exc:  # unavailable, timeout, unexpected answer
+            step.eval_s = time.monotonic() - eval_started
+            step.abort_reason = f"evaluation failed ({type(exc).__name__}): {exc.message}"
+            return step
+        step.eval_s = time.monotonic() - eval_started
+        if result is not None:
+            step.eval_result = result.to_json()
+            if result.status in config.abort_on_eval_statuses:
+                step.abort_reason = f"evaluator-side failure: status {result.status}"
+                return step
+            step.next_message = feedback_message(result, config.prompt)
+    step.reward = turn_reward(result, config.reward)
+    step.stop = should_stop(result, config.reward)
+    return step
+
+
 async def run_episode(
     problem: Any,
     *,
@@ -274,40 +333,18 @@ async def run_episode(
 
         # The sampled text ends with the end-of-turn token when the model stopped on it.
         visible = text[: -len(renderer.end_of_turn)] if text.endswith(renderer.end_of_turn) else text
-        turn.candidate = extract_candidate(visible)
-        result: EvalResult | None = None
-        next_message: dict[str, str]
-        if turn.candidate is None:
-            next_message = no_code_feedback(config.prompt)
-        else:
-            eval_started = time.monotonic()
-            try:
-                result = await evaluator.evaluate_source(
-                    reference, turn.candidate, options=config.eval_options, problem_id=problem_id
-                )
-            except EvalRequestError as exc:
-                turn.eval_error = exc.message
-                next_message = refused_feedback(exc.message, config.prompt)
-            except EvalClientError as exc:  # unavailable, timeout, unexpected answer
-                turn.eval_s = time.monotonic() - eval_started
-                eval_total += turn.eval_s
-                ep.status = STATUS_ABORTED
-                ep.abort_reason = f"evaluation failed ({type(exc).__name__}): {exc.message}"
-                break
-            turn.eval_s = time.monotonic() - eval_started
-            eval_total += turn.eval_s
-            if result is not None:
-                turn.eval_result = result.to_json()
-                if result.status in config.abort_on_eval_statuses:
-                    ep.status = STATUS_ABORTED
-                    ep.abort_reason = f"evaluator-side failure: status {result.status}"
-                    break
-                next_message = feedback_message(result, config.prompt)
-        turn.reward = turn_reward(result, config.reward)
-
-        if should_stop(result, config.reward):
+        step = await evaluate_response(visible, reference, problem_id, evaluator, config)
+        turn.candidate, turn.eval_error, turn.eval_result = step.candidate, step.eval_error, step.eval_result
+        turn.eval_s = step.eval_s
+        eval_total += step.eval_s
+        if step.abort_reason is not None:
+            ep.status, ep.abort_reason = STATUS_ABORTED, step.abort_reason
+            break
+        turn.reward = step.reward
+        if step.stop:
             ep.early_stopped = True
             break
+        next_message = step.next_message
         if t + 1 >= config.max_turns:
             if gen.finish_reason == FINISH_LENGTH:
                 ep.status = STATUS_TRUNCATED
