@@ -450,6 +450,41 @@ class BufferStore:
     def policy_version(self) -> int:
         return self._policy_version
 
+    # ------------------------------------------------------------------ agent runner support
+
+    def uids_with_prefix(self, prefix: str) -> set[str]:
+        """Every uid ever accepted (any state) that starts with `prefix`: the agent runner's
+        uids are deterministic, so this is how it finds the episodes already written."""
+        if not prefix:
+            raise ValueError("prefix: must not be empty")
+        with self._db_lock:
+            rows = self._conn.execute(
+                "SELECT uid FROM records WHERE uid >= ? AND uid < ?", (prefix, prefix + "\U0010ffff")
+            ).fetchall()
+        return {uid for (uid,) in rows if uid.startswith(prefix)}
+
+    def pending_groups(self) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        """Apply the group rules now; return (ready, partial) groups as (instance_id, records).
+
+        Ready groups are eligible for hand-out (the agent runner's backpressure counts them)."""
+        with self._transaction() as cur:
+            return self._maintain(cur, self._clock())
+
+    def get_meta(self, key: str) -> str | None:
+        """A value stored with `set_meta` (None if absent). Keys of other components are
+        prefixed with their name, e.g. `runner.curriculum`."""
+        with self._db_lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (f"ext.{key}",)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store a small text value durably (one committed transaction), e.g. curriculum state."""
+        with self._transaction() as cur:
+            cur.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (f"ext.{key}", value),
+            )
+
     # ------------------------------------------------------------------ rules
 
     def _drop_stale(self, cur: sqlite3.Cursor) -> int:
