@@ -47,9 +47,21 @@ log = logging.getLogger("slime_ext.tiny_engine")
 Produced = tuple[list[int], list[float], dict[str, Any]]
 
 _KNOWN_PARAMS = {
-    "temperature", "top_p", "top_k", "min_p", "max_new_tokens", "min_new_tokens", "stop", "stop_token_ids",
-    "ignore_eos", "no_stop_trim", "skip_special_tokens", "spaces_between_special_tokens", "sampling_seed",
-    "custom_params", "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_new_tokens",
+    "min_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "no_stop_trim",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "sampling_seed",
+    "custom_params",
+    "n",
 }
 _DEFAULT_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 _MAX_NEW_DEFAULT = 128
@@ -101,8 +113,14 @@ class GenerateEngine:
             raise ValueError("sampling_params.stop must be a string or a list of non-empty strings")
         with self._lock:
             ids, logprobs, finish = self.produce(
-                input_ids, temperature=temperature, max_new=max_new, stop_ids=stop_ids, stops=stops,
-                top_p=top_p, top_k=top_k, body=body,
+                input_ids,
+                temperature=temperature,
+                max_new=max_new,
+                stop_ids=stop_ids,
+                stops=stops,
+                top_p=top_p,
+                top_k=top_k,
+                body=body,
             )
             self.served += 1
         meta: dict[str, Any] = {
@@ -167,7 +185,9 @@ class GenerateEngine:
         out = self.model(input_ids=torch.tensor([input_ids]), use_cache=True)
         for _ in range(max_new):
             lp = torch.log_softmax(out.logits[0, -1].float() / temperature, dim=-1)
-            token = int(torch.multinomial(_filtered_probs(lp, top_p, top_k), 1, generator=self.generator).item())
+            token = int(
+                torch.multinomial(_filtered_probs(lp, top_p, top_k), 1, generator=self.generator).item()
+            )
             ids.append(token)
             logprobs.append(float(lp[token]))
             if token in stop_ids:
@@ -185,8 +205,12 @@ class GenerateEngine:
     # ------------------------------------------------------------------ server
 
     def model_info(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "is_generation": True, "served": self.served,
-                "engine": "slime_ext.tiny_engine"}
+        return {
+            "model_path": self.model_path,
+            "is_generation": True,
+            "served": self.served,
+            "engine": "slime_ext.tiny_engine",
+        }
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve in a background thread; returns the base URL."""
@@ -279,8 +303,11 @@ def load_engine(model_dir: str, *, seed: int = 0) -> GenerateEngine:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m slime_ext.tiny_engine", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m slime_ext.tiny_engine",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--model", required=True, help="local Hugging Face model directory")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
@@ -288,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--torch-threads", type=int, default=1, help="CPU threads for the model")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     torch.set_num_threads(max(1, args.torch_threads))
     engine = load_engine(args.model, seed=args.seed)
     stopped = threading.Event()

@@ -143,7 +143,9 @@ def tiny_model() -> Any:
     return build_model(tiny_tokenizer())
 
 
-def write_model_dir(out: str | os.PathLike[str], *, seed: int = DEFAULT_SEED, overwrite: bool = False) -> Path:
+def write_model_dir(
+    out: str | os.PathLike[str], *, seed: int = DEFAULT_SEED, overwrite: bool = False
+) -> Path:
     """Write a loadable HF model directory (config, safetensors, tokenizer + chat template).
 
     Built in a sibling temporary directory and renamed into place, so `out` is either complete
@@ -170,8 +172,11 @@ def write_model_dir(out: str | os.PathLike[str], *, seed: int = DEFAULT_SEED, ov
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m slime_ext.tiny_model", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m slime_ext.tiny_model",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="weight seed")
     p.add_argument("--overwrite", action="store_true", help="replace an existing directory")

@@ -32,8 +32,9 @@ class SGLangDouble(GenerateEngine):
         self.requests: list[dict[str, Any]] = []
         self.outputs: list[list[int]] = []  # token ids answered, per request
 
-    def produce(self, input_ids: list[int], *, temperature: float, max_new: int, body: dict[str, Any],
-                **sampling: Any) -> Produced:
+    def produce(
+        self, input_ids: list[int], *, temperature: float, max_new: int, body: dict[str, Any], **sampling: Any
+    ) -> Produced:
         self.requests.append(body)
         if self.abort_next:
             self.abort_next = False
