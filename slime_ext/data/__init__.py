@@ -1,0 +1,4 @@
+"""Data preparation: KernelBench problems -> RL prompt records with a recorded train/holdout split
+(`kernelbench.py`, `split.py`), KernelBook -> slime SFT examples (`kernelbook.py`, `sft_format.py`,
+`sft_build.py`). The command-line tools in `tools/prepare_*.py` are thin layers over these modules;
+docs/DATA.md describes every file format they write."""

@@ -1,0 +1,101 @@
+"""Reading table rows (jsonl / json / parquet) and writing files atomically.
+
+Every output of the data tools goes through `atomic_write_text` / `atomic_write_jsonl`: the text
+is written to a temporary file in the destination folder and renamed over the target only when
+complete, so a failed run never leaves a half-written dataset behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from slime_ext.validation import ValidationError
+
+__all__ = ["TABLE_SUFFIXES", "atomic_write_jsonl", "atomic_write_text", "read_rows"]
+
+TABLE_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` to `path` via a temporary file + rename (same folder, fsynced)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> int:
+    """Write one JSON object per line, atomically; returns the number of rows."""
+    lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in rows]
+    atomic_write_text(path, "".join(lines))
+    return len(lines)
+
+
+def _read_jsonl(p: Path) -> Iterator[dict[str, Any]]:
+    with p.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValidationError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise ValidationError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            yield row
+
+
+def _read_json(p: Path) -> Iterator[dict[str, Any]]:
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValidationError(f"{p}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, list):
+        raise ValidationError(f"{p}: expected a JSON array of objects, got {type(data).__name__}")
+    for i, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise ValidationError(f"{p}[{i}]: expected a JSON object, got {type(row).__name__}")
+        yield row
+
+
+def _read_parquet(p: Path) -> Iterator[dict[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:  # pragma: no cover - pyarrow is in the `data` extra
+        raise RuntimeError(f"{p}: reading parquet needs pyarrow (pip install '.[data]')") from exc
+    try:
+        pf = pq.ParquetFile(p)
+    except Exception as exc:  # pyarrow raises ArrowInvalid & co. for a file that is not parquet
+        raise ValidationError(f"{p}: not a readable parquet file ({exc})") from None
+    for batch in pf.iter_batches(batch_size=1024):
+        yield from batch.to_pylist()
+
+
+def read_rows(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Rows of a `.jsonl`, `.json` (array of objects) or `.parquet` file, as dicts, in file order."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"input file not found: {p}")
+    suffix = p.suffix.lower()
+    if suffix == ".jsonl":
+        return _read_jsonl(p)
+    if suffix == ".json":
+        return _read_json(p)
+    if suffix == ".parquet":
+        return _read_parquet(p)
+    raise ValidationError(
+        f"{p}: unsupported file type {suffix!r}; expected one of {', '.join(TABLE_SUFFIXES)}"
+    )
