@@ -1,0 +1,5 @@
+"""Model evaluation reports: per-sample results (`results.py`), metrics (`metrics.py`), the
+evaluation run (`runner.py`) with its two policy backends (SGLang `/generate` through the episode,
+and an OpenAI-compatible chat endpoint, `chat_policy.py`), the JSON/markdown report (`report.py`),
+plots (`plots.py`) and the paired comparison of two runs (`compare.py`).
+See docs/EVAL_REPORTS.md."""

@@ -1,0 +1,84 @@
+"""PNG plots of an evaluation summary (`report.build_summary`): fast_p against p per level, and
+the correct rate, fast_1 and geometric-mean speedup against the turn. matplotlib with the Agg
+backend (no display needed); each function returns the PNG bytes, the caller writes them."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["plot_fast_p", "plot_turns"]
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:  # optional dependency: the `reports` extra
+        raise RuntimeError(
+            "plots need matplotlib: pip install -e '.[reports]' (or skip plots with --no-plots)"
+        ) from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _groups(summary: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    return [
+        ("all levels" if k == "all" else f"level {k}", g)
+        for k, g in summary["metrics"].items()
+        if "final" in g
+    ]
+
+
+def _png(fig: Any, plt: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_fast_p(summary: Mapping[str, Any]) -> bytes:
+    """fast_p (final outcome) against p, one line per level."""
+    plt = _pyplot()
+    thresholds = summary["thresholds"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, g in _groups(summary):
+        values = [100.0 * (g["final"]["fast_p"][f"{p:g}"] or 0.0) for p in thresholds]
+        style = "k--" if label == "all levels" else "-"
+        ax.plot(thresholds, values, style, marker="o", label=f"{label} ({g['problems']} problems)")
+    ax.set_xlabel("speedup threshold p")
+    ax.set_ylabel("fast_p (% correct with speedup > p)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"fast_p: {summary['run'].get('model', '')}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig, plt)
+
+
+def plot_turns(summary: Mapping[str, Any]) -> bytes:
+    """Correct rate, fast_1 and geomean speedup of the best of the first t turns, against t."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels = (
+        ("correct rate (%)", lambda t: 100.0 * (t["fast_p"]["0"] or 0.0)),
+        ("fast_1 (%)", lambda t: 100.0 * (t["fast_p"].get("1") or 0.0)),
+        ("geomean speedup (correct, timed)", lambda t: t["geomean_speedup"]),
+    )
+    for ax, (title, value) in zip(axes, panels, strict=True):
+        for label, g in _groups(summary):
+            turns = [t["turn"] for t in g["per_turn"]]
+            ys = [value(t) for t in g["per_turn"]]
+            pts = [(x, y) for x, y in zip(turns, ys, strict=True) if y is not None]
+            if pts:
+                style = "k--" if label == "all levels" else "-"
+                ax.plot([x for x, _ in pts], [y for _, y in pts], style, marker="o", label=label)
+        ax.set_xlabel("turn (best of the first t)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        if turns := sorted({t["turn"] for _, g in _groups(summary) for t in g["per_turn"]}):
+            ax.set_xticks(turns)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"metrics by turn: {summary['run'].get('model', '')}", fontsize=11)
+    return _png(fig, plt)
