@@ -1,0 +1,80 @@
+"""Reads regions of tensors from a DCP directory (torch_dist checkpoint) chunk by chunk.
+
+Any chunking works (Megatron writes one chunk per layer per tensor-parallel rank, and splits the
+SwiGLU fc1 into gate and up chunks): a region is assembled from the chunks that overlap it, so
+memory stays at the size of the region plus one chunk.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, TensorStorageMetadata
+
+from slime_ext.convert.errors import ConvertError
+
+__all__ = ["DcpReader"]
+
+
+class DcpReader:
+    def __init__(self, ckpt_dir: Path) -> None:
+        self.dir = Path(ckpt_dir)
+        path = self.dir / ".metadata"
+        if not path.is_file():
+            raise ConvertError(f"{self.dir} is not a torch_dist checkpoint: no .metadata")
+        with open(path, "rb") as fh:
+            self.metadata: Metadata = pickle.load(fh)
+        self._storage = self.metadata.storage_data or {}
+
+    def tensor_keys(self) -> list[str]:
+        return [k for k, v in self.metadata.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)]
+
+    def _md(self, key: str) -> TensorStorageMetadata:
+        md = self.metadata.state_dict_metadata.get(key)
+        if not isinstance(md, TensorStorageMetadata):
+            raise ConvertError(f"tensor {key!r} is missing from the checkpoint {self.dir}")
+        return md
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self._md(key).size)
+
+    def dtype(self, key: str) -> torch.dtype:
+        return self._md(key).properties.dtype
+
+    def _load_chunk(self, key: str, offsets: torch.Size) -> torch.Tensor:
+        info = self._storage.get(MetadataIndex(key, offsets))
+        if info is None:
+            raise ConvertError(f"{key}: no storage entry for the chunk at {tuple(offsets)}")
+        with open(self.dir / info.relative_path, "rb") as fh:
+            fh.seek(info.offset)
+            raw = fh.read(info.length)
+        if len(raw) != info.length:
+            raise ConvertError(f"{info.relative_path} is truncated (chunk of {key} at {tuple(offsets)})")
+        return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+
+    def read(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> torch.Tensor:
+        """The region [offsets, offsets + sizes) of a global tensor."""
+        md = self._md(key)
+        if len(offsets) != len(md.size) or any(o + s > g for o, s, g in zip(offsets, sizes, md.size, strict=True)):
+            raise ConvertError(f"{key}: region {sizes} at {offsets} is outside {tuple(md.size)}")
+        out = torch.empty(sizes, dtype=md.properties.dtype)
+        filled = 0
+        for chunk in md.chunks:
+            lo = [max(o, c) for o, c in zip(offsets, chunk.offsets, strict=True)]
+            hi = [min(o + s, c + cs) for o, s, c, cs in zip(offsets, sizes, chunk.offsets, chunk.sizes, strict=True)]
+            if any(a >= b for a, b in zip(lo, hi, strict=True)):
+                continue
+            data = self._load_chunk(key, chunk.offsets)
+            if tuple(data.shape) != tuple(chunk.sizes):
+                raise ConvertError(f"{key}: chunk at {tuple(chunk.offsets)} holds {tuple(data.shape)}, "
+                                   f"metadata says {tuple(chunk.sizes)}")
+            src = data[tuple(slice(a - c, b - c) for a, b, c in zip(lo, hi, chunk.offsets, strict=True))]
+            out[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, offsets, strict=True))] = src
+            filled += src.numel()
+            del data
+        if filled != out.numel():
+            raise ConvertError(f"{key}: chunks cover {filled} of {out.numel()} elements of the region")
+        return out
