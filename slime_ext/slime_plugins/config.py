@@ -1,0 +1,149 @@
+"""Plug-in settings: the `plugins` section of the recipe YAML, read from `args.kernel_rl`.
+
+slime's `--custom-config-path recipe.yaml` setattrs every top-level key of the file onto `args`,
+so the recipe's `kernel_rl` mapping arrives as `args.kernel_rl` (`slime_ext/recipe.py`). The
+plug-ins read two sections of it: `episode` (EpisodeConfig, shared with the agent runner) and
+`plugins` (this module, strictly validated: an unknown key is an error naming it).
+
+Defaults that depend on the machine come from environment variables, then built-in values:
+`KERNEL_RL_BUFFER_URL` (http://127.0.0.1:8889) and `KERNEL_RL_EVAL_URLS` (comma-separated,
+http://127.0.0.1:18188).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from slime_ext.episode import EpisodeConfig
+from slime_ext.eval_client import parse_urls
+from slime_ext.recipe import ROOT_KEY, dataclass_from_dict, episode_config_from_dict, recipe_section
+from slime_ext.validation import check_type
+
+__all__ = [
+    "DEFAULT_BUFFER_URL",
+    "DEFAULT_EVAL_URL",
+    "ENV_BUFFER_URL",
+    "ENV_EVAL_URLS",
+    "SECTION",
+    "EvalSettings",
+    "PluginConfig",
+    "episode_config",
+    "plugin_config",
+]
+
+SECTION = "plugins"
+ENV_BUFFER_URL = "KERNEL_RL_BUFFER_URL"
+ENV_EVAL_URLS = "KERNEL_RL_EVAL_URLS"
+DEFAULT_BUFFER_URL = "http://127.0.0.1:8889"
+DEFAULT_EVAL_URL = "http://127.0.0.1:18188"
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """`plugins.eval`: the evaluation=True path of the rollout function (held-out problems)."""
+
+    prompt_data: str | None = None  # prompt-record jsonl; required for evaluation
+    name: str = "kernelbench"  # the dataset name in slime's eval logs (eval/<name>)
+    split: str | None = "holdout"  # only records of this split (None: every record)
+    n_samples_per_prompt: int = 1
+    max_problems: int | None = None  # the first N records (None: all)
+    concurrency: int = 16  # episodes in flight
+    temperature: float | None = None  # None: args.eval_temperature, else args.rollout_temperature
+
+    def __post_init__(self) -> None:
+        if self.n_samples_per_prompt < 1 or self.concurrency < 1:
+            raise ValueError("n_samples_per_prompt and concurrency must be >= 1")
+        if self.max_problems is not None and self.max_problems < 1:
+            raise ValueError("max_problems must be >= 1 or null")
+        if self.temperature is not None and self.temperature <= 0:
+            raise ValueError("temperature must be > 0")
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    # rollout function (buffer mode)
+    buffer_url: str | None = None  # None: $KERNEL_RL_BUFFER_URL, else DEFAULT_BUFFER_URL
+    start_runner: bool = True  # POST /rollout/start on first use (error if the buffer has no runner)
+    batch_wait_s: float = 30.0  # long-poll of one POST /batches
+    max_wait_s: float = 3600.0  # give up (TimeoutError) when a batch is not complete after this
+    lease_s: float | None = None  # None: the buffer's --lease-s
+    policy_version_lag: int = 0  # version reported = rollout_id - lag (0: train.py, 1: train_async.py)
+    http_timeout_s: float = 120.0  # buffer requests (on top of the long-poll)
+    # episodes run by the plug-ins (custom generate; rollout function with evaluation=True)
+    eval_urls: tuple[str, ...] = ()  # empty: $KERNEL_RL_EVAL_URLS, else DEFAULT_EVAL_URL
+    eval_timeout_s: float = 900.0  # one evaluation, queueing included
+    sglang_url: str | None = None  # None: slime's router http://{sglang_router_ip}:{sglang_router_port}
+    tokenizer: str | None = None  # None: args.hf_checkpoint
+    max_context_tokens: int | None = None  # None: args.rollout_max_context_len (required one way)
+    prompt_data: str | None = None  # prompt records: level / instance_id of in-slime samples
+    eval: EvalSettings = field(default_factory=EvalSettings)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_wait_s", "max_wait_s", "http_timeout_s", "eval_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.lease_s is not None and self.lease_s <= 0:
+            raise ValueError("lease_s must be > 0 or null")
+        if self.policy_version_lag < 0:
+            raise ValueError("policy_version_lag must be >= 0")
+        if self.max_context_tokens is not None and self.max_context_tokens < 2:
+            raise ValueError("max_context_tokens must be >= 2 or null")
+
+    @property
+    def resolved_buffer_url(self) -> str:
+        url = (self.buffer_url or os.environ.get(ENV_BUFFER_URL) or DEFAULT_BUFFER_URL).rstrip("/")
+        return url if "://" in url else "http://" + url
+
+    @property
+    def resolved_eval_urls(self) -> list[str]:
+        return parse_urls(list(self.eval_urls) or os.environ.get(ENV_EVAL_URLS) or DEFAULT_EVAL_URL)
+
+
+_NUM = (int, float)
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "buffer_url": str,
+    "start_runner": bool,
+    "batch_wait_s": _NUM,
+    "max_wait_s": _NUM,
+    "lease_s": _NUM,
+    "policy_version_lag": int,
+    "http_timeout_s": _NUM,
+    "eval_timeout_s": _NUM,
+    "sglang_url": str,
+    "tokenizer": str,
+    "max_context_tokens": int,
+    "prompt_data": str,
+}
+
+
+def _recipe(args: Any) -> dict[str, Any] | None:
+    recipe = getattr(args, ROOT_KEY, None)
+    if recipe is not None:
+        check_type(ROOT_KEY, recipe, dict)
+    return recipe
+
+
+def plugin_config(args: Any) -> PluginConfig:
+    """PluginConfig from `args.kernel_rl["plugins"]` (defaults when absent)."""
+    path = f"{ROOT_KEY}.{SECTION}"
+    data = recipe_section(_recipe(args), SECTION)
+    if "eval_urls" in data:
+        urls = data["eval_urls"]
+        if isinstance(urls, str):
+            urls = [u for u in urls.split(",") if u.strip()]
+        check_type(f"{path}.eval_urls", urls, list)
+        data["eval_urls"] = urls
+    if "eval" in data:
+        data["eval"] = dataclass_from_dict(EvalSettings, data["eval"] or {}, f"{path}.eval")
+    for key, value in data.items():
+        expected = _TYPES.get(key)
+        if expected is not None and value is not None:
+            check_type(f"{path}.{key}", value, expected)
+    return dataclass_from_dict(PluginConfig, data, path)
+
+
+def episode_config(args: Any) -> EpisodeConfig:
+    """EpisodeConfig from `args.kernel_rl["episode"]` (the same section the agent runner reads)."""
+    return episode_config_from_dict(recipe_section(_recipe(args), "episode"))

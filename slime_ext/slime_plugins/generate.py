@@ -1,0 +1,95 @@
+"""In-slime (on-policy) mode: the multi-turn episode inside slime's own rollout loop.
+
+    --custom-generate-function-path slime_ext.slime_plugins.generate.generate
+    --custom-rm-path                slime_ext.slime_plugins.generate.reward
+
+slime's default rollout draws prompts from `--prompt-data` (the prompt-record jsonl, read with
+`--input-key reference`, no `--apply-chat-template`: `sample.prompt` is then the reference source)
+and calls `generate(args, sample, sampling_params)` once per sample, inside its semaphore. The
+episode (slime_ext.episode.run_episode) runs against slime's SGLang router and the eval servers;
+the reward is set here, so slime keeps it and calls the RM only for samples without one.
+
+Returns (slime_interfaces.md section 1): `trajectory` credit -> the sample itself (tokens = prompt
++ whole multi-turn response, reward R); `per_turn` credit -> a list of Samples, one per turn,
+sharing `rollout_id` (= the sample's index) so slime counts them as one rollout. Status:
+completed/truncated/aborted -> COMPLETED/TRUNCATED/ABORTED; an aborted episode gets reward 0 and
+`remove_sample=True` (slime skips the RM for ABORTED and would otherwise fail on a None reward).
+SGLang errors other than abort propagate, like slime's own generate.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slime_ext.slime_plugins.config import episode_config, plugin_config
+from slime_ext.slime_plugins.resources import get_resources, problem_info, run_problem
+from slime_ext.slime_plugins.samples import episode_samples
+from slime_ext.trajectory import STATUS_ABORTED
+
+__all__ = ["generate", "reward"]
+
+log = logging.getLogger(__name__)
+
+ROUTING_HEADER = "X-SMG-Routing-Key"
+
+
+def _reset(sample: Any) -> None:
+    """A sample slime recycles (partial rollout) arrives ABORTED with old fields: start over."""
+    sample.tokens = []
+    sample.response = ""
+    sample.response_length = 0
+    sample.loss_mask = None
+    sample.rollout_log_probs = None
+    sample.reward = None
+    sample.remove_sample = False
+
+
+async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
+    """slime's custom generate: run one episode for `sample`; returns a Sample or list[Sample]."""
+    if getattr(args, "group_rm", False):
+        raise ValueError(
+            "--group-rm is not supported with the kernel_rl generate: the reward is set in generate"
+        )
+    if not isinstance(sample.prompt, str) or not sample.prompt.strip():
+        raise ValueError(
+            "sample.prompt must be the reference source (prompt data read with --input-key reference and "
+            f"without --apply-chat-template), got {type(sample.prompt).__name__}"
+        )
+    cfg = plugin_config(args)
+    episode = episode_config(args)
+    temperature = sampling_params.get("temperature", getattr(args, "rollout_temperature", None))
+    if temperature is None:
+        raise ValueError("no sampling temperature (sampling_params and args.rollout_temperature unset)")
+    res = await get_resources(args, cfg, episode, temperature=float(temperature), evaluation=evaluation)
+    problem, info = problem_info(sample.prompt, cfg, label=sample.label, metadata=sample.metadata)
+    headers = None
+    if sample.session_id and getattr(args, "router_policy", None) == "consistent_hashing":
+        headers = {ROUTING_HEADER: sample.session_id}
+
+    _reset(sample)
+    ep = await run_problem(
+        problem, res, episode, max_new_tokens=sampling_params.get("max_new_tokens"), headers=headers
+    )
+    if ep.status == STATUS_ABORTED:
+        log.warning("episode for %s aborted: %s", info["instance_id"], ep.abort_reason)
+    # Evaluation reports the trajectory return per episode, whatever the training credit mode.
+    credit = "trajectory" if evaluation else episode.reward.credit
+    return episode_samples(ep, sample, credit=credit, info=info)
+
+
+async def reward(args: Any, samples: Any, **kwargs: Any) -> Any:
+    """slime's custom RM (per-sample or batched shape): the reward generate already set.
+
+    slime calls the RM only for samples whose reward is None, which never happens after this
+    generate; a None here means another generate produced the sample, which is a setup error.
+    """
+    items = samples if isinstance(samples, list) else [samples]
+    missing = [getattr(s, "index", None) for s in items if s.reward is None]
+    if missing:
+        raise ValueError(
+            f"samples {missing} have no reward: slime_ext.slime_plugins.generate.reward only returns the "
+            "reward set by slime_ext.slime_plugins.generate.generate (use both flags together)"
+        )
+    values = [s.reward for s in items]
+    return values if isinstance(samples, list) else values[0]

@@ -1,0 +1,98 @@
+"""Kernel rollout metrics from Samples built by this package (their `metadata["kernel_rl"]`).
+
+Counted per trajectory (the per_turn samples of one trajectory share `(group_index, index)` and
+are counted once); aborted trajectories are only counted in `aborted_rate`:
+
+- `compile_rate`, `correct_rate`, `fast_1_rate`: share of trajectories with at least one turn that
+  compiled / was correct / was correct with speedup > 1 (KernelBench's fast_1; never on CPU, where
+  there is no timing); the same per level (`level{L}/...`, level from the prompt record, `unknown`
+  when not known) and per turn (`turn{t}/...`, among trajectories that reached turn t);
+- `mean_turns`, `early_stop_rate`, `mean_return`: the mean reward of each trajectory's first
+  sample (R under trajectory credit, G_0 under per_turn: both are sum_t gamma^t r_t);
+- `eval_latency_s/{mean,p50,max}` over evaluated turns (the eval server's `elapsed_s`);
+- `speedup_correct/mean` over correct, timed turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from eval_server.pool import percentile
+from slime_ext.slime_plugins.samples import METADATA_KEY
+
+__all__ = ["kernel_metrics"]
+
+
+def _rate(flags: list[bool]) -> float:
+    return sum(flags) / len(flags) if flags else 0.0
+
+
+def _fast1(turn: dict[str, Any]) -> bool:
+    return bool(turn["correct"]) and turn["speedup"] is not None and turn["speedup"] > 1.0
+
+
+def _outcomes(turns: list[dict[str, Any]]) -> dict[str, bool]:
+    return {
+        "compile_rate": any(t["compiled"] for t in turns),
+        "correct_rate": any(t["correct"] for t in turns),
+        "fast_1_rate": any(_fast1(t) for t in turns),
+    }
+
+
+def _trajectories(samples: Sequence[Any]) -> list[tuple[dict[str, Any], float]]:
+    """(kernel_rl metadata, reward of the first sample) per trajectory, in first-seen order."""
+    seen: dict[tuple[Any, Any], tuple[dict[str, Any], float]] = {}
+    for s in samples:
+        meta = (s.metadata or {}).get(METADATA_KEY)
+        if meta is None:
+            continue
+        key = (s.group_index, s.index)
+        turn = meta.get("turn")
+        if key not in seen or turn == 0:
+            seen[key] = (meta, float(s.reward) if isinstance(s.reward, (int, float)) else 0.0)
+    return list(seen.values())
+
+
+def kernel_metrics(samples: Sequence[Any], prefix: str = "rollout/kernel/") -> dict[str, float]:
+    """The metrics in the module doc, keys prefixed with `prefix`."""
+    trajectories = _trajectories(samples)
+    if not trajectories:
+        return {}
+    live = [(m, r) for m, r in trajectories if m.get("status") != "aborted"]
+    out: dict[str, float] = {
+        "trajectories": float(len(trajectories)),
+        "aborted_rate": 1.0 - len(live) / len(trajectories),
+    }
+    if live:
+        outcomes = [_outcomes(m["turns"]) for m, _ in live]
+        for name in ("compile_rate", "correct_rate", "fast_1_rate"):
+            out[name] = _rate([o[name] for o in outcomes])
+        out["mean_turns"] = sum(len(m["turns"]) for m, _ in live) / len(live)
+        out["early_stop_rate"] = _rate([bool(m.get("early_stopped")) for m, _ in live])
+        out["mean_return"] = sum(r for _, r in live) / len(live)
+        by_level: dict[str, list[dict[str, bool]]] = {}
+        for (m, _), o in zip(live, outcomes, strict=True):
+            by_level.setdefault(str(m.get("level") or "unknown"), []).append(o)
+        for level, items in sorted(by_level.items()):
+            out[f"level{level}/n"] = float(len(items))
+            for name in ("compile_rate", "correct_rate", "fast_1_rate"):
+                out[f"level{level}/{name}"] = _rate([o[name] for o in items])
+        max_turns = max(len(m["turns"]) for m, _ in live)
+        for t in range(max_turns):
+            turns = [m["turns"][t] for m, _ in live if len(m["turns"]) > t]
+            out[f"turn{t}/n"] = float(len(turns))
+            out[f"turn{t}/compile_rate"] = _rate([x["compiled"] for x in turns])
+            out[f"turn{t}/correct_rate"] = _rate([x["correct"] for x in turns])
+            out[f"turn{t}/fast_1_rate"] = _rate([_fast1(x) for x in turns])
+            out[f"turn{t}/mean_reward"] = sum(x["reward"] for x in turns) / len(turns)
+    all_turns = [t for m, _ in trajectories for t in m["turns"]]
+    latencies = [float(t["eval_s"]) for t in all_turns if t.get("eval_s") is not None]
+    if latencies:
+        out["eval_latency_s/mean"] = sum(latencies) / len(latencies)
+        out["eval_latency_s/p50"] = float(percentile(latencies, 0.5))
+        out["eval_latency_s/max"] = max(latencies)
+    speedups = [t["speedup"] for t in all_turns if t["correct"] and t["speedup"] is not None]
+    if speedups:
+        out["speedup_correct/mean"] = sum(speedups) / len(speedups)
+    return {prefix + k: v for k, v in out.items()}

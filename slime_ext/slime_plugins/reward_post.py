@@ -1,0 +1,70 @@
+"""GRPO reward normalisation by prompt group, for fan-out (per_turn credit) and uneven groups.
+
+    --custom-reward-post-process-path slime_ext.slime_plugins.reward_post.post_process
+
+slime's own normalisation (`RolloutManager._post_process_rewards`) reshapes the flat rewards to
+`[-1, n_samples_per_prompt]` only when there are exactly `rollout_batch_size x n` of them;
+otherwise it treats the WHOLE batch as one group. With per_turn credit every turn is a sample, and
+a buffer group may be smaller than n (timed-out groups), so that rule would compare rewards across
+different prompts. This hook groups by `Sample.group_index` instead (all turn-samples of all
+trajectories of one prompt form one group) and otherwise applies slime's arithmetic:
+
+- raw reward: `sample.get_reward_value(args)`;
+- only for `--advantage-estimator` grpo / gspo / cispo / reinforce_plus_plus_baseline, and unless
+  `--disable-rewards-normalization`: subtract the group mean; for grpo / gspo / cispo also divide by
+  (std + 1e-6), std with Bessel's correction as torch's `std()`, unless
+  `--disable-grpo-std-normalization` (Dr.GRPO);
+- a group of one sample gets 0.0 (slime's std would be NaN there).
+
+One deliberate difference: samples marked `remove_sample` (aborted episodes) are left out of their
+group's mean and std and get 0.0; slime would count their placeholder reward 0 in the statistics.
+On uniform groups without removed samples the result equals slime's (tested).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["NORMALISED_ESTIMATORS", "STD_ESTIMATORS", "normalise_groups", "post_process"]
+
+NORMALISED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+STD_ESTIMATORS = ("grpo", "gspo", "cispo")
+EPS = 1e-6
+
+
+def normalise_groups(
+    rewards: Sequence[float], groups: Sequence[Any], keep: Sequence[bool], *, divide_by_std: bool
+) -> list[float]:
+    """Group-normalised rewards: (r - mean_g) [/ (std_g + 1e-6)] over the kept samples of group g."""
+    members: dict[Any, list[int]] = {}
+    for i, (g, k) in enumerate(zip(groups, keep, strict=True)):
+        if k:
+            members.setdefault(g, []).append(i)
+    out = [0.0] * len(rewards)
+    for idx in members.values():
+        if len(idx) < 2:
+            continue
+        values = [float(rewards[i]) for i in idx]
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        for i, v in zip(idx, values, strict=True):
+            out[i] = (v - mean) / (std + EPS) if divide_by_std else v - mean
+    return out
+
+
+def post_process(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """slime's hook: (raw_rewards, rewards) for the flat list of samples."""
+    raw = [float(s.get_reward_value(args)) for s in samples]
+    estimator = getattr(args, "advantage_estimator", "grpo")
+    if estimator not in NORMALISED_ESTIMATORS or not getattr(args, "rewards_normalization", True):
+        return raw, list(raw)
+    missing = [i for i, s in enumerate(samples) if s.group_index is None]
+    if missing:
+        raise ValueError(
+            f"samples at positions {missing[:10]} have no group_index: cannot normalise by prompt group"
+        )
+    divide = estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True)
+    keep = [not s.remove_sample for s in samples]
+    return raw, normalise_groups(raw, [s.group_index for s in samples], keep, divide_by_std=divide)

@@ -1,0 +1,273 @@
+"""Buffer mode: slime's rollout function reads whole GRPO groups from the rollout buffer server.
+
+    --rollout-function-path slime_ext.slime_plugins.rollout.generate_rollout
+
+`generate_rollout(args, rollout_id, data_source, evaluation=False)` is SYNC (slime calls it from
+the RolloutManager actor). For training it:
+
+1. reports the policy version `rollout_id - policy_version_lag` to `POST /policy_version` (with
+   train.py the engines hold the weights trained on rollouts 0..rollout_id-1 when rollout
+   `rollout_id` is generated; train_async.py generates one step ahead: lag 1);
+2. on first use, starts the buffer's agent runner (`POST /rollout/start`, idempotent);
+3. leases groups (`POST /batches`, long-poll) until it holds `--rollout-batch-size` groups,
+   converting each leased group to Samples (slime_ext.slime_plugins.samples) and acking the lease
+   only after the conversion succeeded (a failure releases it and raises: nothing is lost);
+4. returns `RolloutFnTrainOutput(samples, metrics)`: list[list[Sample]] (trajectory credit) or
+   list[list[list[Sample]]] (per_turn credit: one inner list per trajectory, siblings sharing
+   rollout_id), plus buffer metrics (`rollout/buffer/...`).
+
+Group sizes: slime's default reward normalisation only groups correctly when every group has
+exactly `--n-samples-per-prompt` samples; per_turn credit or a smaller (timed-out) buffer group
+needs `--custom-reward-post-process-path slime_ext.slime_plugins.reward_post.post_process`,
+which is checked here before anything is consumed.
+
+With `evaluation=True` it runs episodes on held-out problems (`plugins.eval`) against slime's
+SGLang router and the eval servers, and returns `RolloutFnEvalOutput` (see `evaluate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from slime_ext.problems import PromptRecord, load_prompt_records
+from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
+from slime_ext.slime_plugins.config import PluginConfig, episode_config, plugin_config
+from slime_ext.slime_plugins.resources import get_resources, run_problem
+from slime_ext.slime_plugins.reward_post import NORMALISED_ESTIMATORS
+from slime_ext.slime_plugins.samples import episode_samples, group_to_samples
+from slime_ext.slime_plugins.slime_api import eval_output, sample_class, train_output
+from slime_ext.trajectory import STATUS_ABORTED, STATUS_TRUNCATED, parse_record
+
+__all__ = ["evaluate", "generate_rollout", "reset_state"]
+
+log = logging.getLogger(__name__)
+
+POST_PROCESS_PATH = "slime_ext.slime_plugins.reward_post.post_process"
+
+
+@dataclass
+class _BufferState:
+    """Per buffer URL, for the life of the rollout actor."""
+
+    client: BufferClient
+    runner_started: bool = False
+    reported_version: int | None = None
+    next_group_index: int = 0
+    next_index: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_states: dict[str, _BufferState] = {}
+_states_lock = threading.Lock()
+
+
+def _state(cfg: PluginConfig) -> _BufferState:
+    url = cfg.resolved_buffer_url
+    with _states_lock:
+        if url not in _states:
+            _states[url] = _BufferState(BufferClient(url, timeout_s=cfg.http_timeout_s))
+        return _states[url]
+
+
+def reset_state() -> None:
+    """Forget every buffer connection and counter (tests; a new run in the same process)."""
+    with _states_lock:
+        for st in _states.values():
+            st.client.close()
+        _states.clear()
+
+
+def _normalisation_needs_hook(args: Any) -> bool:
+    """True when slime would normalise rewards and our group-aware hook is not configured."""
+    active = getattr(args, "advantage_estimator", "grpo") in NORMALISED_ESTIMATORS and getattr(
+        args, "rewards_normalization", True
+    )
+    return active and getattr(args, "custom_reward_post_process_path", None) != POST_PROCESS_PATH
+
+
+def _check_group_shape(args: Any, instance_id: str, trajectories: int, per_turn: bool) -> None:
+    if not _normalisation_needs_hook(args):
+        return
+    n = getattr(args, "n_samples_per_prompt", None)
+    if per_turn or trajectories != n:
+        why = (
+            "per_turn credit fans out"
+            if per_turn
+            else f"group {instance_id!r} has {trajectories} trajectories"
+        )
+        raise ValueError(
+            f"{why}, but slime's default reward normalisation needs exactly --n-samples-per-prompt ({n}) "
+            f"samples per group: add --custom-reward-post-process-path {POST_PROCESS_PATH}"
+        )
+
+
+def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+    """slime's rollout function (see the module doc). `data_source` is not used in buffer mode."""
+    cfg = plugin_config(args)
+    if evaluation:
+        return evaluate(args, rollout_id, cfg)
+    credit = episode_config(args).reward.credit
+    per_turn = credit == "per_turn"
+    if per_turn:
+        _check_group_shape(args, "", 0, per_turn=True)
+    need = int(args.rollout_batch_size)
+    st = _state(cfg)
+    with st.lock:
+        version = max(0, int(rollout_id) - cfg.policy_version_lag)
+        if st.reported_version != version:
+            st.client.set_policy_version(version)
+            st.reported_version = version
+        if cfg.start_runner and not st.runner_started:
+            try:
+                st.client.start_runner()
+            except BufferError as exc:
+                raise BufferError(
+                    f"could not start the buffer's agent runner ({exc}); start the buffer server with "
+                    "--recipe, or set kernel_rl.plugins.start_runner: false if another producer writes "
+                    "trajectories",
+                    exc.status_code,
+                ) from exc
+            st.runner_started = True
+        return _collect(args, cfg, st, need, credit, version)
+
+
+def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: str, version: int) -> Any:
+    started = time.monotonic()
+    deadline = started + cfg.max_wait_s
+    groups: list[list[Any]] = []
+    records = leases = 0
+    staleness: list[int] = []
+    while len(groups) < need:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            stats = _stats_summary(st.client)
+            raise TimeoutError(
+                f"rollout buffer {st.client.url}: {len(groups)} of {need} groups after {cfg.max_wait_s:g} s "
+                f"(kernel_rl.plugins.max_wait_s); buffer stats: {stats}"
+            )
+        reply = st.client.lease(
+            need - len(groups), timeout_s=min(cfg.batch_wait_s, remaining), lease_s=cfg.lease_s
+        )
+        if not reply.get("groups"):
+            continue
+        lease_id = reply["lease_id"]
+        try:
+            converted = []
+            index = st.next_index
+            for g, group in enumerate(reply["groups"]):
+                recs = [
+                    parse_record(r, path=f"groups[{g}].records[{i}]") for i, r in enumerate(group["records"])
+                ]
+                samples, index = group_to_samples(
+                    recs, credit=credit, group_index=st.next_group_index + g, first_index=index
+                )
+                _check_group_shape(args, group["instance_id"], len(samples), per_turn=credit == "per_turn")
+                converted.append(samples)
+                staleness += [version - r.policy_version for r in recs]
+                records += len(recs)
+        except BaseException:
+            st.client.release(lease_id)
+            raise
+        st.client.ack(lease_id)
+        leases += 1
+        st.next_index = index
+        st.next_group_index += len(converted)
+        groups.extend(converted)
+    metrics = {
+        "rollout/buffer/wait_s": time.monotonic() - started,
+        "rollout/buffer/groups": float(len(groups)),
+        "rollout/buffer/records": float(records),
+        "rollout/buffer/leases": float(leases),
+        "rollout/buffer/policy_version": float(version),
+        "rollout/buffer/staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
+        "rollout/buffer/staleness_max": float(max(staleness, default=0)),
+    }
+    return train_output(groups, metrics)
+
+
+def _stats_summary(client: BufferClient) -> Any:
+    try:
+        stats = client.stats()
+    except BufferError as exc:
+        return f"unavailable ({exc})"
+    return {k: stats.get(k) for k in ("records", "groups", "policy_version", "runner", "dropped_groups")}
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def _eval_problems(cfg: PluginConfig) -> list[PromptRecord]:
+    settings = cfg.eval
+    if not settings.prompt_data:
+        raise ValueError("evaluation needs kernel_rl.plugins.eval.prompt_data (a prompt-record jsonl)")
+    records = [r for r in load_prompt_records(settings.prompt_data) if settings.split in (None, r.split)]
+    if settings.max_problems is not None:
+        records = records[: settings.max_problems]
+    if not records:
+        raise ValueError(f"{settings.prompt_data}: no prompt record with split {settings.split!r}")
+    return records
+
+
+async def _evaluate_async(args: Any, cfg: PluginConfig, problems: list[PromptRecord]) -> list[Any]:
+    episode = episode_config(args)
+    temperature = cfg.eval.temperature or getattr(args, "eval_temperature", None) or args.rollout_temperature
+    max_new = getattr(args, "eval_max_response_len", None) or getattr(args, "rollout_max_response_len", None)
+    res = await get_resources(args, cfg, episode, temperature=float(temperature), evaluation=True)
+    gate = asyncio.Semaphore(cfg.eval.concurrency)
+    Sample = sample_class()
+
+    async def one(p: int, record: PromptRecord, j: int) -> Any:
+        async with gate:
+            ep = await run_problem(record, res, episode, max_new_tokens=max_new)
+        base = Sample(
+            group_index=p,
+            index=p * cfg.eval.n_samples_per_prompt + j,
+            prompt=record.reference,
+            label=record.instance_id,
+        )
+        info = {"instance_id": record.instance_id, "level": record.level, "problem_id": record.problem_id}
+        return episode_samples(ep, base, credit="trajectory", info=info)
+
+    try:
+        tasks = [one(p, r, j) for p, r in enumerate(problems) for j in range(cfg.eval.n_samples_per_prompt)]
+        return list(await asyncio.gather(*tasks))
+    finally:
+        await res.aclose()
+
+
+def evaluate(args: Any, rollout_id: int, cfg: PluginConfig | None = None) -> Any:
+    """The evaluation=True path: episodes on `plugins.eval.prompt_data` (split `plugins.eval.split`),
+    `n_samples_per_prompt` each, trajectory return as reward. Returns
+    `RolloutFnEvalOutput({name: {"rewards", "truncated", "samples"}}, metrics)`; aborted episodes
+    (engine abort, eval outage) are left out of rewards and samples and counted in the metrics."""
+    cfg = cfg or plugin_config(args)
+    problems = _eval_problems(cfg)
+    started = time.monotonic()
+    samples = asyncio.run(_evaluate_async(args, cfg, problems))
+    kept = [s for s in samples if s.metadata["kernel_rl"]["status"] != STATUS_ABORTED]
+    name = cfg.eval.name
+    data = {
+        name: {
+            "rewards": [s.reward for s in kept],
+            "truncated": [s.metadata["kernel_rl"]["status"] == STATUS_TRUNCATED for s in kept],
+            "samples": kept,
+        }
+    }
+    metrics = {
+        f"eval/{name}/episodes": float(len(samples)),
+        f"eval/{name}/aborted": float(len(samples) - len(kept)),
+        f"eval/{name}/time_s": time.monotonic() - started,
+    }
+    log.info(
+        "eval %s at rollout %d: %d episodes, %d aborted",
+        name,
+        rollout_id,
+        len(samples),
+        len(samples) - len(kept),
+    )
+    return eval_output(data, metrics)

@@ -1,0 +1,285 @@
+"""Trajectory records and episodes -> slime `Sample`s, with slime's Sample invariants checked here.
+
+Both plug-in modes end in `fill_sample`, so the invariants hold by construction and are checked
+once more by `check_sample` (slime_interfaces.md section 2):
+
+- `tokens == prompt_ids + response_ids` (prompt length P >= 1) and `response_length >= 1`;
+- `len(loss_mask) == response_length == len(rollout_log_probs)`; mask values 0/1, log-probs
+  finite and 0.0 where the mask is 0;
+- `reward` is a finite number (never None: slime normalises rewards after the rollout);
+- `status` is COMPLETED, TRUNCATED or ABORTED (never PENDING);
+- `index`, `group_index` and `rollout_id` are ints; fan-out siblings (per_turn credit: the turn
+  samples of one trajectory) share `index`, `group_index` and `rollout_id` (= the trajectory's
+  index), as slime's own agent fan-out does.
+
+An aborted episode (engine abort, eval outage) trains nothing: reward 0.0, `remove_sample=True`,
+mask all 0. If it has no response token at all, the last prompt token is counted as its one
+(masked) response token, so no token is invented and `response_length >= 1` still holds.
+
+Per-turn records in the buffer: the records of one trajectory carry the same
+`metadata["trajectory_uid"]` (TRAJECTORY_KEY) and their turn in `sample_index`; a record without
+that key is a trajectory of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slime_ext.episode import Episode, episode_to_samples_per_turn
+from slime_ext.slime_plugins.slime_api import sample_class
+from slime_ext.trajectory import STATUS_ABORTED, STATUS_COMPLETED, STATUS_TRUNCATED, TrajectoryRecord
+
+__all__ = [
+    "METADATA_KEY",
+    "TRAJECTORY_KEY",
+    "SampleInvariantError",
+    "check_sample",
+    "episode_samples",
+    "fill_sample",
+    "group_to_samples",
+    "record_sample",
+    "turn_summary",
+]
+
+TRAJECTORY_KEY = "trajectory_uid"  # record.metadata key tying the per-turn records of one trajectory
+METADATA_KEY = "kernel_rl"  # Sample.metadata key holding the summary the rollout log function reads
+
+# trajectory-record / episode status -> slime Sample.Status member name
+_STATUS_NAMES = {STATUS_COMPLETED: "COMPLETED", STATUS_TRUNCATED: "TRUNCATED", STATUS_ABORTED: "ABORTED"}
+
+
+class SampleInvariantError(ValueError):
+    """A Sample that slime would reject or mis-train; the message names the field."""
+
+
+def turn_summary(eval_result: Mapping[str, Any] | None, reward: float) -> dict[str, Any]:
+    """What the rollout metrics need from one turn (the full eval result stays in the buffer)."""
+    if eval_result is None:
+        return {
+            "evaluated": False,
+            "status": None,
+            "compiled": False,
+            "correct": False,
+            "speedup": None,
+            "eval_s": None,
+            "reward": float(reward),
+        }
+    speedup = eval_result.get("speedup")
+    return {
+        "evaluated": True,
+        "status": eval_result.get("status"),
+        "compiled": bool(eval_result.get("compiled")),
+        "correct": bool(eval_result.get("correct")) and eval_result.get("status") == "ok",
+        "speedup": None if speedup is None else float(speedup),
+        "eval_s": eval_result.get("elapsed_s"),
+        "reward": float(reward),
+    }
+
+
+def check_sample(sample: Any) -> None:
+    """Raise SampleInvariantError unless `sample` satisfies every invariant in the module doc."""
+    where = f"sample index={sample.index}"
+    for name in ("index", "group_index", "rollout_id"):
+        value = getattr(sample, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SampleInvariantError(f"{where}: {name} must be an int, got {value!r}")
+    n = sample.response_length
+    if not isinstance(n, int) or n < 1:
+        raise SampleInvariantError(f"{where}: response_length must be >= 1, got {n!r}")
+    if len(sample.tokens) - n < 1:
+        raise SampleInvariantError(
+            f"{where}: tokens ({len(sample.tokens)}) leave no prompt before the response ({n})"
+        )
+    if sample.loss_mask is None or len(sample.loss_mask) != n:
+        raise SampleInvariantError(f"{where}: len(loss_mask) != response_length {n}")
+    if sample.rollout_log_probs is None or len(sample.rollout_log_probs) != n:
+        raise SampleInvariantError(f"{where}: len(rollout_log_probs) != response_length {n}")
+    for i, (m, lp) in enumerate(zip(sample.loss_mask, sample.rollout_log_probs, strict=True)):
+        if m not in (0, 1) or isinstance(m, bool):
+            raise SampleInvariantError(f"{where}: loss_mask[{i}] must be 0 or 1, got {m!r}")
+        if not math.isfinite(lp) or (m == 0 and lp != 0.0):
+            raise SampleInvariantError(
+                f"{where}: rollout_log_probs[{i}]={lp!r} (must be finite, 0.0 where mask 0)"
+            )
+    reward = sample.reward
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        raise SampleInvariantError(f"{where}: reward must be a finite number, got {reward!r}")
+    status = getattr(sample.status, "name", None)
+    if status not in _STATUS_NAMES.values():
+        raise SampleInvariantError(
+            f"{where}: status must be COMPLETED, TRUNCATED or ABORTED, got {sample.status}"
+        )
+    if status == "ABORTED" and (not sample.remove_sample or any(sample.loss_mask)):
+        raise SampleInvariantError(f"{where}: an aborted sample must be removed (remove_sample, mask all 0)")
+
+
+def fill_sample(
+    sample: Any,
+    *,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    loss_mask: Sequence[int],
+    rollout_log_probs: Sequence[float],
+    reward: float,
+    status: str,
+    response: str = "",
+    metadata: Mapping[str, Any] | None = None,
+) -> Any:
+    """Set the training fields of `sample` (other fields, e.g. prompt, label, session_id, are
+    kept), apply the aborted-sample rule, check the invariants and return the sample."""
+    if status not in _STATUS_NAMES:
+        raise SampleInvariantError(f"status {status!r} is not one of {sorted(_STATUS_NAMES)}")
+    prompt, resp = [int(t) for t in prompt_ids], [int(t) for t in response_ids]
+    mask, logprobs = [int(m) for m in loss_mask], [float(x) for x in rollout_log_probs]
+    if not (len(resp) == len(mask) == len(logprobs)):
+        raise SampleInvariantError(
+            f"response {len(resp)}, loss_mask {len(mask)} and rollout_log_probs {len(logprobs)} differ in length"
+        )
+    aborted = status == STATUS_ABORTED
+    if aborted:
+        reward, mask, logprobs = 0.0, [0] * len(resp), [0.0] * len(resp)
+        if not resp:  # nothing generated: count the last prompt token as the (masked) response
+            if len(prompt) < 2:
+                raise SampleInvariantError(
+                    "an aborted episode without response needs a prompt of >= 2 tokens"
+                )
+            prompt, resp, mask, logprobs = prompt[:-1], prompt[-1:], [0], [0.0]
+    sample.tokens = prompt + resp
+    sample.response_length = len(resp)
+    sample.loss_mask = mask
+    sample.rollout_log_probs = logprobs
+    sample.response = response
+    sample.reward = float(reward)
+    sample.status = getattr(sample_class().Status, _STATUS_NAMES[status])
+    sample.remove_sample = aborted
+    if metadata:
+        sample.metadata = {**(sample.metadata or {}), **metadata}
+    check_sample(sample)
+    return sample
+
+
+def _record_metadata(record: TrajectoryRecord, turn: int | None) -> dict[str, Any]:
+    meta = record.metadata
+    turns = [turn_summary(r, rw) for r, rw in zip(record.turn_eval_results, record.turn_rewards, strict=True)]
+    return {
+        METADATA_KEY: {
+            "instance_id": record.instance_id,
+            "level": meta.get("level"),
+            "trajectory": str(meta.get(TRAJECTORY_KEY) or record.uid),
+            "turn": turn,
+            "turns": turns,
+            "status": record.status,
+            "policy_version": record.policy_version,
+            "uid": record.uid,
+        }
+    }
+
+
+def record_sample(record: TrajectoryRecord, *, group_index: int, index: int, per_turn: bool) -> Any:
+    """One record -> one Sample (rollout_id = index: fan-out siblings get the same index)."""
+    sample = sample_class()(group_index=group_index, index=index, rollout_id=index, label=record.instance_id)
+    return fill_sample(
+        sample,
+        prompt_ids=record.prompt_token_ids,
+        response_ids=record.response_token_ids,
+        loss_mask=record.loss_mask,
+        rollout_log_probs=record.rollout_log_probs,
+        reward=record.reward,
+        status=record.status,
+        metadata=_record_metadata(record, record.sample_index if per_turn else None),
+    )
+
+
+def group_to_samples(
+    records: Sequence[TrajectoryRecord], *, credit: str, group_index: int, first_index: int
+) -> tuple[list[Any], int]:
+    """The records of one GRPO group -> (samples, next free index).
+
+    `trajectory` credit: list[Sample], one per record (two records of one trajectory are an error).
+    `per_turn` credit: list[list[Sample]], one inner list per trajectory (records tied by
+    TRAJECTORY_KEY, ordered by `sample_index`), every sibling with the trajectory's index.
+    """
+    trajectories: dict[str, list[TrajectoryRecord]] = {}
+    for rec in records:
+        trajectories.setdefault(str(rec.metadata.get(TRAJECTORY_KEY) or rec.uid), []).append(rec)
+    out: list[Any] = []
+    index = first_index
+    for key, recs in trajectories.items():
+        if credit == "per_turn":
+            recs = sorted(recs, key=lambda r: r.sample_index)
+            out.append([record_sample(r, group_index=group_index, index=index, per_turn=True) for r in recs])
+        else:
+            if len(recs) > 1:
+                raise SampleInvariantError(
+                    f"{len(recs)} records of trajectory {key!r} but credit is 'trajectory' (one record per "
+                    "trajectory): the recipe's episode.reward.credit differs from what the runner wrote"
+                )
+            out.append(record_sample(recs[0], group_index=group_index, index=index, per_turn=False))
+        index += 1
+    return out, index
+
+
+def _episode_metadata(ep: Episode, base: Mapping[str, Any], turn: int | None) -> dict[str, Any]:
+    turns = [turn_summary(t.eval_result, t.reward) for t in ep.turns]
+    return {
+        METADATA_KEY: {
+            **base,
+            "turn": turn,
+            "turns": turns,
+            "status": ep.status,
+            "abort_reason": ep.abort_reason,
+            "early_stopped": ep.early_stopped,
+        }
+    }
+
+
+def episode_samples(ep: Episode, base_sample: Any, *, credit: str, info: Mapping[str, Any]) -> Any:
+    """An episode run inside slime's loop -> the Sample to return from custom generate.
+
+    `trajectory` credit: `base_sample` filled with the whole episode, reward R.
+    `per_turn` credit: a list, one Sample per turn (context = prompt + earlier turns and feedback,
+    response = that turn's sampled tokens, reward G_t), all sharing the base sample's index,
+    group_index and rollout_id. An aborted episode is one removed sample (a one-element list in
+    per_turn mode, so the shape never depends on the outcome).
+    `info` goes into `metadata["kernel_rl"]` (instance_id, level, ...).
+    """
+    if base_sample.rollout_id is None:
+        base_sample.rollout_id = base_sample.index
+    if credit != "per_turn" or ep.status == STATUS_ABORTED or not ep.turns:
+        sample = fill_sample(
+            base_sample,
+            prompt_ids=ep.prompt_ids,
+            response_ids=ep.response_ids,
+            loss_mask=ep.loss_mask,
+            rollout_log_probs=ep.rollout_log_probs,
+            reward=ep.reward,
+            status=ep.status,
+            response="".join(t.text for t in ep.turns),
+            metadata=_episode_metadata(ep, info, None),
+        )
+        return [sample] if credit == "per_turn" else sample
+    per_turn = episode_to_samples_per_turn(ep)
+    # copies before the base is filled: siblings keep its identity (index, group, rollout_id, ...)
+    targets = [base_sample] + [copy.deepcopy(base_sample) for _ in per_turn[1:]]
+    out = []
+    last = len(ep.turns) - 1
+    for ts, sample in zip(per_turn, targets, strict=True):
+        # The whole episode's status is the last turn's; earlier turns ended normally.
+        status = ep.status if ts.turn == last else STATUS_COMPLETED
+        out.append(
+            fill_sample(
+                sample,
+                prompt_ids=ts.prompt_ids,
+                response_ids=ts.response_ids,
+                loss_mask=ts.loss_mask,
+                rollout_log_probs=ts.rollout_log_probs,
+                reward=ts.ret,
+                status=status,
+                response=ep.turns[ts.turn].text,
+                metadata=_episode_metadata(ep, info, ts.turn),
+            )
+        )
+    return out

@@ -1,0 +1,44 @@
+"""The only place that imports slime (lazily, inside functions), so that every module of this
+package imports without slime installed; slime is only present inside its Docker image / Ray
+workers. Names follow THUDM/slime @ 624b824a (see /work/shared/slime_interfaces.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["eval_output", "log_metrics", "rollout_step", "sample_class", "train_output"]
+
+
+def sample_class() -> Any:
+    """`slime.utils.types.Sample`."""
+    from slime.utils.types import Sample
+
+    return Sample
+
+
+def train_output(samples: list[Any], metrics: dict[str, Any] | None) -> Any:
+    """`RolloutFnTrainOutput(samples, metrics)`."""
+    from slime.rollout.base_types import RolloutFnTrainOutput
+
+    return RolloutFnTrainOutput(samples=samples, metrics=metrics)
+
+
+def eval_output(data: dict[str, dict[str, Any]], metrics: dict[str, Any] | None) -> Any:
+    """`RolloutFnEvalOutput(data, metrics)`."""
+    from slime.rollout.base_types import RolloutFnEvalOutput
+
+    return RolloutFnEvalOutput(data=data, metrics=metrics)
+
+
+def rollout_step(args: Any, rollout_id: int) -> int:
+    """The logging step slime uses for a rollout (`compute_rollout_step`)."""
+    from slime.observability.metric_utils import compute_rollout_step
+
+    return int(compute_rollout_step(args, rollout_id))
+
+
+def log_metrics(args: Any, metrics: dict[str, Any], step_key: str) -> None:
+    """slime's W&B / TensorBoard logging call (`logging_utils.log`)."""
+    from slime.observability import logging_utils
+
+    logging_utils.log(args, metrics, step_key=step_key)

@@ -1,0 +1,1 @@
+"""TEST DOUBLE (see tests/slime_double/__init__.py)."""
