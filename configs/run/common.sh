@@ -1,0 +1,61 @@
+# shellcheck shell=bash
+# Settings shared by every launcher (sourced by scripts/*.sh). Every value is an environment
+# variable with a default; set it before calling a script to override it. Paths default to
+# where the slime Docker image puts things (slime at /root/slime, Megatron-LM at /root/Megatron-LM)
+# and where slime's own run scripts keep checkpoints (/root/<model>...).
+
+# --- code -------------------------------------------------------------------------------------
+: "${SLIME_DIR:=/root/slime}"            # slime checkout (train.py, train_async.py)
+: "${MEGATRON_DIR:=/root/Megatron-LM}"   # Megatron-LM checkout (put on PYTHONPATH for Ray jobs)
+: "${PYTHON:=python3}"                   # interpreter for this project's services
+
+# --- model and checkpoints --------------------------------------------------------------------
+: "${MODEL:=qwen3-8B}"                                   # configs/models/${MODEL}.sh gives MODEL_ARGS
+: "${MODEL_ARGS_FILE:=${KRL_REPO_ROOT}/configs/models/${MODEL}.sh}"
+: "${CKPT_ROOT:=/root}"                                  # where the base checkpoints live
+: "${HF_NAME:=Qwen3-8B}"
+: "${HF_CKPT:=${CKPT_ROOT}/${HF_NAME}}"                  # HF weights + tokenizer (SGLang, tokenizer)
+: "${REF_LOAD:=${CKPT_ROOT}/${HF_NAME}_torch_dist}"      # Megatron torch_dist of the base model
+
+# --- data, recipe, run directory --------------------------------------------------------------
+: "${DATA_DIR:=${KRL_REPO_ROOT}/data}"
+: "${PROMPT_DATA:=${DATA_DIR}/kernelbench_train.jsonl}"  # prompt records (slime_ext/problems.py)
+: "${RECIPE:=${KRL_REPO_ROOT}/configs/recipe/kernelbench_multiturn.yaml}"
+: "${RUNS_ROOT:=${KRL_REPO_ROOT}/runs}"                  # one directory per run below it
+: "${RUN_NAME:=kbench-mt-$(date +%Y%m%d-%H%M%S)}"
+: "${RUN_DIR:=${RUNS_ROOT}/${RUN_NAME}}"
+: "${TMUX_SESSION:=${RUN_NAME}}"
+: "${SAVE_DIR:=${RUN_DIR}/checkpoints}"                  # --save; resumed from when it has a checkpoint
+: "${LOAD_DIR:=${SAVE_DIR}}"                             # --load
+
+# --- GPU split (one node) ---------------------------------------------------------------------
+# TRAIN_GPUS for Megatron (TP x CP x PP x DP), ROLLOUT_GPUS for SGLang engines of
+# ROLLOUT_GPUS_PER_ENGINE each, EVAL_GPUS for the kernel eval server (the last ones).
+# COLOCATE=1: training and SGLang share the TRAIN_GPUS (slime --colocate), ROLLOUT_GPUS unused.
+: "${TRAIN_GPUS:=4}"
+: "${ROLLOUT_GPUS:=2}"
+: "${ROLLOUT_GPUS_PER_ENGINE:=1}"
+: "${EVAL_GPUS:=2}"
+: "${COLOCATE:=0}"
+: "${TP:=2}"
+: "${CP:=2}"
+: "${PP:=1}"
+
+# --- ports (loopback) -------------------------------------------------------------------------
+: "${EVAL_PORT:=18188}"
+: "${BUFFER_PORT:=8889}"
+: "${ROUTER_PORT:=30000}"        # slime starts its SGLang router on this port ...
+: "${ROUTER_HOST:=$(hostname -I 2>/dev/null | awk '{print $1}')}"  # ... at the node's IP
+: "${ROUTER_HOST:=127.0.0.1}"
+: "${RAY_PORT:=6379}"
+: "${RAY_DASHBOARD_PORT:=8265}"
+: "${MASTER_ADDR:=127.0.0.1}"
+
+# --- health gating ----------------------------------------------------------------------------
+: "${HEALTH_TIMEOUT_S:=600}"     # per service
+: "${STOP_TIMEOUT_S:=30}"        # SIGTERM -> SIGKILL grace per process group
+
+# --- Weights & Biases (off unless WANDB_PROJECT is set; the key comes from the environment
+# or `wandb login`, never from a file of this repository) ----------------------------------------
+: "${WANDB_PROJECT:=}"
+: "${WANDB_GROUP:=${RUN_NAME}}"

@@ -1,0 +1,223 @@
+# shellcheck shell=bash
+# Shared shell functions of the launchers (sourced, never run): messages, health waits, port
+# checks, PID files with start times, process-group stops and tmux windows.
+#
+# Rules kept here: "is it up" is decided by the service's own /health, never by sleep; a process
+# is only ever signalled if its PID file was written by this run and its start time still
+# matches (a reused PID is left alone); tmux calls go through `krl_tmux`, which honours
+# TMUX_SOCKET (a private tmux server, e.g. in tests) so other tmux sessions are never touched.
+
+KRL_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+KRL_REPO_ROOT="$(cd "${KRL_LIB_DIR}/../.." && pwd)"
+export KRL_LIB_DIR KRL_REPO_ROOT
+
+krl_info() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+krl_die() {
+  printf '[%s] ERROR: %s\n' "$(date +%H:%M:%S)" "$*" >&2
+  exit 1
+}
+
+# krl_tmux ARGS...: tmux on this run's server (TMUX_SOCKET names a private one; empty = default).
+krl_tmux() {
+  if [[ -n "${TMUX_SOCKET:-}" ]]; then
+    tmux -L "${TMUX_SOCKET}" "$@"
+  else
+    tmux "$@"
+  fi
+}
+
+# krl_port_free HOST PORT: success if nothing listens on HOST:PORT (a bind test).
+krl_port_free() {
+  "${PYTHON:-python3}" - "$1" "$2" <<'PY'
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    s.bind((sys.argv[1], int(sys.argv[2])))
+except OSError:
+    sys.exit(1)
+finally:
+    s.close()
+PY
+}
+
+# krl_http_ok URL: success if GET URL answers 200 within 3 s.
+krl_http_ok() {
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS -o /dev/null --max-time 3 "$1" 2>/dev/null
+  else
+    "${PYTHON:-python3}" -c 'import sys, urllib.request
+try:
+    sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=3).status == 200 else 1)
+except Exception:
+    sys.exit(1)' "$1"
+  fi
+}
+
+# krl_proc_start PID: the process's start time (clock ticks since boot; /proc/PID/stat field 22),
+# empty if the process does not exist. Used with the PID to recognise the same process later.
+krl_proc_start() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 0
+  stat="${stat##*) }" # drop "pid (comm) ": comm may contain spaces
+  # shellcheck disable=SC2086  # word splitting intended: the fields of /proc/PID/stat
+  set -- ${stat}
+  printf '%s' "${20}"
+}
+
+# krl_pid_alive PIDFILE: success if the process recorded in PIDFILE ("PID START") still runs.
+krl_pid_alive() {
+  local pid start
+  [[ -s "$1" ]] || return 1
+  read -r pid start <"$1" || true
+  [[ -n "${pid}" && -n "${start}" ]] || return 1
+  [[ "$(krl_proc_start "${pid}")" == "${start}" ]]
+}
+
+# krl_group_alive PGID: success if any process of the process group still exists.
+krl_group_alive() { kill -0 -- "-$1" 2>/dev/null; }
+
+# krl_wait_healthy NAME URL TIMEOUT_S [PIDFILE]: poll URL until it answers 200. Fails (with the
+# tail of the window's log) when TIMEOUT_S passes or when the process in PIDFILE has exited.
+krl_wait_healthy() {
+  local name="$1" url="$2" timeout_s="$3" pidfile="${4:-}"
+  local deadline=$((SECONDS + timeout_s)) seen_pid=0
+  krl_info "waiting for ${name} at ${url} (up to ${timeout_s} s)"
+  while true; do
+    if krl_http_ok "${url}"; then
+      krl_info "${name} is healthy"
+      return 0
+    fi
+    if [[ -n "${pidfile}" ]]; then
+      if [[ -s "${pidfile}" ]]; then
+        seen_pid=1
+        if ! krl_pid_alive "${pidfile}"; then
+          krl_info "${name} exited before becoming healthy; last log lines:"
+          tail -n 30 "${RUN_DIR:-.}/logs/${name}.log" >&2 2>/dev/null || true
+          return 1
+        fi
+      fi
+    fi
+    if ((SECONDS >= deadline)); then
+      if ((seen_pid == 0)) && [[ -n "${pidfile}" ]]; then
+        krl_info "${name} never started (no PID file ${pidfile})"
+      else
+        krl_info "${name} not healthy after ${timeout_s} s; last log lines:"
+        tail -n 30 "${RUN_DIR:-.}/logs/${name}.log" >&2 2>/dev/null || true
+      fi
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+# krl_write_cmd FILE ARGV...: write a window's command as a small bash script (each argument
+# quoted), preceded by the environment lines in the array KRL_CMD_ENV ("export K=V" lines).
+krl_write_cmd() {
+  local file="$1"
+  shift
+  {
+    printf '#!/usr/bin/env bash\n# written by the launcher; the window runs it with scripts/lib/window.sh\n'
+    printf 'set -euo pipefail\n'
+    printf 'cd %q\n' "${KRL_REPO_ROOT}"
+    local line
+    for line in "${KRL_CMD_ENV[@]}"; do
+      printf '%s\n' "${line}"
+    done
+    printf 'exec'
+    printf ' %q' "$@"
+    printf '\n'
+  } >"${file}.tmp"
+  chmod +x "${file}.tmp"
+  mv "${file}.tmp" "${file}"
+}
+
+# krl_write_shell_cmd FILE STRING: like krl_write_cmd for a user-given shell command string.
+krl_write_shell_cmd() {
+  local file="$1" cmd="$2"
+  {
+    printf '#!/usr/bin/env bash\nset -euo pipefail\n'
+    printf 'cd %q\n' "${KRL_REPO_ROOT}"
+    local line
+    for line in "${KRL_CMD_ENV[@]}"; do
+      printf '%s\n' "${line}"
+    done
+    printf '%s\n' "${cmd}"
+  } >"${file}.tmp"
+  chmod +x "${file}.tmp"
+  mv "${file}.tmp" "${file}"
+}
+
+# krl_env_line NAME: an "export NAME=value" line (value quoted) for KRL_CMD_ENV.
+krl_env_line() { printf 'export %s=%q' "$1" "${!1-}"; }
+
+# krl_open_window SESSION NAME: run RUN_DIR/cmd/NAME.sh in tmux window NAME (created with the
+# session if it does not exist yet) through window.sh (log tee, PID file, own process group).
+krl_open_window() {
+  local session="$1" name="$2"
+  local launch
+  launch="$(printf '%q ' bash "${KRL_LIB_DIR}/window.sh" "${name}" "${RUN_DIR}" "${RUN_DIR}/cmd/${name}.sh")"
+  if krl_tmux has-session -t "=${session}" 2>/dev/null; then
+    krl_tmux new-window -d -t "=${session}:" -n "${name}" -c "${KRL_REPO_ROOT}" "${launch}"
+  else
+    krl_tmux new-session -d -s "${session}" -n "${name}" -c "${KRL_REPO_ROOT}" -x 200 -y 50 "${launch}"
+  fi
+  # Keep a window whose command ended, so its last lines can be read after a crash.
+  krl_tmux set-option -w -t "${session}:${name}" remain-on-exit on >/dev/null 2>&1 || true
+}
+
+# krl_stop_group NAME PIDFILE TIMEOUT_S: SIGTERM the process group recorded in PIDFILE (only if
+# the recorded process is still the same one), SIGKILL it after TIMEOUT_S.
+krl_stop_group() {
+  local name="$1" pidfile="$2" timeout_s="$3" pid start
+  [[ -s "${pidfile}" ]] || return 0
+  read -r pid start <"${pidfile}" || true
+  if ! krl_pid_alive "${pidfile}"; then
+    # The leader is gone (or the PID now belongs to another process): signal the group only if
+    # its members still carry this run's id (they were started by us).
+    if krl_group_alive "${pid}" && krl_group_is_ours "${pid}"; then
+      kill -TERM -- "-${pid}" 2>/dev/null || true
+    else
+      return 0
+    fi
+  else
+    krl_info "stopping ${name} (process group ${pid})"
+    kill -TERM -- "-${pid}" 2>/dev/null || true
+  fi
+  local deadline=$((SECONDS + timeout_s))
+  while krl_group_alive "${pid}" && ((SECONDS < deadline)); do
+    sleep 0.2
+  done
+  if krl_group_alive "${pid}"; then
+    krl_info "${name} still running after ${timeout_s} s: SIGKILL"
+    kill -KILL -- "-${pid}" 2>/dev/null || true
+  fi
+}
+
+# krl_run_pids [PGID]: PIDs of the processes (of process group PGID, if given) whose environment
+# carries KRL_RUN_ID=<this run>: the windows' commands and everything they started, unless a
+# child scrubbed its environment. This process and its children are never listed.
+krl_run_pids() {
+  [[ -n "${KRL_RUN_ID:-}" ]] || return 0
+  "${PYTHON:-python3}" - "KRL_RUN_ID=${KRL_RUN_ID}" "${1:-}" "$$" <<'PY'
+import os, sys
+marker, pgid, me = sys.argv[1].encode(), sys.argv[2], int(sys.argv[3])
+for name in os.listdir("/proc"):
+    if not name.isdigit() or int(name) in (me, os.getpid(), os.getppid()):
+        continue
+    try:
+        with open(f"/proc/{name}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+        if marker not in env:
+            continue
+        if pgid and str(os.getpgid(int(name))) != pgid:
+            continue
+    except OSError:
+        continue
+    print(name)
+PY
+}
+
+# krl_group_is_ours PGID: success if a member of the group carries this run's id, so a reused
+# process group id is never signalled.
+krl_group_is_ours() { [[ -n "$(krl_run_pids "$1")" ]]; }

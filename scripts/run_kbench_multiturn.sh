@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# The main multi-turn GRPO run: one tmux session with three windows, each teeing to a log under
+# the run directory, started in order once the previous one answers /health:
+#   eval     kernel eval server on the EVAL_GPUS (python -m eval_server)
+#   buffer   rollout buffer server + agent runner (python -m buffer_server --recipe ...)
+#   trainer  Ray head + `ray job submit ... python3 train.py` of slime with this project's plug-ins
+#
+# Usage: scripts/run_kbench_multiturn.sh            (settings from env vars, see docs/LAUNCH.md)
+#        PRINT_ONLY=1 scripts/run_kbench_multiturn.sh   (write and print the window commands only)
+#        scripts/stop.sh RUN_DIR                       (end the run: windows, servers, Ray)
+#
+# Settings: configs/run/common.sh (paths, GPU split, ports), configs/run/kbench_multiturn.sh
+# (slime argument groups), configs/servers/*.sh (server flags), configs/models/${MODEL}.sh
+# (MODEL_ARGS), the recipe YAML (multi-turn, runner, rollout temperature).
+# Window command overrides (tests, the CPU dry run): EVAL_CMD, BUFFER_CMD, TRAINER_CMD (shell
+# strings run in place of the defaults), ENGINE_CMD + ENGINE_HEALTH_URL (an extra `engine`
+# window started first, e.g. the embedded CPU engine), EVAL_DEVICES=cpu.
+# Resume: SAVE_DIR/LOAD_DIR default to RUN_DIR/checkpoints; re-running with the same RUN_NAME
+# after scripts/stop.sh resumes from the latest checkpoint there (slime --load reads
+# latest_checkpointed_iteration.txt); the launcher reports which iteration it resumes from.
+set -euo pipefail
+
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=../configs/run/common.sh
+source "${KRL_REPO_ROOT}/configs/run/common.sh"
+
+: "${PRINT_ONLY:=0}"
+: "${EVAL_CMD:=}"
+: "${BUFFER_CMD:=}"
+: "${TRAINER_CMD:=}"
+: "${ENGINE_CMD:=}"
+: "${ENGINE_HEALTH_URL:=}"
+: "${TRAIN_ENTRY:=train.py}"   # train_async.py overlaps rollout and training (not with COLOCATE=1)
+
+# --- the recipe: one source for the multi-turn settings and the rollout temperature ----------
+[[ -f "${RECIPE}" ]] || krl_die "recipe not found: ${RECIPE} (set RECIPE=...)"
+if [[ -z "${ROLLOUT_TEMPERATURE:-}" ]]; then
+  ROLLOUT_TEMPERATURE="$("${PYTHON}" -m tools.run_recipe get "${RECIPE}" runner.temperature)" ||
+    krl_die "set kernel_rl.runner.temperature in ${RECIPE} (or ROLLOUT_TEMPERATURE): slime's --rollout-temperature must equal it"
+fi
+: "${N_SAMPLES_PER_PROMPT:=8}"  # episodes per prompt: the GRPO group (buffer --group-size, slime n)
+
+# --- GPU split --------------------------------------------------------------------------------
+krl_gpu_split() {
+  local total need
+  [[ "${TRAIN_GPUS}" =~ ^[0-9]+$ && "${ROLLOUT_GPUS}" =~ ^[0-9]+$ && "${EVAL_GPUS}" =~ ^[0-9]+$ ]] ||
+    krl_die "TRAIN_GPUS, ROLLOUT_GPUS and EVAL_GPUS must be non-negative integers"
+  if ((TRAIN_GPUS % (TP * CP * PP) != 0)); then
+    krl_die "TRAIN_GPUS=${TRAIN_GPUS} is not a multiple of TP*CP*PP=$((TP * CP * PP))"
+  fi
+  if [[ "${COLOCATE}" == 1 ]]; then
+    RAY_NUM_GPUS="${TRAIN_GPUS}"
+    ROLLOUT_GPUS="${TRAIN_GPUS}"
+  else
+    ((ROLLOUT_GPUS % ROLLOUT_GPUS_PER_ENGINE == 0)) ||
+      krl_die "ROLLOUT_GPUS=${ROLLOUT_GPUS} is not a multiple of ROLLOUT_GPUS_PER_ENGINE=${ROLLOUT_GPUS_PER_ENGINE}"
+    RAY_NUM_GPUS=$((TRAIN_GPUS + ROLLOUT_GPUS))
+  fi
+  need=$((RAY_NUM_GPUS + EVAL_GPUS))
+  total="${NUM_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
+  if [[ -z "${EVAL_DEVICES:-}" ]]; then
+    ((total >= need)) || krl_die "the split needs ${need} GPUs (train ${TRAIN_GPUS}, rollout ${ROLLOUT_GPUS}," \
+      "eval ${EVAL_GPUS}${COLOCATE:+, colocate=${COLOCATE}}) but ${total} are visible; set TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS"
+    EVAL_DEVICES="$(seq -s, "${RAY_NUM_GPUS}" $((need - 1)))"
+    [[ -n "${EVAL_DEVICES}" ]] || krl_die "EVAL_GPUS=0: set EVAL_DEVICES (e.g. cpu, or GPU ids shared with training)"
+  fi
+  RAY_VISIBLE_DEVICES="$(seq -s, 0 $((RAY_NUM_GPUS - 1)))"
+}
+krl_gpu_split
+
+# The run id marks every process of the run (set in the window scripts only: the tmux server,
+# which may be shared with other sessions, must not carry it).
+KRL_RUN_ID="${RUN_NAME}-$$-${RANDOM}"
+RUN_RECIPE="${RUN_DIR}/recipe.yaml"
+: "${SGLANG_URL:=http://${ROUTER_HOST}:${ROUTER_PORT}}"  # what the agent runner generates with
+: "${TOKENIZER:=${HF_CKPT}}"
+export RUN_DIR TMUX_SESSION
+RAY_TMPDIR="${RAY_TMPDIR:-${TMPDIR:-/tmp}/ray-${RUN_NAME}}"
+
+# --- model args and argument groups -----------------------------------------------------------
+MODEL_ARGS=()
+if [[ -z "${TRAINER_CMD}" ]]; then
+  [[ -f "${MODEL_ARGS_FILE}" ]] ||
+    krl_die "model args not found: ${MODEL_ARGS_FILE} (generate them with the converter tools, or set MODEL_ARGS_FILE)"
+  # shellcheck source=/dev/null
+  source "${MODEL_ARGS_FILE}"
+fi
+# shellcheck source=../configs/run/kbench_multiturn.sh
+source "${KRL_REPO_ROOT}/configs/run/kbench_multiturn.sh"
+# shellcheck source=../configs/servers/eval_server.sh
+source "${KRL_REPO_ROOT}/configs/servers/eval_server.sh"
+# shellcheck source=../configs/servers/buffer_server.sh
+source "${KRL_REPO_ROOT}/configs/servers/buffer_server.sh"
+PLACEMENT_ARGS=(--actor-num-nodes 1 --actor-num-gpus-per-node "${TRAIN_GPUS}" --rollout-num-gpus "${ROLLOUT_GPUS}")
+[[ "${COLOCATE}" == 1 ]] && PLACEMENT_ARGS+=(--colocate)
+TRAIN_ARGS=("${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${EVAL_ARGS[@]}" "${PERF_ARGS[@]}"
+  "${GRPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${SGLANG_ARGS[@]}" "${WANDB_ARGS[@]}" "${MISC_ARGS[@]}"
+  "${PLACEMENT_ARGS[@]}")
+
+# --- checks before anything starts ------------------------------------------------------------
+command -v tmux >/dev/null || krl_die "tmux not found (apt-get install tmux)"
+if krl_tmux has-session -t "=${TMUX_SESSION}" 2>/dev/null; then
+  krl_die "tmux session ${TMUX_SESSION} already exists: attach (tmux attach -t ${TMUX_SESSION}) or stop it (scripts/stop.sh ${RUN_DIR})"
+fi
+ports=("${EVAL_PORT}" "${BUFFER_PORT}")
+[[ -z "${TRAINER_CMD}" ]] && ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${ROUTER_PORT}")
+for port in "${ports[@]}"; do
+  krl_port_free 127.0.0.1 "${port}" || krl_die "port ${port} is in use (set EVAL_PORT/BUFFER_PORT/RAY_PORT/... or stop what uses it)"
+done
+if [[ -s "${LOAD_DIR}/latest_checkpointed_iteration.txt" ]]; then
+  krl_info "resuming from ${LOAD_DIR} iteration $(cat "${LOAD_DIR}/latest_checkpointed_iteration.txt")"
+else
+  krl_info "no checkpoint in ${LOAD_DIR}: starting from ${REF_LOAD}"
+fi
+
+# --- run directory and window commands --------------------------------------------------------
+mkdir -p "${RUN_DIR}/logs" "${RUN_DIR}/pids" "${RUN_DIR}/cmd"
+rm -f "${RUN_DIR}"/pids/*.pid "${RUN_DIR}"/pids/*.rc
+{
+  for var in RUN_NAME RUN_DIR TMUX_SESSION TMUX_SOCKET KRL_RUN_ID RAY_TMPDIR EVAL_PORT BUFFER_PORT \
+    ROUTER_HOST ROUTER_PORT RAY_PORT RAY_DASHBOARD_PORT EVAL_DEVICES RAY_VISIBLE_DEVICES TRAIN_GPUS \
+    ROLLOUT_GPUS EVAL_GPUS COLOCATE ROLLOUT_TEMPERATURE N_SAMPLES_PER_PROMPT RECIPE RUN_RECIPE PROMPT_DATA SGLANG_URL; do
+    krl_env_line "${var}"
+    printf '\n'
+  done
+} >"${RUN_DIR}/run.env.tmp"
+mv "${RUN_DIR}/run.env.tmp" "${RUN_DIR}/run.env"
+
+# The run's recipe: the user's plus this run's URLs, data, tokenizer and temperature; read by
+# the buffer's agent runner (--recipe) and by slime's plug-ins (--custom-config-path).
+"${PYTHON}" -m tools.run_recipe write "${RECIPE}" "${RUN_RECIPE}" \
+  --set "runner.sglang_url=${SGLANG_URL}" --set "runner.eval_urls=http://127.0.0.1:${EVAL_PORT}" \
+  --set "runner.prompt_data=${PROMPT_DATA}" --set "runner.tokenizer=${TOKENIZER}" \
+  --set "runner.temperature=${ROLLOUT_TEMPERATURE}" ||
+  krl_die "could not write the run's recipe from ${RECIPE} (see the message above)"
+
+KRL_CMD_ENV=("$(krl_env_line KRL_RUN_ID)" "$(krl_env_line PATH)" "export PYTHONUNBUFFERED=1"
+  "export PYTHONPATH=$(printf '%q' "${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}")")
+
+windows=()
+if [[ -n "${ENGINE_CMD}" ]]; then
+  krl_write_shell_cmd "${RUN_DIR}/cmd/engine.sh" "${ENGINE_CMD}"
+  windows+=(engine)
+fi
+if [[ -n "${EVAL_CMD}" ]]; then
+  krl_write_shell_cmd "${RUN_DIR}/cmd/eval.sh" "${EVAL_CMD}"
+else
+  krl_write_cmd "${RUN_DIR}/cmd/eval.sh" "${PYTHON}" -m eval_server "${EVAL_SERVER_ARGS[@]}"
+fi
+if [[ -n "${BUFFER_CMD}" ]]; then
+  krl_write_shell_cmd "${RUN_DIR}/cmd/buffer.sh" "${BUFFER_CMD}"
+else
+  krl_write_cmd "${RUN_DIR}/cmd/buffer.sh" "${PYTHON}" -m buffer_server "${BUFFER_SERVER_ARGS[@]}"
+fi
+if [[ -n "${TRAINER_CMD}" ]]; then
+  krl_write_shell_cmd "${RUN_DIR}/cmd/trainer.sh" "${TRAINER_CMD}"
+else
+  KRL_CMD_ENV+=("$(krl_env_line SLIME_DIR)" "$(krl_env_line MEGATRON_DIR)" "$(krl_env_line MASTER_ADDR)"
+    "$(krl_env_line RAY_PORT)" "$(krl_env_line RAY_DASHBOARD_PORT)" "$(krl_env_line RAY_TMPDIR)"
+    "export RAY_NUM_GPUS=${RAY_NUM_GPUS}" "export CUDA_VISIBLE_DEVICES=${RAY_VISIBLE_DEVICES}"
+    "$(krl_env_line KRL_REPO_ROOT)")
+  krl_write_cmd "${RUN_DIR}/cmd/trainer.sh" bash "${KRL_LIB_DIR}/ray_train.sh" "${TRAIN_ENTRY}" "${TRAIN_ARGS[@]}"
+fi
+windows+=(eval buffer trainer)
+
+if [[ "${PRINT_ONLY}" == 1 ]]; then
+  for w in "${windows[@]}"; do
+    printf '### window %s (%s)\n' "${w}" "${RUN_DIR}/cmd/${w}.sh"
+    cat "${RUN_DIR}/cmd/${w}.sh"
+  done
+  exit 0
+fi
+
+# --- start, each window gated on the previous one's health ------------------------------------
+health_url() {
+  case "$1" in
+    engine) printf '%s' "${ENGINE_HEALTH_URL}" ;;
+    eval) printf 'http://127.0.0.1:%s/health' "${EVAL_PORT}" ;;
+    buffer) printf 'http://127.0.0.1:%s/health' "${BUFFER_PORT}" ;;
+    *) printf '' ;;
+  esac
+}
+for w in "${windows[@]}"; do
+  krl_info "starting window ${w}"
+  krl_open_window "${TMUX_SESSION}" "${w}"
+  url="$(health_url "${w}")"
+  if [[ -n "${url}" ]] && ! krl_wait_healthy "${w}" "${url}" "${HEALTH_TIMEOUT_S}" "${RUN_DIR}/pids/${w}.pid"; then
+    krl_info "start aborted: stopping what this run started"
+    bash "${KRL_REPO_ROOT}/scripts/stop.sh" "${RUN_DIR}" || true
+    exit 1
+  fi
+done
+
+attach="tmux${TMUX_SOCKET:+ -L ${TMUX_SOCKET}} attach -t ${TMUX_SESSION}"
+cat <<MSG
+Run ${RUN_NAME} started in tmux session ${TMUX_SESSION} (windows: ${windows[*]}).
+  attach:  ${attach}
+  logs:    ${RUN_DIR}/logs/
+  stop:    scripts/stop.sh ${RUN_DIR}
+MSG

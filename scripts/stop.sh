@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Stop one run started by scripts/run_kbench_multiturn.sh (or the CPU dry run):
+#   scripts/stop.sh RUN_DIR          (or RUN_NAME=... [RUNS_ROOT=...] scripts/stop.sh)
+#
+# What it stops, and nothing else:
+#   1. each window's process group recorded in RUN_DIR/pids/*.pid, if the recorded process is
+#      still the same one (PID and start time): SIGTERM, SIGKILL after STOP_TIMEOUT_S;
+#   2. every remaining process carrying this run's id (KRL_RUN_ID in its environment: the Ray
+#      daemons and workers of this run's Ray head, and anything else the windows started);
+#   3. the run's tmux session (on its own tmux server when TMUX_SOCKET was set).
+# It never kills by process name and never touches another run, another tmux session or Ray
+# cluster. Safe to run twice.
+set -euo pipefail
+
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
+run_dir="${1:-}"
+if [[ -z "${run_dir}" ]]; then
+  [[ -n "${RUN_NAME:-}" ]] || krl_die "usage: scripts/stop.sh RUN_DIR (or set RUN_NAME)"
+  run_dir="${RUNS_ROOT:-${KRL_REPO_ROOT}/runs}/${RUN_NAME}"
+fi
+[[ -f "${run_dir}/run.env" ]] || krl_die "${run_dir}/run.env not found: not a run directory of the launcher"
+
+# Read the run's identity without exporting it (our own children must not look like the run's).
+unset KRL_RUN_ID
+run_env() { (
+  # shellcheck source=/dev/null
+  source "${run_dir}/run.env"
+  printf '%s' "${!1-}"
+); }
+KRL_RUN_ID="$(run_env KRL_RUN_ID)"
+TMUX_SESSION="$(run_env TMUX_SESSION)"
+TMUX_SOCKET="$(run_env TMUX_SOCKET)"
+RUN_DIR="${run_dir}"
+: "${STOP_TIMEOUT_S:=30}"
+[[ -n "${KRL_RUN_ID}" ]] || krl_die "${run_dir}/run.env has no KRL_RUN_ID"
+
+# 1. Window process groups, the trainer first (it holds the clients of the other two).
+for name in trainer buffer eval engine; do
+  krl_stop_group "${name}" "${run_dir}/pids/${name}.pid" "${STOP_TIMEOUT_S}"
+done
+for pidfile in "${run_dir}"/pids/*.pid; do
+  [[ -e "${pidfile}" ]] || continue
+  name="$(basename "${pidfile}" .pid)"
+  krl_stop_group "${name}" "${pidfile}" "${STOP_TIMEOUT_S}"
+done
+
+# 2. Anything else that carries the run id (e.g. Ray daemons started in their own sessions).
+mapfile -t left < <(krl_run_pids)
+if ((${#left[@]})); then
+  krl_info "stopping ${#left[@]} remaining process(es) of run ${KRL_RUN_ID}: ${left[*]}"
+  kill -TERM "${left[@]}" 2>/dev/null || true
+  deadline=$((SECONDS + STOP_TIMEOUT_S))
+  while ((SECONDS < deadline)); do
+    mapfile -t left < <(krl_run_pids)
+    ((${#left[@]})) || break
+    sleep 0.2
+  done
+  if ((${#left[@]})); then
+    krl_info "SIGKILL ${left[*]}"
+    kill -KILL "${left[@]}" 2>/dev/null || true
+  fi
+fi
+
+# 3. The tmux session.
+if command -v tmux >/dev/null && krl_tmux has-session -t "=${TMUX_SESSION}" 2>/dev/null; then
+  krl_tmux kill-session -t "=${TMUX_SESSION}"
+  krl_info "tmux session ${TMUX_SESSION} closed"
+fi
+date -u +%FT%TZ >"${run_dir}/stopped"
+krl_info "run ${run_dir} stopped"

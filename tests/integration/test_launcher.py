@@ -1,0 +1,197 @@
+"""scripts/run_kbench_multiturn.sh and scripts/stop.sh for real: a private tmux server, the real
+eval server (CPU) and buffer server in their windows, a harmless trainer command (no GPU here).
+
+Checks: the windows and their order, per-window logs and PID files, health gating (a service
+that dies or never answers stops the start and leaves nothing behind), busy ports refused, and
+that stop.sh leaves no process of the run while an unrelated process survives.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from slime_ext.service import free_port
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed (apt-get install tmux)"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+LAUNCH = REPO / "scripts" / "run_kbench_multiturn.sh"
+STOP = REPO / "scripts" / "stop.sh"
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("kernel_rl:\n  runner:\n    temperature: 0.8\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env.update(
+        TMUX_SOCKET=f"krl-test-{os.getpid()}-{tmp_path.name}",
+        RUNS_ROOT=str(tmp_path / "runs"),
+        RUN_NAME="t",
+        RECIPE=str(recipe),
+        PYTHON=sys.executable,
+        EVAL_DEVICES="cpu",
+        EVAL_CPU_WORKERS="1",
+        EVAL_PORT=str(free_port()),
+        BUFFER_PORT=str(free_port()),
+        HEALTH_TIMEOUT_S="120",
+        STOP_TIMEOUT_S="20",
+    )
+    if not _buffer_has_runner():
+        # Until the agent runner's --recipe lands in buffer_server's CLI, run the buffer without it.
+        env["BUFFER_CMD"] = (
+            f"{sys.executable} -m buffer_server --port {env['BUFFER_PORT']} --db {tmp_path / 'buffer.sqlite'}"
+        )
+    env.update(extra)
+    return env
+
+
+def _buffer_has_runner() -> bool:
+    from buffer_server.__main__ import build_parser
+
+    return any("--recipe" in a.option_strings for a in build_parser()._actions)
+
+
+def _launch(env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(LAUNCH)], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _stop(run_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(STOP), str(run_dir)], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+def _tmux(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["tmux", "-L", env["TMUX_SOCKET"], *args], capture_output=True, text=True)
+
+
+def _run_processes(run_dir: Path) -> set[int]:
+    """Every live process of the run: the window process groups, their descendants, and every
+    process whose environment carries the run id."""
+    run_id = next(
+        line.split("=", 1)[1]
+        for line in (run_dir / "run.env").read_text().splitlines()
+        if line.startswith("export KRL_RUN_ID=")
+    )
+    pids: set[int] = set()
+    for pidfile in (run_dir / "pids").glob("*.pid"):
+        leader = int(pidfile.read_text().split()[0])
+        try:
+            proc = psutil.Process(leader)
+            pids |= {leader} | {c.pid for c in proc.children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pass
+    for proc in psutil.process_iter(["environ"]):
+        if f"KRL_RUN_ID={run_id}" in [f"{k}={v}" for k, v in (proc.info["environ"] or {}).items()]:
+            pids.add(proc.pid)
+    return {p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+
+
+def _wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
+    deadline = time.monotonic() + timeout
+    alive = set(pids)
+    while alive and time.monotonic() < deadline:
+        alive = {
+            p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        }
+        time.sleep(0.1)
+    return alive
+
+
+def test_windows_logs_health_order_and_clean_stop(tmp_path: Path) -> None:
+    env = _env(tmp_path, TRAINER_CMD="echo trainer-window-up; sleep 600")
+    run_dir = tmp_path / "runs" / "t"
+    bystander = subprocess.Popen(["sleep", "600"])  # unrelated: must survive stop.sh
+    try:
+        res = _launch(env)
+        assert res.returncode == 0, res.stderr + res.stdout
+        windows = _tmux(env, "list-windows", "-t", "t", "-F", "#{window_name}").stdout.split()
+        assert windows == ["eval", "buffer", "trainer"]
+        # Health gating: each window started only after the previous one answered /health.
+        err = res.stderr
+        assert err.index("eval is healthy") < err.index("starting window buffer")
+        assert err.index("buffer is healthy") < err.index("starting window trainer")
+        for name in ("eval", "buffer", "trainer"):
+            assert (run_dir / "cmd" / f"{name}.sh").is_file()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "trainer-window-up" not in _read(
+            run_dir / "logs" / "trainer.log"
+        ):
+            time.sleep(0.2)
+        assert "trainer-window-up" in _read(run_dir / "logs" / "trainer.log")
+        assert "buffer_server listening" in _read(run_dir / "logs" / "buffer.log")
+        assert (run_dir / "logs" / "eval.log").stat().st_size > 0
+        assert {p.name for p in (run_dir / "pids").glob("*.pid")} == {"eval.pid", "buffer.pid", "trainer.pid"}
+        assert f"attach:  tmux -L {env['TMUX_SOCKET']} attach -t t" in res.stdout
+
+        procs = _run_processes(run_dir)
+        assert len(procs) >= 6  # 3 window shells + eval server (+ worker) + buffer server + sleep
+        # A second launch of the same run is refused while it runs.
+        again = _launch(env)
+        assert again.returncode != 0 and "already exists" in again.stderr
+
+        stop = _stop(run_dir, env)
+        assert stop.returncode == 0, stop.stderr
+        assert _wait_gone(procs) == set(), "processes of the run survived stop.sh"
+        assert _tmux(env, "has-session", "-t", "t").returncode != 0
+        assert bystander.poll() is None, "stop.sh touched an unrelated process"
+        assert (run_dir / "stopped").is_file()
+        assert _stop(run_dir, env).returncode == 0  # idempotent
+    finally:
+        bystander.kill()
+        bystander.wait()
+        if (run_dir / "run.env").exists():
+            _stop(run_dir, env)
+
+
+def test_service_that_dies_stops_the_start(tmp_path: Path) -> None:
+    env = _env(tmp_path, EVAL_CMD="echo eval-is-broken; exit 3", TRAINER_CMD="sleep 600")
+    run_dir = tmp_path / "runs" / "t"
+    t0 = time.monotonic()
+    res = _launch(env)
+    assert res.returncode == 1
+    assert time.monotonic() - t0 < 60  # noticed the exit, did not wait for the timeout
+    assert "eval exited before becoming healthy" in res.stderr
+    assert "eval-is-broken" in res.stderr  # the log tail is shown
+    assert not (run_dir / "pids" / "buffer.pid").exists()  # nothing after the failed window
+    assert _tmux(env, "has-session", "-t", "t").returncode != 0
+    assert _run_processes(run_dir) == set()
+
+
+def test_health_timeout_stops_what_started(tmp_path: Path) -> None:
+    env = _env(tmp_path, EVAL_CMD="echo starting; sleep 600", TRAINER_CMD="sleep 600", HEALTH_TIMEOUT_S="3")
+    run_dir = tmp_path / "runs" / "t"
+    res = _launch(env)
+    assert res.returncode == 1
+    assert "eval not healthy after 3 s" in res.stderr
+    assert _wait_gone(_run_processes(run_dir)) == set()
+    assert _tmux(env, "has-session", "-t", "t").returncode != 0
+
+
+def test_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        env = _env(tmp_path, EVAL_PORT=str(s.getsockname()[1]), TRAINER_CMD="sleep 600")
+        res = _launch(env)
+    assert res.returncode == 1
+    assert f"port {env['EVAL_PORT']} is in use" in res.stderr
+    assert _tmux(env, "has-session", "-t", "t").returncode != 0
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""

@@ -1,0 +1,127 @@
+"""Recipe helpers for the shell launchers (thin CLI over `slime_ext/recipe.py`).
+
+  python -m tools.run_recipe get RECIPE KEY [--default VALUE]
+      print one scalar under `kernel_rl` (dotted KEY, e.g. runner.temperature); exit 1 naming
+      the key when it is missing and no default is given.
+  python -m tools.run_recipe write RECIPE OUT --set KEY=VALUE ...
+      write the run's copy of the recipe with the given values set (VALUE is read as YAML, so
+      0.8 is a number and a,b stays a string), validated (episode section; runner section when
+      the agent runner is installed), atomically (temporary name, then rename).
+
+The launcher writes RUN_DIR/recipe.yaml this way: the user's recipe plus this run's URLs and
+paths, so the buffer's runner and slime's plug-ins (`--custom-config-path`) read one file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slime_ext.recipe import ROOT_KEY, episode_config_from_dict, load_recipe, recipe_section
+from slime_ext.validation import ValidationError
+
+__all__ = ["lookup", "main", "with_values"]
+
+
+def lookup(recipe: dict[str, Any], key: str) -> Any:
+    """The value at dotted `key` under the root; KeyError naming the first missing part."""
+    value: Any = recipe
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(f"{ROOT_KEY}.{'.'.join(parts[: i + 1])} not set")
+        value = value[part]
+    return value
+
+
+def with_values(recipe: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
+    """A copy of `recipe` with each `dotted.key=yaml-value` assignment applied."""
+    out = copy.deepcopy(recipe)
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValidationError(f"--set {item!r}: expected KEY=VALUE")
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ValidationError(f"--set {item!r}: {part} is not a section")
+            node = child
+        node[parts[-1]] = yaml.safe_load(raw) if raw else ""
+    return out
+
+
+def validate(recipe: dict[str, Any]) -> None:
+    """Validate the sections this project knows (each by its owner's parser)."""
+    episode_config_from_dict(recipe_section(recipe, "episode"))
+    try:
+        from buffer_server.runner import runner_config_from_dict
+    except ImportError:
+        return
+    if recipe.get("runner") is not None:
+        runner_config_from_dict(recipe_section(recipe, "runner"))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tools.run_recipe",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("get", help="print one value")
+    g.add_argument("recipe")
+    g.add_argument("key")
+    g.add_argument("--default", help="printed when the key is missing")
+    w = sub.add_parser("write", help="write the run's recipe copy")
+    w.add_argument("recipe")
+    w.add_argument("out")
+    w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+    try:
+        recipe = load_recipe(args.recipe)
+        if args.cmd == "get":
+            try:
+                value = lookup(recipe, args.key)
+            except KeyError as exc:
+                if args.default is None:
+                    raise ValidationError(f"{args.recipe}: {exc.args[0]}") from None
+                value = args.default
+            if isinstance(value, (dict, list)):
+                raise ValidationError(f"{args.key} is a {type(value).__name__}, not a scalar")
+            print(str(value).lower() if isinstance(value, bool) else value)
+            return 0
+        updated = with_values(recipe, args.set)
+        validate(updated)
+        # Other top-level keys are slime's (--custom-config-path setattrs them): keep them.
+        full = yaml.safe_load(Path(args.recipe).read_text(encoding="utf-8"))
+        full[ROOT_KEY] = updated
+        _write_atomic(Path(args.out), yaml.safe_dump(full, sort_keys=False))
+        return 0
+    except (FileNotFoundError, ValidationError) as exc:
+        print(f"run_recipe: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
