@@ -44,7 +44,7 @@ def main() -> int:
         with running_server(Path(tmp), server_args) as url:
             for case in cases:
                 body = {"reference": load_problem(case.problem), "candidate": load_candidate(case.candidate)}
-                speedups, cand_ms, ref_ms, sources = [], [], [], []
+                speedups, cand_ms, ref_ms, sources, runs = [], [], [], [], []
                 t0 = time.perf_counter()
                 for _ in range(args.repeats):
                     res = httpx.post(f"{url}/eval", json=body, timeout=600).json()
@@ -55,6 +55,7 @@ def main() -> int:
                     cand_ms.append(res["candidate_timing"]["median_ms"])
                     ref_ms.append(res["reference_timing"]["median_ms"])
                     sources.append(res["reference_timing_source"])
+                    runs.append({k: res[k] for k in ("speedup", "candidate_timing", "reference_timing")})
                 if not speedups:
                     continue
                 row = {
@@ -68,10 +69,11 @@ def main() -> int:
                     "speedup_min": min(speedups),
                     "speedup_max": max(speedups),
                     "reference_sources": sources,
+                    "runs": runs,
                     "seconds": time.perf_counter() - t0,
                 }
                 report.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "reference_sources"}), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k not in ("reference_sources", "runs")}), flush=True)
     print()
     print(f"{'case':28s} {'n':>3s} {'cand ms':>9s} {'speedup':>8s} {'CV %':>6s} {'cand CV %':>9s}")
     for r in report:
