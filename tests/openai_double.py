@@ -50,7 +50,9 @@ class OpenAIChatDouble:
                 try:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 except ValueError:
-                    self._send(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+                    self._send(
+                        400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}}
+                    )
                     return
                 code, answer = double.handle(body)
                 self._send(code, answer)
@@ -76,15 +78,23 @@ class OpenAIChatDouble:
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             return 400, {"error": {"message": "model: required string", "type": "invalid_request_error"}}
-        if not isinstance(messages, list) or not messages or not all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in messages
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages
+            )
         ):
-            return 400, {"error": {"message": "messages: list of {role, content}", "type": "invalid_request_error"}}
+            return 400, {
+                "error": {"message": "messages: list of {role, content}", "type": "invalid_request_error"}
+            }
         with self._lock:
             self.requests.append(body)
             if self.fail_status is not None and self._served >= self.fail_after:
-                return self.fail_status, {"error": {"message": "endpoint down (test)", "type": "server_error"}}
+                return self.fail_status, {
+                    "error": {"message": "endpoint down (test)", "type": "server_error"}
+                }
             self._served += 1
         answer = self.responder(messages, body)
         content, finish = (answer, "stop") if isinstance(answer, str) else answer
@@ -93,7 +103,9 @@ class OpenAIChatDouble:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}
+            ],
             "usage": {
                 "prompt_tokens": sum(len(m["content"].split()) for m in messages),
                 "completion_tokens": len(content.split()),
