@@ -42,15 +42,19 @@ DEFAULT_EVAL_URL = "http://127.0.0.1:18188"
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """`plugins.eval`: the evaluation=True path of the rollout function (held-out problems)."""
+    """`plugins.eval`: the evaluation=True path of the rollout function (held-out problems).
 
-    prompt_data: str | None = None  # prompt-record jsonl; required for evaluation
-    name: str = "kernelbench"  # the dataset name in slime's eval logs (eval/<name>)
+    The problems come from slime's `--eval-prompt-data NAME PATH` (each path a prompt-record
+    jsonl; slime requires eval datasets whenever `--eval-interval` is set); `prompt_data` /
+    `name` / `n_samples_per_prompt` are used only when slime has no eval dataset."""
+
+    prompt_data: str | None = None  # prompt-record jsonl when slime has no --eval-prompt-data
+    name: str = "kernelbench"  # its name in slime's eval logs (eval/<name>)
     split: str | None = "holdout"  # only records of this split (None: every record)
-    n_samples_per_prompt: int = 1
-    max_problems: int | None = None  # the first N records (None: all)
+    n_samples_per_prompt: int = 1  # default of --n-samples-per-eval-prompt when slime gives none
+    max_problems: int | None = None  # the first N records of each set (None: all)
     concurrency: int = 16  # episodes in flight
-    temperature: float | None = None  # None: args.eval_temperature, else args.rollout_temperature
+    temperature: float | None = None  # None: the eval set's / --eval-temperature / --rollout-temperature
 
     def __post_init__(self) -> None:
         if self.n_samples_per_prompt < 1 or self.concurrency < 1:

@@ -41,7 +41,7 @@ from slime_ext.slime_plugins.resources import get_resources, run_problem
 from slime_ext.slime_plugins.reward_post import NORMALISED_ESTIMATORS
 from slime_ext.slime_plugins.samples import episode_samples, group_to_samples
 from slime_ext.slime_plugins.slime_api import eval_output, sample_class, train_output
-from slime_ext.trajectory import STATUS_ABORTED, STATUS_TRUNCATED, parse_record
+from slime_ext.trajectory import parse_record
 
 __all__ = ["evaluate", "generate_rollout", "reset_state"]
 
@@ -201,73 +201,99 @@ def _stats_summary(client: BufferClient) -> Any:
 # --------------------------------------------------------------------------- evaluation
 
 
-def _eval_problems(cfg: PluginConfig) -> list[PromptRecord]:
+@dataclass(frozen=True)
+class _EvalSet:
+    name: str
+    problems: list[PromptRecord]
+    n: int
+    temperature: float
+    max_new_tokens: int | None
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def _eval_sets(args: Any, cfg: PluginConfig) -> list[_EvalSet]:
+    """slime's eval datasets (`--eval-prompt-data name path ...` / `--eval-config`: each path a
+    prompt-record jsonl), else `plugins.eval.prompt_data`; records filtered by `plugins.eval.split`
+    and cut to `plugins.eval.max_problems`."""
     settings = cfg.eval
-    if not settings.prompt_data:
-        raise ValueError("evaluation needs kernel_rl.plugins.eval.prompt_data (a prompt-record jsonl)")
-    records = [r for r in load_prompt_records(settings.prompt_data) if settings.split in (None, r.split)]
-    if settings.max_problems is not None:
-        records = records[: settings.max_problems]
-    if not records:
-        raise ValueError(f"{settings.prompt_data}: no prompt record with split {settings.split!r}")
-    return records
+    default_n = _first(getattr(args, "n_samples_per_eval_prompt", None), settings.n_samples_per_prompt)
+    default_t = _first(
+        settings.temperature, getattr(args, "eval_temperature", None), args.rollout_temperature
+    )
+    default_len = _first(
+        getattr(args, "eval_max_response_len", None), getattr(args, "rollout_max_response_len", None)
+    )
+    specs = [
+        (ds.name, ds.path, _first(getattr(ds, "n_samples_per_eval_prompt", None), default_n),
+         _first(settings.temperature, getattr(ds, "temperature", None), default_t),
+         _first(getattr(ds, "max_response_len", None), default_len))
+        for ds in getattr(args, "eval_datasets", None) or []
+    ]  # fmt: skip
+    if not specs and settings.prompt_data:
+        specs = [(settings.name, settings.prompt_data, settings.n_samples_per_prompt, default_t, default_len)]
+    if not specs:
+        raise ValueError(
+            "evaluation needs prompt records: --eval-prompt-data NAME PATH (a prompt-record jsonl) or "
+            "kernel_rl.plugins.eval.prompt_data"
+        )
+    out = []
+    for name, path, n, temperature, max_new in specs:
+        records = [r for r in load_prompt_records(path) if settings.split in (None, r.split)]
+        if settings.max_problems is not None:
+            records = records[: settings.max_problems]
+        if not records:
+            raise ValueError(
+                f"{path}: no prompt record with split {settings.split!r} (kernel_rl.plugins.eval.split)"
+            )
+        out.append(_EvalSet(name, records, int(n), float(temperature), max_new))
+    return out
 
 
-async def _evaluate_async(args: Any, cfg: PluginConfig, problems: list[PromptRecord]) -> list[Any]:
+async def _evaluate_async(args: Any, cfg: PluginConfig, ev: _EvalSet) -> list[Any]:
     episode = episode_config(args)
-    temperature = cfg.eval.temperature or getattr(args, "eval_temperature", None) or args.rollout_temperature
-    max_new = getattr(args, "eval_max_response_len", None) or getattr(args, "rollout_max_response_len", None)
-    res = await get_resources(args, cfg, episode, temperature=float(temperature), evaluation=True)
+    res = await get_resources(args, cfg, episode, temperature=ev.temperature, evaluation=True)
     gate = asyncio.Semaphore(cfg.eval.concurrency)
     Sample = sample_class()
 
     async def one(p: int, record: PromptRecord, j: int) -> Any:
         async with gate:
-            ep = await run_problem(record, res, episode, max_new_tokens=max_new)
-        base = Sample(
-            group_index=p,
-            index=p * cfg.eval.n_samples_per_prompt + j,
-            prompt=record.reference,
-            label=record.instance_id,
-        )
+            ep = await run_problem(record, res, episode, max_new_tokens=ev.max_new_tokens)
+        base = Sample(group_index=p, index=p * ev.n + j, prompt=record.reference, label=record.instance_id)
         info = {"instance_id": record.instance_id, "level": record.level, "problem_id": record.problem_id}
         return episode_samples(ep, base, credit="trajectory", info=info)
 
     try:
-        tasks = [one(p, r, j) for p, r in enumerate(problems) for j in range(cfg.eval.n_samples_per_prompt)]
-        return list(await asyncio.gather(*tasks))
+        return list(
+            await asyncio.gather(*(one(p, r, j) for p, r in enumerate(ev.problems) for j in range(ev.n)))
+        )
     finally:
         await res.aclose()
 
 
 def evaluate(args: Any, rollout_id: int, cfg: PluginConfig | None = None) -> Any:
-    """The evaluation=True path: episodes on `plugins.eval.prompt_data` (split `plugins.eval.split`),
-    `n_samples_per_prompt` each, trajectory return as reward. Returns
-    `RolloutFnEvalOutput({name: {"rewards", "truncated", "samples"}}, metrics)`; aborted episodes
-    (engine abort, eval outage) are left out of rewards and samples and counted in the metrics."""
+    """The evaluation=True path: `n` episodes per held-out problem of each eval set (see
+    `_eval_sets`), trajectory return as reward, against slime's router and the eval servers.
+    Returns `RolloutFnEvalOutput({name: {"rewards", "truncated", "samples"}}, metrics)`; aborted
+    episodes (engine abort, eval outage) are left out of rewards and samples and counted in the
+    metrics (`eval/<name>/aborted`)."""
     cfg = cfg or plugin_config(args)
-    problems = _eval_problems(cfg)
-    started = time.monotonic()
-    samples = asyncio.run(_evaluate_async(args, cfg, problems))
-    kept = [s for s in samples if s.metadata["kernel_rl"]["status"] != STATUS_ABORTED]
-    name = cfg.eval.name
-    data = {
-        name: {
+    data: dict[str, dict[str, Any]] = {}
+    metrics: dict[str, float] = {}
+    for ev in _eval_sets(args, cfg):
+        started = time.monotonic()
+        samples = asyncio.run(_evaluate_async(args, cfg, ev))
+        kept = [s for s in samples if s.status.name != "ABORTED"]
+        data[ev.name] = {
             "rewards": [s.reward for s in kept],
-            "truncated": [s.metadata["kernel_rl"]["status"] == STATUS_TRUNCATED for s in kept],
+            "truncated": [s.status.name == "TRUNCATED" for s in kept],
             "samples": kept,
         }
-    }
-    metrics = {
-        f"eval/{name}/episodes": float(len(samples)),
-        f"eval/{name}/aborted": float(len(samples) - len(kept)),
-        f"eval/{name}/time_s": time.monotonic() - started,
-    }
-    log.info(
-        "eval %s at rollout %d: %d episodes, %d aborted",
-        name,
-        rollout_id,
-        len(samples),
-        len(samples) - len(kept),
-    )
+        metrics[f"eval/{ev.name}/episodes"] = float(len(samples))
+        metrics[f"eval/{ev.name}/aborted"] = float(len(samples) - len(kept))
+        metrics[f"eval/{ev.name}/time_s"] = time.monotonic() - started
+        log.info("eval %s at rollout %d: %d episodes, %d aborted", ev.name, rollout_id, len(samples),
+                 len(samples) - len(kept))  # fmt: skip
     return eval_output(data, metrics)

@@ -16,9 +16,10 @@ An aborted episode (engine abort, eval outage) trains nothing: reward 0.0, `remo
 mask all 0. If it has no response token at all, the last prompt token is counted as its one
 (masked) response token, so no token is invented and `response_length >= 1` still holds.
 
-Per-turn records in the buffer: the records of one trajectory carry the same
-`metadata["trajectory_uid"]` (TRAJECTORY_KEY) and their turn in `sample_index`; a record without
-that key is a trajectory of its own.
+Per-turn records in the buffer (buffer_server/runner.py `episode_records`): the records of one
+trajectory carry the same `metadata["episode_uid"]` (TRAJECTORY_KEY), their turn in
+`sample_index` and only that turn's reward and eval result; a record without that key is a
+trajectory of its own.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ __all__ = [
     "turn_summary",
 ]
 
-TRAJECTORY_KEY = "trajectory_uid"  # record.metadata key tying the per-turn records of one trajectory
+TRAJECTORY_KEY = "episode_uid"  # record.metadata key tying the per-turn records of one trajectory
 METADATA_KEY = "kernel_rl"  # Sample.metadata key holding the summary the rollout log function reads
 
 # trajectory-record / episode status -> slime Sample.Status member name
@@ -161,25 +162,45 @@ def fill_sample(
     return sample
 
 
-def _record_metadata(record: TrajectoryRecord, turn: int | None) -> dict[str, Any]:
+def _turns(record: TrajectoryRecord) -> list[dict[str, Any]]:
+    return [turn_summary(r, rw) for r, rw in zip(record.turn_eval_results, record.turn_rewards, strict=True)]
+
+
+def _record_metadata(
+    record: TrajectoryRecord, *, turn: int | None, turns: list[dict[str, Any]], status: str
+) -> dict[str, Any]:
     meta = record.metadata
-    turns = [turn_summary(r, rw) for r, rw in zip(record.turn_eval_results, record.turn_rewards, strict=True)]
     return {
         METADATA_KEY: {
             "instance_id": record.instance_id,
             "level": meta.get("level"),
+            "problem_id": meta.get("problem_id"),
             "trajectory": str(meta.get(TRAJECTORY_KEY) or record.uid),
             "turn": turn,
             "turns": turns,
-            "status": record.status,
+            "status": status,
+            "early_stopped": bool(meta.get("early_stopped", False)),
             "policy_version": record.policy_version,
             "uid": record.uid,
         }
     }
 
 
-def record_sample(record: TrajectoryRecord, *, group_index: int, index: int, per_turn: bool) -> Any:
-    """One record -> one Sample (rollout_id = index: fan-out siblings get the same index)."""
+def record_sample(
+    record: TrajectoryRecord,
+    *,
+    group_index: int,
+    index: int,
+    turn: int | None = None,
+    trajectory: Sequence[TrajectoryRecord] | None = None,
+) -> Any:
+    """One record -> one Sample (rollout_id = index: fan-out siblings get the same index).
+
+    `turn`/`trajectory`: per_turn credit, the record's turn and every record of its trajectory
+    in turn order (each per-turn record holds only its own turn's result; the metadata summary
+    covers the whole trajectory)."""
+    recs = list(trajectory) if trajectory else [record]
+    turns = [t for r in recs for t in _turns(r)]
     sample = sample_class()(group_index=group_index, index=index, rollout_id=index, label=record.instance_id)
     return fill_sample(
         sample,
@@ -189,7 +210,7 @@ def record_sample(record: TrajectoryRecord, *, group_index: int, index: int, per
         rollout_log_probs=record.rollout_log_probs,
         reward=record.reward,
         status=record.status,
-        metadata=_record_metadata(record, record.sample_index if per_turn else None),
+        metadata=_record_metadata(record, turn=turn, turns=turns, status=recs[-1].status),
     )
 
 
@@ -210,14 +231,21 @@ def group_to_samples(
     for key, recs in trajectories.items():
         if credit == "per_turn":
             recs = sorted(recs, key=lambda r: r.sample_index)
-            out.append([record_sample(r, group_index=group_index, index=index, per_turn=True) for r in recs])
+            out.append(
+                [
+                    record_sample(
+                        r, group_index=group_index, index=index, turn=r.sample_index, trajectory=recs
+                    )
+                    for r in recs
+                ]
+            )
         else:
             if len(recs) > 1:
                 raise SampleInvariantError(
                     f"{len(recs)} records of trajectory {key!r} but credit is 'trajectory' (one record per "
                     "trajectory): the recipe's episode.reward.credit differs from what the runner wrote"
                 )
-            out.append(record_sample(recs[0], group_index=group_index, index=index, per_turn=False))
+            out.append(record_sample(recs[0], group_index=group_index, index=index))
         index += 1
     return out, index
 

@@ -106,15 +106,26 @@ def test_truncated_and_aborted_records() -> None:
 
 
 def test_per_turn_records_fan_out_with_shared_rollout_id() -> None:
-    def turn(uid: str, traj: str, k: int, reward: float) -> object:
-        return record(uid, sample_index=k, reward=reward, metadata={"level": 2, TRAJECTORY_KEY: traj})
+    # as buffer_server/runner.py writes them: one record per turn, that turn's reward/result only
+    def turn(uid: str, traj: str, k: int, reward: float, result: dict) -> object:
+        meta = {"level": 2, TRAJECTORY_KEY: traj, "early_stopped": False}
+        return record(uid, sample_index=k, reward=reward, metadata=meta, turn_rewards=[reward],
+                      turn_eval_results=[result])  # fmt: skip
 
-    recs = [turn("t1-1", "t1", 1, 0.8), turn("t1-0", "t1", 0, 0.42), turn("t2-0", "t2", 0, 0.0)]
+    recs = [
+        turn("t1-1", "t1", 1, 0.8, OK),
+        turn("t1-0", "t1", 0, 0.42, WRONG),
+        turn("t2-0", "t2", 0, 0.0, None),
+    ]
     out, nxt = group_to_samples(recs, credit="per_turn", group_index=0, first_index=7)
     assert nxt == 9 and [len(x) for x in out] == [2, 1]
     first = out[0]
     assert [s.metadata[METADATA_KEY]["turn"] for s in first] == [0, 1]  # ordered by sample_index
     assert [s.reward for s in first] == [0.42, 0.8]
+    # every sibling's summary covers the whole trajectory, in turn order
+    for s in first:
+        assert [t["status"] for t in s.metadata[METADATA_KEY]["turns"]] == ["incorrect", "ok"]
+    assert out[1][0].metadata[METADATA_KEY]["turns"][0]["evaluated"] is False
     assert {s.rollout_id for s in first} == {7} and {s.index for s in first} == {7}
     assert out[1][0].rollout_id == 8
     # slime's check on the whole rollout output (groups x trajectories x turn samples)
