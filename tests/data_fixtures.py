@@ -104,3 +104,261 @@ def write_kernelbench_hf(root: Path, fmt: str = "parquet") -> Path:
         else:
             path.write_text("".join(json.dumps(r) + "\n" for r in part), encoding="utf-8")
     return root
+
+
+# --------------------------------------------------------------------------- KernelBook
+
+_KB_HEADER = """import torch
+import triton
+import triton.language as tl
+from torch._inductor.runtime.triton_heuristics import grid
+from torch._C import _cuda_getCurrentRawStream as get_raw_stream
+import torch.nn as nn
+assert_size_stride = torch._C._dynamo.guards.assert_size_stride
+empty_strided_cpu = torch._C._dynamo.guards._empty_strided_cpu
+"""
+
+SCALED_RELU_PY = '''import torch
+import torch.nn as nn
+
+
+class ScaledRelu(nn.Module):
+    """relu(x) * scale"""
+
+    def __init__(self, scale=2.0):
+        super(ScaledRelu, self).__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(x) * self.scale
+
+
+def get_inputs():
+    return [torch.rand([4, 4, 4, 4])]
+
+
+def get_init_inputs():
+    return [[], {'scale': 3.0}]
+'''
+
+# Inductor layout (kernel, call(args), <Name>New); CPU allocation so it also runs in the interpreter.
+SCALED_RELU_TRITON = (
+    _KB_HEADER
+    + '''
+
+@triton.jit
+def triton_poi_fused_mul_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 256
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    x0 = xindex
+    tmp0 = tl.load(in_ptr0 + x0, xmask)
+    tmp1 = 0.0
+    tmp2 = tl.maximum(tmp0, tmp1)
+    tmp3 = 3.0
+    tmp4 = tmp2 * tmp3
+    tl.store(out_ptr0 + x0, tmp4, xmask)
+
+
+def call(args):
+    arg0_1, = args
+    args.clear()
+    assert_size_stride(arg0_1, (4, 4, 4, 4), (64, 16, 4, 1))
+    buf0 = empty_strided_cpu((4, 4, 4, 4), (64, 16, 4, 1), torch.float32)
+    get_raw_stream(0)
+    triton_poi_fused_mul_relu_0[grid(256)](arg0_1, buf0, 256, XBLOCK=128, num_warps=4, num_stages=1)
+    del arg0_1
+    return buf0,
+
+
+class ScaledReluNew(nn.Module):
+    """relu(x) * scale"""
+
+    def __init__(self, scale=2.0):
+        super(ScaledReluNew, self).__init__()
+        self.scale = scale
+
+    def forward(self, input_0):
+        arg0_1 = input_0
+        output = call([arg0_1])
+        return output[0]
+'''
+)
+
+ADD_PY = """import torch
+import torch.nn as nn
+
+
+class PairAdd(nn.Module):
+
+    def __init__(self, alpha, beta=1.0):
+        super().__init__()
+        self.alpha = alpha
+        self.beta = beta
+
+    def forward(self, x, y):
+        return x * self.alpha + y * self.beta
+
+
+def get_inputs():
+    return [torch.rand([8, 32]), torch.rand([8, 32])]
+
+
+def get_init_inputs():
+    return [[0.5], {'beta': 2.0}]
+"""
+
+
+def add_triton(alpha: str = "0.5", combine: str = "+") -> str:
+    return (
+        _KB_HEADER
+        + f"""
+
+@triton.jit
+def triton_poi_fused_add_mul_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 256
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    x0 = xindex
+    tmp0 = tl.load(in_ptr0 + x0, xmask)
+    tmp1 = {alpha}
+    tmp2 = tmp0 * tmp1
+    tmp3 = tl.load(in_ptr1 + x0, xmask)
+    tmp4 = 2.0
+    tmp5 = tmp3 * tmp4
+    tmp6 = tmp2 {combine} tmp5
+    tl.store(out_ptr0 + x0, tmp6, xmask)
+
+
+def call(args):
+    arg0_1, arg1_1 = args
+    args.clear()
+    assert_size_stride(arg0_1, (8, 32), (32, 1))
+    assert_size_stride(arg1_1, (8, 32), (32, 1))
+    buf0 = empty_strided_cpu((8, 32), (32, 1), torch.float32)
+    get_raw_stream(0)
+    triton_poi_fused_add_mul_0[grid(256)](arg0_1, arg1_1, buf0, 256, XBLOCK=64, num_warps=2, num_stages=1)
+    del arg0_1
+    del arg1_1
+    return buf0,
+
+
+class PairAddNew(nn.Module):
+
+    def __init__(self, alpha, beta=1.0):
+        super().__init__()
+        self.alpha = alpha
+        self.beta = beta
+
+    def forward(self, input_0, input_1):
+        arg0_1 = input_0
+        arg1_1 = input_1
+        output = call([arg0_1, arg1_1])
+        return output[0]
+"""
+    )
+
+
+LINEAR_PY = """import torch
+import torch.nn as nn
+
+
+class TinyLinear(nn.Module):
+
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+def get_inputs():
+    return [torch.rand([4, 4])]
+
+
+def get_init_inputs():
+    return [[], {'d': 4}]
+"""
+
+LINEAR_TRITON = (
+    _KB_HEADER
+    + """from torch._inductor.select_algorithm import extern_kernels
+
+
+@triton.jit
+def triton_poi_fused_relu_0(in_out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 16
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    tmp0 = tl.load(in_out_ptr0 + xindex, xmask)
+    tmp1 = tl.maximum(tmp0, 0.0)
+    tl.store(in_out_ptr0 + xindex, tmp1, xmask)
+
+
+def call(args):
+    primals_1, primals_2, primals_3 = args
+    buf0 = empty_strided_cpu((4, 4), (4, 1), torch.float32)
+    extern_kernels.addmm(primals_2, primals_3, primals_1, alpha=1, beta=1, out=buf0)
+    triton_poi_fused_relu_0[grid(16)](buf0, 16, XBLOCK=16)
+    return buf0,
+
+
+class TinyLinearNew(nn.Module):
+
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, input_0):
+        output = call([self.fc.weight, self.fc.bias, input_0])
+        return output[0]
+"""
+)
+
+
+def kernelbook_rows() -> list[dict]:
+    """Rows shaped like KernelBook's, one per outcome the SFT tool must tell apart."""
+
+    def row(uuid: int, entry: str, py: str, tr: str, **extra: object) -> dict:
+        return {
+            "uuid": uuid,
+            "entry_point": entry,
+            "module_name": entry,
+            "repo_name": f"someone/repo{uuid}",
+            "licenses": ["MIT"],
+            "synthetic": False,
+            "python_code": py,
+            "triton_code": tr,
+            **extra,
+        }
+
+    not_launched = SCALED_RELU_TRITON.replace(
+        "    triton_poi_fused_mul_relu_0[grid(256)](arg0_1, buf0, 256, XBLOCK=128, num_warps=4, num_stages=1)\n",
+        "",
+    )
+    return [
+        row(1, "ScaledRelu", SCALED_RELU_PY, SCALED_RELU_TRITON),  # kept
+        row(2, "PairAdd", ADD_PY, add_triton()),  # kept
+        row(3, "TinyLinear", LINEAR_PY, LINEAR_TRITON),  # answer_extern_kernels
+        row(
+            4,
+            "ScaledRelu",
+            SCALED_RELU_PY.replace('"""relu(x) * scale"""', '"""a fork"""'),
+            SCALED_RELU_TRITON,
+        ),
+        row(5, "ScaledRelu", SCALED_RELU_PY, not_launched.replace("relu(x) * scale", "v2")),  # no launch
+        row(6, "Broken", "class Broken(nn.Module:\n", SCALED_RELU_TRITON),  # reference_syntax
+        row(7, "PairAdd", ADD_PY.replace("x * self.alpha", "x * self.alpha * 1.0"), add_triton(alpha="0.25")),
+        row(8, "ScaledRelu", SCALED_RELU_PY + "\n# padding\n" * 500, SCALED_RELU_TRITON),  # too_long
+        row(9, "Missing", SCALED_RELU_PY, SCALED_RELU_TRITON),  # reference_no_entry_class
+        row(
+            10,
+            "ScaledRelu",
+            SCALED_RELU_PY.replace("* self.scale", "* self.scale + 0.0"),
+            SCALED_RELU_TRITON.replace("    return buf0,", "    return torch.relu(buf0),"),
+        ),  # static:static.torch_compute
+    ]

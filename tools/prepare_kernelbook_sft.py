@@ -1,0 +1,211 @@
+"""KernelBook -> slime SFT data (`messages` jsonl) with filters, dedup and a report.
+
+  python -m tools.prepare_kernelbook_sft --input KernelBook/dataset_permissive.parquet \
+      --output data/sft.jsonl --exclude-problems data/kernelbench.jsonl
+  # keep only answers that pass a running eval server, and add two-turn examples whose second
+  # turn carries the server's real feedback on a failing first attempt:
+  python -m tools.prepare_kernelbook_sft --input kb.parquet --output data/sft.jsonl \
+      --verify-url http://127.0.0.1:18188 --mutate --attempts model_attempts.jsonl
+
+Prompts are built exactly as in RL (`slime_ext.prompts.build_messages`; the prompt section of
+`--recipe` if given). The report (`<output stem>.report.json` unless --report) counts every
+dropped row by reason; the same table is printed. Outputs are written atomically. Exit codes:
+0 written, 1 no example survived (report still written), 2 bad arguments or input,
+3 the eval server failed (unavailable, timeout); nothing is written then.
+See docs/DATA.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from eval_server.schema import EvalOptions
+from slime_ext.data.files import TABLE_SUFFIXES, atomic_write_text, read_rows
+from slime_ext.data.kernelbook import canonical_hash
+from slime_ext.data.report import FilterReport
+from slime_ext.data.sft_build import (
+    Attempt,
+    SFTBuildConfig,
+    load_attempts,
+    multi_turn_examples,
+    mutation_attempts,
+    select_pairs,
+    single_turn_example,
+    verify_pairs,
+)
+from slime_ext.data.sft_format import SFTExample, write_sft_jsonl
+from slime_ext.eval_client import EvalClient, EvalClientError
+from slime_ext.problems import load_prompt_records
+from slime_ext.prompts import PromptConfig
+from slime_ext.recipe import episode_config_from_dict, load_recipe, recipe_section
+from slime_ext.validation import ValidationError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--input", required=True, help=f"KernelBook file ({', '.join(TABLE_SUFFIXES)}) or a folder of them"
+    )
+    p.add_argument("--output", required=True, help="SFT jsonl to write")
+    p.add_argument("--report", default=None, help="report JSON (default: <output stem>.report.json)")
+    p.add_argument(
+        "--recipe", default=None, help="recipe YAML: prompt wording and eval options of the RL run"
+    )
+    p.add_argument("--limit", type=int, default=None, help="read only the first N rows")
+    p.add_argument("--max-reference-chars", type=int, default=SFTBuildConfig.max_reference_chars)
+    p.add_argument("--max-answer-chars", type=int, default=SFTBuildConfig.max_answer_chars)
+    p.add_argument(
+        "--allow-extern-kernels", action="store_true", help="keep answers using torch/cuBLAS kernels"
+    )
+    p.add_argument("--no-dedup", action="store_true", help="keep duplicate modules")
+    p.add_argument(
+        "--exclude-problems",
+        action="append",
+        default=[],
+        metavar="PROMPTS_JSONL",
+        help="drop modules identical to these prompt records' references (repeatable)",
+    )
+    p.add_argument(
+        "--verify-url", default=None, help="eval server URL(s), comma-separated: keep passing answers"
+    )
+    p.add_argument("--concurrency", type=int, default=4, help="evaluations in flight (4)")
+    p.add_argument("--correctness-trials", type=int, default=None, help="override the eval options' trials")
+    p.add_argument("--eval-timeout", type=float, default=600.0, help="seconds to wait for one evaluation")
+    p.add_argument("--attempts", default=None, help="failing first attempts: table of {key, candidate}")
+    p.add_argument("--mutate", action="store_true", help="make first attempts by flipping a kernel operator")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def _input_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in TABLE_SUFFIXES)
+        if files:
+            return files
+        raise ValidationError(f"{path}: no {', '.join(TABLE_SUFFIXES)} files in this folder")
+    raise FileNotFoundError(f"KernelBook input not found: {path}")
+
+
+def _rows(files: list[Path], limit: int | None) -> Iterator[dict[str, Any]]:
+    n = 0
+    for f in files:
+        for row in read_rows(f):
+            if limit is not None and n >= limit:
+                return
+            n += 1
+            yield row
+
+
+def _settings(args: argparse.Namespace) -> tuple[PromptConfig, EvalOptions]:
+    episode = (
+        episode_config_from_dict(recipe_section(load_recipe(args.recipe), "episode")) if args.recipe else None
+    )
+    prompt = episode.prompt if episode else PromptConfig()
+    options = episode.eval_options if episode else EvalOptions(correctness_trials=3, timing=False)
+    if args.correctness_trials is not None:
+        options = EvalOptions(**{**options.__dict__, "correctness_trials": args.correctness_trials})
+    return prompt, options
+
+
+async def _evaluate_stages(
+    args: argparse.Namespace, pairs: list, prompt: PromptConfig, options: EvalOptions, report: FilterReport
+) -> tuple[list, list[SFTExample]]:
+    attempts: list[Attempt] = load_attempts(args.attempts) if args.attempts else []
+    async with EvalClient(args.verify_url, timeout_s=args.eval_timeout) as client:
+        verified = await verify_pairs(
+            pairs, client, options, report, concurrency=args.concurrency, progress=not args.no_progress
+        )
+        if args.mutate:
+            attempts += mutation_attempts(verified)
+        multi = await multi_turn_examples(
+            verified,
+            attempts,
+            client,
+            options,
+            prompt,
+            report,
+            concurrency=args.concurrency,
+            progress=not args.no_progress,
+        )
+    return verified, multi
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.attempts or args.mutate) and not args.verify_url:
+        raise ValidationError(
+            "--attempts/--mutate need --verify-url: multi-turn feedback must come from the evaluator"
+        )
+    prompt, options = _settings(args)
+    exclude = frozenset(
+        canonical_hash(r.reference) for path in args.exclude_problems for r in load_prompt_records(path)
+    )
+    config = SFTBuildConfig(
+        max_reference_chars=args.max_reference_chars,
+        max_answer_chars=args.max_answer_chars,
+        allow_extern_kernels=args.allow_extern_kernels,
+        dedup=not args.no_dedup,
+        exclude_hashes=exclude,
+        prompt=prompt,
+    )
+    report = FilterReport()
+    report.settings = {
+        "input": args.input,
+        "max_reference_chars": config.max_reference_chars,
+        "max_answer_chars": config.max_answer_chars,
+        "allow_extern_kernels": config.allow_extern_kernels,
+        "dedup": config.dedup,
+        "excluded_problems": len(exclude),
+        "verify_url": args.verify_url,
+        "eval_options": options.__dict__ if args.verify_url else None,
+        "mutate": args.mutate,
+        "attempts": args.attempts,
+    }
+    pairs = select_pairs(_rows(_input_files(Path(args.input)), args.limit), config, report, where=args.input)
+    verified, multi = pairs, []
+    if args.verify_url:
+        verified, multi = asyncio.run(_evaluate_stages(args, pairs, prompt, options, report))
+    by_key: dict[str, list[SFTExample]] = {}
+    for example in multi:
+        by_key.setdefault(example.metadata["key"], []).append(example)
+    examples: list[SFTExample] = []
+    for pair in verified:
+        examples.append(single_turn_example(pair, prompt, verified=bool(args.verify_url)))
+        examples.extend(by_key.get(pair.key, []))
+    report.kept = len(verified)
+    report_path = (
+        Path(args.report)
+        if args.report
+        else Path(args.output).with_name(f"{Path(args.output).stem}.report.json")
+    )
+    atomic_write_text(report_path, json.dumps(report.to_json(), indent=2) + "\n")
+    print(report.table())
+    if not examples:
+        print(f"no example survived the filters; nothing written (report: {report_path})", file=sys.stderr)
+        return 1
+    write_sft_jsonl(args.output, examples)
+    print(f"wrote {len(examples)} SFT examples to {args.output}; report {report_path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (ValidationError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except EvalClientError as exc:  # the evaluator is down or timed out: says nothing about the data
+        print(f"error: eval server: {exc}", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
