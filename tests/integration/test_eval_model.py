@@ -1,0 +1,216 @@
+"""tools/eval_model end to end against the REAL eval server (CPU, Triton interpreter), with
+labelled test doubles for the policy endpoints: the OpenAI-compatible chat TEST DOUBLE
+(tests/openai_double.py) answering canned candidates from eval_server/samples/candidates, and the
+SGLang TEST DOUBLE (tests/sglang_double.py) in scripted mode. Covers an interrupted run (the chat
+endpoint fails mid-run) resumed by re-running the same command, the metrics of the resulting
+report, the train-split refusal, --report-only, and tools/compare_runs on the two result files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eval_server.samples import load_candidate, load_problem
+from slime_ext.problems import PromptRecord, write_prompt_records
+from slime_ext.reports.results import load_results
+from tests.openai_double import OpenAIChatDouble
+from tests.sglang_double import SGLangDouble
+from tests.tiny_qwen3 import tiny_model, tiny_tokenizer
+from tools import compare_runs, eval_model
+
+pytestmark = pytest.mark.integration
+
+F = "```"
+NO_CODE = "I am not sure how to write this kernel."
+
+
+def code(name: str) -> str:
+    return f"Here is the kernel.\n\n{F}python\n{load_candidate(name)}\n{F}\n"
+
+
+# problem -> sample -> the answer of each turn
+SCRIPT: dict[str, list[list[str]]] = {
+    "relu": [[code("relu__wrong_math"), code("relu__correct")], [code("relu__correct")]],
+    "softmax": [
+        [NO_CODE, code("softmax__wrong_shape")],
+        [code("relu__syntax_error"), code("softmax__correct")],
+    ],
+    "sum_dim": [[code("sum_dim__correct")], [NO_CODE, NO_CODE]],
+}
+PROBLEMS = {
+    "relu": (1, "holdout"),
+    "softmax": (1, "holdout"),
+    "sum_dim": (2, "holdout"),
+    "matmul": (1, "train"),
+}
+
+
+def responder(messages: list[dict[str, str]], body: dict[str, Any]) -> str:
+    """Which problem: the reference source in the first user message; which sample and turn: the
+    seed the tool sends (base 0 + 1000 * sample + turn)."""
+    user = next(m["content"] for m in messages if m["role"] == "user")
+    name = next(n for n in SCRIPT if load_problem(n).strip() in user)
+    sample, turn = divmod(body["seed"], 1000)
+    assert turn == sum(m["role"] == "assistant" for m in messages)
+    return SCRIPT[name][sample][turn]
+
+
+def prompts_file(tmp: Path) -> Path:
+    records = [
+        PromptRecord(
+            instance_id=f"kb_L{level}_{name}",
+            level=level,
+            problem_id=name,
+            name=name,
+            reference=load_problem(name),
+            split=split,
+        )
+        for name, (level, split) in PROBLEMS.items()
+    ]
+    path = tmp / "prompts.jsonl"
+    write_prompt_records(path, records)
+    return path
+
+
+def recipe_file(tmp: Path) -> Path:
+    path = tmp / "recipe.yaml"
+    # stop on any correct turn (CPU evaluation has no timing, so the speedup rule never fires)
+    path.write_text("kernel_rl:\n  episode:\n    reward:\n      early_stop_min_speedup: null\n")
+    return path
+
+
+def base_args(prompts: Path, out: Path, eval_url: str) -> list[str]:
+    return [
+        "--prompts", str(prompts), "--out", str(out), "--eval-url", eval_url,
+        "--eval-options", '{"correctness_trials": 1}', "--no-progress",
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def chat_run(cpu_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The chat-backend run: first interrupted by an endpoint outage, then resumed."""
+    tmp = tmp_path_factory.mktemp("eval_model")
+    double = OpenAIChatDouble(responder)
+    url = double.start()
+    out = tmp / "chat"
+    args = base_args(prompts_file(tmp), out, cpu_server) + [
+        "--backend", "chat", "--url", url, "--model", "scripted-chat", "-k", "2", "--max-turns", "2",
+        "--seed", "0", "--recipe", str(recipe_file(tmp)),
+    ]  # fmt: skip
+    try:
+        double.fail_status, double.fail_after = 500, 3  # the endpoint dies after three answers
+        first_rc = eval_model.main([*args, "--concurrency", "1"])
+        first_lines = len(load_results(out / "results.jsonl"))
+        first_requests = len(double.requests)
+        double.fail_status = None
+        second_rc = eval_model.main([*args, "--concurrency", "4"])
+        yield {
+            "out": out,
+            "args": args,
+            "first": (first_rc, first_lines, first_requests),
+            "second": (second_rc, double.requests[first_requests:]),
+        }
+    finally:
+        double.stop()
+
+
+def test_interrupted_run_resumes(chat_run: dict[str, Any]) -> None:
+    first_rc, first_lines, first_requests = chat_run["first"]
+    # relu/0 (2 turns) and relu/1 (1 turn, correct: stop) were written; softmax/0 hit the outage
+    assert (first_rc, first_lines, first_requests) == (2, 2, 4)
+    second_rc, requests = chat_run["second"]
+    assert second_rc == 0
+    # only what was missing was asked for: softmax 2+2 turns, sum_dim 1+2 turns, no relu
+    assert len(requests) == 7
+    assert not any(load_problem("relu").strip() in r["messages"][1]["content"] for r in requests)
+    records = load_results(chat_run["out"] / "results.jsonl")
+    assert sorted((r.instance_id, r.sample) for r in records) == sorted(
+        (f"kb_L{PROBLEMS[n][0]}_{n}", s) for n in SCRIPT for s in (0, 1)
+    )
+    by_key = {(r.problem_id, r.sample): r for r in records}
+    assert [t.status for t in by_key["relu", 0].turns] == ["incorrect", "ok"]
+    assert by_key["relu", 0].turns[1].candidate == load_candidate("relu__correct").strip("\n")
+    assert by_key["relu", 0].turns[1].reward == pytest.approx(0.3) and by_key["relu", 0].early_stopped
+    assert [t.status for t in by_key["softmax", 0].turns] == ["no_code", "incorrect"]
+    assert [t.status for t in by_key["softmax", 1].turns] == ["compile_error", "ok"]
+    assert [t.status for t in by_key["sum_dim", 0].turns] == ["ok"]
+    assert [t.status for t in by_key["sum_dim", 1].turns] == ["no_code", "no_code"]
+    assert all(r.split == "holdout" and r.status == "completed" for r in records)
+
+
+def test_report_metrics(chat_run: dict[str, Any]) -> None:
+    out = chat_run["out"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["model"] == "scripted-chat" and summary["run"]["max_turns"] == 2
+    m = summary["metrics"]
+    level1, level2, overall = m["1"], m["2"], m["all"]
+    assert (level1["problems"], level1["samples"], level2["problems"]) == (2, 4, 1)
+    # level 1: relu 2/2 correct, softmax 1/2 -> 0.75; after turn 1 only relu/1 -> (0.5 + 0) / 2
+    assert level1["final"]["correct_rate"] == pytest.approx(0.75)
+    assert [t["correct_rate"] for t in level1["per_turn"]] == pytest.approx([0.25, 0.75])
+    assert level1["pass_at_k"] == {"1": pytest.approx(0.75), "2": pytest.approx(1.0)}
+    assert level1["final"]["status"] == {"incorrect": 1, "ok": 3}
+    assert level1["attempt_status_per_turn"][0] == {"compile_error": 1, "incorrect": 1, "no_code": 1, "ok": 1}
+    assert level1["final"]["fast_p"]["1"] == 0.0 and level1["final"]["untimed_correct"] == 3  # CPU: no timing
+    assert level2["final"]["correct_rate"] == 0.5 and level2["final"]["status"] == {"no_code": 1, "ok": 1}
+    assert overall["final"]["correct_rate"] == pytest.approx((1.0 + 0.5 + 0.5) / 3)
+    md = (out / "report.md").read_text()
+    assert "# Evaluation: scripted-chat" in md and "| L1 | 2 | 4 | 75.0% |" in md
+    for png in ("fast_p.png", "turns.png"):
+        assert (out / png).read_bytes().startswith(b"\x89PNG")
+
+
+def test_train_split_refused_and_report_only(
+    chat_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = chat_run["args"]
+    assert eval_model.main([*args, "--split", "all"]) == 1
+    assert "train split" in capsys.readouterr().err
+    (chat_run["out"] / "report.md").unlink()
+    assert eval_model.main(["--out", str(chat_run["out"]), "--report-only", "--no-plots"]) == 0
+    assert (chat_run["out"] / "report.md").is_file()
+    # other settings, same folder: refused, nothing appended
+    before = (chat_run["out"] / "results.jsonl").read_bytes()
+    assert eval_model.main([*args, "--temperature", "0.2"]) == 1
+    assert "other settings" in capsys.readouterr().err
+    assert (chat_run["out"] / "results.jsonl").read_bytes() == before
+
+
+def test_sglang_backend_and_compare(
+    cpu_server: str, chat_run: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tok_dir = tmp_path / "tokenizer"
+    tok = tiny_tokenizer()
+    tok.save_pretrained(tok_dir)
+    double = SGLangDouble(tiny_model(), tok, seed=1)
+    url = double.start()
+    double.scripted.extend([code("relu__wrong_math"), code("relu__correct")])
+    out = tmp_path / "sglang"
+    args = base_args(prompts_file(tmp_path), out, cpu_server) + [
+        "--backend", "sglang", "--url", url, "--tokenizer", str(tok_dir), "--model", "scripted-sglang",
+        "--problems", "kb_L1_relu", "-k", "1", "--max-turns", "2", "--temperature", "1.0",
+    ]  # fmt: skip
+    try:
+        assert eval_model.main(args) == 0
+    finally:
+        double.stop()
+    (record,) = load_results(out / "results.jsonl")
+    assert [t.status for t in record.turns] == ["incorrect", "ok"]
+    assert [t.reward for t in record.turns] == pytest.approx([0.1, 0.3])
+    assert len(double.requests) == 2 and record.model == "scripted-sglang"
+    # the second request carried the first turn's tokens and the eval feedback
+    assert len(double.requests[1]["input_ids"]) > len(double.requests[0]["input_ids"])
+
+    cmp_md = tmp_path / "cmp.md"
+    rc = compare_runs.main(
+        [str(out), str(chat_run["out"] / "results.jsonl"), "--out", str(cmp_md), "--resamples", "500"]
+    )
+    assert rc == 0
+    text = cmp_md.read_text()
+    assert "# scripted-chat (B) vs scripted-sglang (A)" in text
+    assert "Paired problems: 1 (only in A: 0, only in B: 2)" in text
+    assert "| all | correct | 1 | 100.0% | 100.0% | +0.0 pp |" in text
