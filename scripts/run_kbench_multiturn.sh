@@ -128,11 +128,13 @@ rm -f "${RUN_DIR}"/pids/*.pid "${RUN_DIR}"/pids/*.rc
 mv "${RUN_DIR}/run.env.tmp" "${RUN_DIR}/run.env"
 
 # The run's recipe: the user's plus this run's URLs, data, tokenizer and temperature; read by
-# the buffer's agent runner (--recipe) and by slime's plug-ins (--custom-config-path).
+# the buffer's agent runner (--recipe) and by slime's plug-ins (--custom-config-path: the
+# `plugins` section gets this run's buffer and eval URLs).
 "${PYTHON}" -m tools.run_recipe write "${RECIPE}" "${RUN_RECIPE}" \
   --set "runner.sglang_url=${SGLANG_URL}" --set "runner.eval_urls=http://127.0.0.1:${EVAL_PORT}" \
   --set "runner.prompt_data=${PROMPT_DATA}" --set "runner.tokenizer=${TOKENIZER}" \
-  --set "runner.temperature=${ROLLOUT_TEMPERATURE}" ||
+  --set "runner.temperature=${ROLLOUT_TEMPERATURE}" \
+  --set "plugins.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "plugins.eval_urls=[http://127.0.0.1:${EVAL_PORT}]" ||
   krl_die "could not write the run's recipe from ${RECIPE} (see the message above)"
 
 KRL_CMD_ENV=("$(krl_env_line KRL_RUN_ID)" "$(krl_env_line PATH)" "export PYTHONUNBUFFERED=1"

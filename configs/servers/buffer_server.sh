@@ -5,6 +5,7 @@
 # shellcheck disable=SC2034  # used by the script that sources this file
 : "${BUFFER_MAX_STALENESS:=1}"
 : "${BUFFER_GROUP_TIMEOUT_S:=600}"
+: "${BUFFER_DROP_ZERO_VARIANCE:=1}"   # 0 keeps groups whose rewards are all equal (dry run)
 BUFFER_SERVER_ARGS=(
   --host 127.0.0.1
   --port "${BUFFER_PORT}"
@@ -14,3 +15,6 @@ BUFFER_SERVER_ARGS=(
   --group-timeout-s "${BUFFER_GROUP_TIMEOUT_S}"
   --recipe "${RUN_RECIPE}"
 )
+if [[ "${BUFFER_DROP_ZERO_VARIANCE}" == 0 ]]; then
+  BUFFER_SERVER_ARGS+=(--no-drop-zero-variance)
+fi

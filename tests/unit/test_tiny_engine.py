@@ -1,0 +1,118 @@
+"""slime_ext/tiny_engine.py: the /generate protocol over HTTP with the tiny model (CPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import torch
+
+from slime_ext.tiny_engine import GenerateEngine
+from slime_ext.tiny_model import tiny_model, tiny_tokenizer
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[tuple[GenerateEngine, str]]:
+    eng = GenerateEngine(tiny_model(), tiny_tokenizer(), seed=5, model_path="tiny")
+    url = eng.start()
+    yield eng, url
+    eng.stop()
+
+
+def _prompt() -> list[int]:
+    return tiny_tokenizer().encode("<|im_start|>user\nrelu<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_health_and_model_info(engine) -> None:
+    _, url = engine
+    assert httpx.get(f"{url}/health").status_code == 200
+    info = httpx.get(f"{url}/get_model_info").json()
+    assert info["is_generation"] is True and info["model_path"] == "tiny"
+
+
+def test_generate_logprobs_match_teacher_forced_model(engine) -> None:
+    _, url = engine
+    prompt = _prompt()
+    temperature = 0.7
+    body = {
+        "input_ids": prompt,
+        "sampling_params": {"temperature": temperature, "max_new_tokens": 12},
+        "return_logprob": True,
+    }
+    data = httpx.post(f"{url}/generate", json=body, timeout=60).json()
+    meta = data["meta_info"]
+    entries = meta["output_token_logprobs"]
+    ids = [e[1] for e in entries]
+    assert meta["completion_tokens"] == len(ids) and meta["prompt_tokens"] == len(prompt)
+    assert 1 <= len(ids) <= 12
+    finish = meta["finish_reason"]
+    if finish["type"] == "length":
+        assert len(ids) == 12 and finish["length"] == 12
+    else:
+        assert finish["type"] == "stop" and finish["matched"] == ids[-1]
+    with torch.no_grad():
+        logits = tiny_model()(input_ids=torch.tensor([prompt + ids])).logits[0].float()
+    lp = torch.log_softmax(logits[len(prompt) - 1 : len(prompt) - 1 + len(ids)] / temperature, dim=-1)
+    expected = [float(lp[i, t]) for i, t in enumerate(ids)]
+    assert [e[0] for e in entries] == pytest.approx(expected, abs=1e-4)
+    assert data["text"] == tiny_tokenizer().decode(ids)
+
+
+def test_stop_token_ids_and_without_logprobs(engine) -> None:
+    eng, url = engine
+    prompt = _prompt()
+    # Find the first sampled token under a fixed seed, then ask to stop on it.
+    eng.generator.manual_seed(11)
+    first = httpx.post(
+        f"{url}/generate",
+        json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 1}, "return_logprob": True},
+    ).json()
+    token = first["meta_info"]["output_token_logprobs"][0][1]
+    eng.generator.manual_seed(11)
+    data = httpx.post(
+        f"{url}/generate",
+        json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 30, "stop_token_ids": [token]}},
+    ).json()
+    assert data["meta_info"]["finish_reason"] == {"type": "stop", "matched": token}
+    assert data["meta_info"]["completion_tokens"] == 1
+    assert "output_token_logprobs" not in data["meta_info"]
+
+
+def test_top_k_one_is_greedy(engine) -> None:
+    _, url = engine
+    prompt = _prompt()
+    data = httpx.post(
+        f"{url}/generate",
+        json={
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 1, "top_k": 1, "temperature": 1.0},
+        },
+    ).json()
+    with torch.no_grad():
+        greedy = int(tiny_model()(input_ids=torch.tensor([prompt])).logits[0, -1].argmax())
+    assert data["meta_info"]["output_token_logprobs"][0][1] == greedy
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"sampling_params": {}}, "input_ids"),
+        ({"input_ids": [1, 2], "sampling_params": {"temperature": 0}}, "temperature"),
+        ({"input_ids": [1, 2], "sampling_params": {"bogus": 1}}, "bogus"),
+        ({"input_ids": [1, 10**9]}, "outside the vocabulary"),
+        ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "top_p"),
+    ],
+)
+def test_bad_requests_get_400_naming_the_field(engine, body, message) -> None:
+    _, url = engine
+    r = httpx.post(f"{url}/generate", json=body)
+    assert r.status_code == 400 and message in r.json()["error"]
+
+
+def test_unknown_path_is_404(engine) -> None:
+    _, url = engine
+    assert httpx.post(f"{url}/v1/completions", json={}).status_code == 404

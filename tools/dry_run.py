@@ -1,0 +1,249 @@
+"""The CPU dry run: the rollout half of the main job, for real, on a machine without a GPU.
+
+  python -m tools.dry_run                         # embedded CPU engine serving a tiny random model
+  python -m tools.dry_run --engine-url http://127.0.0.1:30000   # any SGLang /generate server
+
+What it does, in order:
+1. installs what it needs and is missing (`transformers`, `tokenizers`; `--no-install` refuses);
+2. builds a tiny Qwen3-architecture model with random weights and a locally trained tokenizer
+   (`slime_ext/tiny_model.py`) in RUN_DIR/model;
+3. writes prompt records (`slime_ext/problems.py`) from the bundled sample problems;
+4. starts the main job's launcher (`scripts/run_kbench_multiturn.sh`) with the same tmux window
+   layout, health-gated: `engine` (the embedded `/generate` engine, `slime_ext/tiny_engine.py`;
+   absent with --engine-url), `eval` (the eval server in CPU mode), `buffer` (the buffer server
+   with its agent runner), `trainer` (instead of slime: `tools/rollout_step.py`, which does what
+   slime's rollout function does: start the runner, take one batch of whole groups, ack);
+5. prints the per-turn summary (compiled / correct / reward) and where the trajectories and
+   logs are, stops the session and every process it started (`scripts/stop.sh`), exits 0.
+
+The model is random, so what it writes is mostly not code: the table shows that honestly. Training
+itself needs the slime Docker image and GPUs (docs/LAUNCH.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCHER = REPO / "scripts" / "run_kbench_multiturn.sh"
+STOPPER = REPO / "scripts" / "stop.sh"
+RECIPE = REPO / "configs" / "dry_run" / "recipe.yaml"
+NEEDED = {"transformers": "transformers>=4.51", "tokenizers": "tokenizers>=0.21"}
+
+
+class DryRunError(RuntimeError):
+    """The dry run cannot go on; the message says what failed and what to do."""
+
+
+def ensure_requirements(install: bool) -> None:
+    """Install the missing Python packages (or say which are missing); tmux and bash are checked."""
+    missing = [spec for mod, spec in NEEDED.items() if importlib.util.find_spec(mod) is None]
+    if missing:
+        if not install:
+            raise DryRunError(
+                f"missing packages: {' '.join(missing)} (pip install them, or drop --no-install)"
+            )
+        print(f"installing {' '.join(missing)} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", *missing], check=True)
+        importlib.invalidate_caches()
+    for tool, fix in (
+        ("tmux", "apt-get install tmux (or your system's package manager)"),
+        ("bash", "install bash"),
+    ):
+        if shutil.which(tool) is None:
+            raise DryRunError(f"{tool} not found: {fix}")
+
+
+def write_prompts(path: Path, names: list[str] | None) -> int:
+    """Prompt records from the bundled sample problems (all, or the named ones)."""
+    from eval_server import samples
+    from slime_ext.problems import PromptRecord, write_prompt_records
+
+    available = list(samples.problem_names())
+    chosen = names or available
+    unknown = sorted(set(chosen) - set(available))
+    if unknown:
+        raise DryRunError(f"unknown sample problem(s) {unknown}; bundled: {available}")
+    records = [
+        PromptRecord(
+            instance_id=f"sample_{name}",
+            level=1,
+            problem_id=name,
+            name=name,
+            reference=samples.load_problem(name),
+            split="train",
+            metadata={"source": "eval_server/samples/problems"},
+        )
+        for name in chosen
+    ]
+    return write_prompt_records(path, records)
+
+
+def _free_port() -> int:
+    from slime_ext.service import free_port
+
+    return free_port()
+
+
+def launch(
+    run_dir: Path, args: argparse.Namespace, num_groups: int
+) -> tuple[dict[str, str], subprocess.CompletedProcess[str]]:
+    """Start the launcher's tmux session; returns its environment and the launcher's result."""
+    py = sys.executable
+    buffer_port, eval_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env.update(
+        PYTHON=py,
+        RUN_NAME=run_dir.name,
+        RUN_DIR=str(run_dir),
+        TMUX_SESSION=env.get("TMUX_SESSION", run_dir.name),
+        RECIPE=str(RECIPE),
+        PROMPT_DATA=str(run_dir / "prompts.jsonl"),
+        TOKENIZER=str(run_dir / "model"),
+        N_SAMPLES_PER_PROMPT=str(args.group_size),
+        EVAL_DEVICES="cpu",
+        EVAL_CPU_WORKERS=str(args.eval_workers),
+        EVAL_PORT=str(eval_port),
+        BUFFER_PORT=str(buffer_port),
+        BUFFER_DROP_ZERO_VARIANCE="0",  # a random model's group rewards are usually all equal
+        BUFFER_GROUP_TIMEOUT_S="0",
+        HEALTH_TIMEOUT_S=str(int(args.health_timeout_s)),
+        TRAINER_CMD=shlex.join(
+            [
+                py,
+                "-m",
+                "tools.rollout_step",
+                "--buffer-url",
+                f"http://127.0.0.1:{buffer_port}",
+                "--num-groups",
+                str(num_groups),
+                "--timeout-s",
+                str(int(args.timeout_s)),
+                "--trajectories",
+                str(run_dir / "trajectories.jsonl"),
+                "--summary",
+                str(run_dir / "rollout_step.json"),
+            ]
+        ),
+    )
+    if args.engine_url:
+        env["SGLANG_URL"] = args.engine_url.rstrip("/")
+    else:
+        engine_port = _free_port()
+        env["SGLANG_URL"] = f"http://127.0.0.1:{engine_port}"
+        env["ENGINE_CMD"] = shlex.join(
+            [py, "-m", "slime_ext.tiny_engine", "--model", str(run_dir / "model"), "--port", str(engine_port)]
+        )
+        env["ENGINE_HEALTH_URL"] = f"http://127.0.0.1:{engine_port}/health"
+    result = subprocess.run(["bash", str(LAUNCHER)], env=env, cwd=REPO, capture_output=True, text=True)
+    return env, result
+
+
+def wait_for_step(run_dir: Path, timeout_s: float) -> dict:
+    """Wait until the trainer window's rollout step wrote its summary (or failed)."""
+    summary, rc_file = run_dir / "rollout_step.json", run_dir / "pids" / "trainer.rc"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if summary.exists():
+            return json.loads(summary.read_text(encoding="utf-8"))
+        if rc_file.exists():
+            tail = (run_dir / "logs" / "trainer.log").read_text(errors="replace")[-3000:]
+            raise DryRunError(
+                f"the rollout step failed (trainer window exit code {rc_file.read_text().strip()}):\n{tail}"
+            )
+        time.sleep(0.5)
+    raise DryRunError(f"no rollout step after {timeout_s:.0f} s; see {run_dir / 'logs'}")
+
+
+def stop(run_dir: Path, env: dict[str, str]) -> None:
+    if (run_dir / "run.env").exists():
+        subprocess.run(
+            ["bash", str(STOPPER), str(run_dir)], env=env, cwd=REPO, capture_output=True, text=True
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tools.dry_run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--engine-url", help="use this SGLang /generate server instead of the embedded CPU engine")
+    p.add_argument("--run-dir", type=Path, help="run directory (default: runs/dry-run-<UTC time>)")
+    p.add_argument("--problems", nargs="*", help="sample problem names (default: all bundled samples)")
+    p.add_argument("--group-size", type=int, default=2, help="episodes per problem (GRPO group)")
+    p.add_argument("--num-groups", type=int, help="groups in the rollout step (default: one per problem)")
+    p.add_argument("--eval-workers", type=int, default=2, help="CPU eval workers")
+    p.add_argument("--timeout-s", type=float, default=900.0, help="limit for the rollout step")
+    p.add_argument("--health-timeout-s", type=float, default=300.0, help="limit for each service to start")
+    p.add_argument("--no-install", action="store_true", help="do not pip install missing packages")
+    args = p.parse_args(argv)
+    if args.group_size < 1:
+        p.error("--group-size must be >= 1")
+
+    t0 = time.monotonic()
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = (
+        args.run_dir or Path(os.environ.get("RUNS_ROOT", REPO / "runs")) / f"dry-run-{stamp}"
+    ).resolve()
+    env: dict[str, str] = dict(os.environ)
+    try:
+        ensure_requirements(install=not args.no_install)
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise DryRunError(f"{run_dir} exists and is not empty: choose another --run-dir")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        from slime_ext.tiny_model import write_model_dir
+
+        print(
+            f"[1/4] tiny model (random weights, local tokenizer) -> {write_model_dir(run_dir / 'model')}",
+            flush=True,
+        )
+        n = write_prompts(run_dir / "prompts.jsonl", args.problems)
+        print(f"[2/4] {n} prompt records from the bundled samples -> {run_dir / 'prompts.jsonl'}", flush=True)
+        num_groups = args.num_groups or n
+        print(
+            "[3/4] starting the tmux session (engine, eval, buffer, trainer), each health-gated ...",
+            flush=True,
+        )
+        env, started = launch(run_dir, args, num_groups)
+        if started.returncode != 0:
+            raise DryRunError(f"the launcher failed:\n{started.stderr[-4000:]}")
+        print(started.stdout.rstrip(), flush=True)
+        print(
+            f"[4/4] one rollout step: {num_groups} group(s) of {args.group_size} episode(s) ...", flush=True
+        )
+        summary = wait_for_step(run_dir, args.timeout_s + 60)
+    except DryRunError as exc:
+        print(f"dry run FAILED: {exc}", file=sys.stderr)
+        stop(run_dir, env)
+        return 1
+    except KeyboardInterrupt:
+        stop(run_dir, env)
+        return 130
+    stop(run_dir, env)
+
+    from tools.rollout_step import format_summary
+
+    print()
+    print(format_summary(summary))
+    print()
+    print(f"trajectories: {run_dir / 'trajectories.jsonl'}")
+    print(f"logs:         {run_dir / 'logs'}/ (engine, eval, buffer, trainer)")
+    print(f"run dir:      {run_dir} (model, prompts, recipe, buffer database)")
+    print(f"dry run done in {time.monotonic() - t0:.0f} s; the session and its processes are stopped.")
+    print("Training itself needs the slime Docker image and GPUs: see docs/LAUNCH.md.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""One rollout step against a running buffer server, as slime's rollout function does it:
+`POST /rollout/start`, lease whole GRPO groups with `POST /batches` until NUM_GROUPS are in hand,
+ack every lease, `POST /rollout/stop`. Writes the trajectories (jsonl, one record per line, as
+the buffer handed them out) and a per-turn summary (JSON), each atomically.
+
+  python -m tools.rollout_step --buffer-url http://127.0.0.1:8889 --num-groups 4 \\
+      --trajectories runs/x/trajectories.jsonl --summary runs/x/rollout_step.json
+
+The CPU dry run (`python -m tools.dry_run`) runs this in its trainer window; on a real run it is
+a quick check that the buffer's agent runner produces groups before slime is started.
+Exit code 0 when NUM_GROUPS groups were consumed, 1 otherwise (message says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from slime_ext.trajectory import TrajectoryRecord, parse_record
+
+__all__ = ["consume_step", "format_summary", "main", "summarize"]
+
+
+class StepError(RuntimeError):
+    """The buffer did not deliver the step (message names the endpoint and its answer)."""
+
+
+def _post(client: httpx.Client, path: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    try:
+        response = client.post(path, json=body, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise StepError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code != 200:
+        raise StepError(f"POST {path}: HTTP {response.status_code}: {response.text[:500]}")
+    return response.json()
+
+
+def consume_step(
+    buffer_url: str, num_groups: int, *, timeout_s: float = 600.0, poll_s: float = 30.0
+) -> list[TrajectoryRecord]:
+    """Start the runner, lease and ack `num_groups` whole groups, stop the runner; the records."""
+    records: list[TrajectoryRecord] = []
+    groups = 0
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=buffer_url.rstrip("/")) as client:
+        _post(client, "/rollout/start", {}, 30.0)
+        try:
+            while groups < num_groups:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StepError(f"only {groups}/{num_groups} groups after {timeout_s:.0f} s")
+                wait = min(poll_s, left)
+                batch = _post(
+                    client, "/batches", {"num_groups": num_groups - groups, "timeout_s": wait}, wait + 30.0
+                )
+                for group in batch["groups"]:
+                    records += [parse_record(r) for r in group["records"]]
+                groups += len(batch["groups"])
+                if batch["groups"]:
+                    _post(client, "/batches/ack", {"lease_id": batch["lease_id"]}, 30.0)
+                    print(f"rollout_step: {groups}/{num_groups} groups ({len(records)} records)", flush=True)
+        finally:
+            _post(client, "/rollout/stop", {}, 900.0)
+    return records
+
+
+def summarize(records: Iterable[TrajectoryRecord]) -> dict[str, Any]:
+    """Per turn: episodes that reached it, candidates evaluated, compiled, correct, mean reward;
+    plus statuses and the mean final reward. A turn without an eval result (no code extracted)
+    counts as reached, not compiled."""
+    turns: list[dict[str, Any]] = []
+    statuses: dict[str, int] = {}
+    rewards: list[float] = []
+    n = 0
+    for rec in records:
+        n += 1
+        statuses[rec.status] = statuses.get(rec.status, 0) + 1
+        rewards.append(rec.reward)
+        for t, (reward, result) in enumerate(zip(rec.turn_rewards, rec.turn_eval_results, strict=True)):
+            while len(turns) <= t:
+                turns.append(
+                    {
+                        "turn": len(turns),
+                        "episodes": 0,
+                        "evaluated": 0,
+                        "compiled": 0,
+                        "correct": 0,
+                        "reward_sum": 0.0,
+                    }
+                )
+            row = turns[t]
+            row["episodes"] += 1
+            row["reward_sum"] += reward
+            if result is not None:
+                row["evaluated"] += 1
+                row["compiled"] += bool(result.get("compiled"))
+                row["correct"] += bool(result.get("correct"))
+    for row in turns:
+        row["mean_reward"] = row.pop("reward_sum") / row["episodes"]
+    return {
+        "records": n,
+        "statuses": statuses,
+        "mean_reward": sum(rewards) / n if n else 0.0,
+        "turns": turns,
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The per-turn table, as printed by the dry run."""
+    header = ("turn", "episodes", "code evaluated", "compiled", "correct", "mean reward")
+    rows = [header] + [
+        (
+            str(r["turn"] + 1),
+            str(r["episodes"]),
+            str(r["evaluated"]),
+            str(r["compiled"]),
+            str(r["correct"]),
+            f"{r['mean_reward']:.3f}",
+        )
+        for r in summary["turns"]
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items()))
+    lines.append(
+        f"{summary['records']} trajectories ({statuses}); mean final reward {summary['mean_reward']:.3f}"
+    )
+    return "\n".join(lines)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tools.rollout_step",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--buffer-url", default=os.environ.get("BUFFER_URL", "http://127.0.0.1:8889"))
+    p.add_argument(
+        "--num-groups", type=int, required=True, help="GRPO groups in the step (slime: rollout batch size)"
+    )
+    p.add_argument("--timeout-s", type=float, default=600.0, help="give up after this long")
+    p.add_argument("--trajectories", type=Path, required=True, help="jsonl of the consumed records")
+    p.add_argument("--summary", type=Path, required=True, help="JSON per-turn summary")
+    args = p.parse_args(argv)
+    if args.num_groups < 1:
+        p.error("--num-groups must be >= 1")
+    try:
+        records = consume_step(args.buffer_url, args.num_groups, timeout_s=args.timeout_s)
+    except StepError as exc:
+        print(f"rollout_step: {exc}", file=sys.stderr)
+        return 1
+    _write_atomic(args.trajectories, "".join(json.dumps(r.to_json()) + "\n" for r in records))
+    summary = summarize(records)
+    _write_atomic(args.summary, json.dumps(summary, indent=2) + "\n")
+    print(format_summary(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
