@@ -230,6 +230,14 @@ class TurnStep:
     abort_reason: str | None = None
     next_message: dict[str, str] = field(default_factory=dict)
 
+    def record(self, turn: Any) -> None:
+        """Copy the outcome onto a turn record (`Turn`, or the chat loop's turn); an aborted
+        step leaves the turn's reward at 0."""
+        turn.candidate, turn.eval_error, turn.eval_result = self.candidate, self.eval_error, self.eval_result
+        turn.eval_s = self.eval_s
+        if self.abort_reason is None:
+            turn.reward = self.reward
+
 
 async def evaluate_response(
     visible_text: str,
@@ -334,13 +342,11 @@ async def run_episode(
         # The sampled text ends with the end-of-turn token when the model stopped on it.
         visible = text[: -len(renderer.end_of_turn)] if text.endswith(renderer.end_of_turn) else text
         step = await evaluate_response(visible, reference, problem_id, evaluator, config)
-        turn.candidate, turn.eval_error, turn.eval_result = step.candidate, step.eval_error, step.eval_result
-        turn.eval_s = step.eval_s
+        step.record(turn)
         eval_total += step.eval_s
         if step.abort_reason is not None:
             ep.status, ep.abort_reason = STATUS_ABORTED, step.abort_reason
             break
-        turn.reward = step.reward
         if step.stop:
             ep.early_stopped = True
             break

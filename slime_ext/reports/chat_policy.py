@@ -330,13 +330,11 @@ async def run_chat_episode(
             ep.status, ep.abort_reason = STATUS_ABORTED, "generation aborted by the server"
             break
         step = await evaluate_response(text, reference, problem_id, evaluator, config)
-        turn.candidate, turn.eval_error, turn.eval_result = step.candidate, step.eval_error, step.eval_result
-        turn.eval_s = step.eval_s
+        step.record(turn)
         eval_total += step.eval_s
         if step.abort_reason is not None:
             ep.status, ep.abort_reason = STATUS_ABORTED, step.abort_reason
             break
-        turn.reward = step.reward
         if step.stop:
             ep.early_stopped = True
             break
