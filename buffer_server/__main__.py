@@ -4,6 +4,10 @@ Examples:
   python -m buffer_server --db runs/exp1/rollout_buffer.sqlite --group-size 8
   python -m buffer_server --db /tmp/b.sqlite --group-size 16 --min-group-size 4 --group-timeout-s 300
   python -m buffer_server --db /tmp/b.sqlite --no-drop-zero-variance --max-staleness -1
+  python -m buffer_server --db runs/exp1/rollout_buffer.sqlite --group-size 8 \
+      --recipe configs/recipe/kernelbench_multiturn.yaml --sglang-url http://127.0.0.1:30000 --autostart
+
+With --recipe (or the runner flags) the agent runner is configured: POST /rollout/start starts it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import os
 import signal
 import sys
 
+from buffer_server.runner import AgentRunner, RunnerError, build_runner
 from buffer_server.store import BufferStore, GroupRules, StoreError
+from slime_ext.recipe import load_recipe
 
 log = logging.getLogger("buffer_server")
 
@@ -77,8 +83,61 @@ def build_parser() -> argparse.ArgumentParser:
         default=300.0,
         help="default time a reader has to ack a batch before its groups are handed out again",
     )
+    runner = p.add_argument_group(
+        "agent runner", "settings of the recipe's kernel_rl.runner section; a flag overrides the recipe"
+    )
+    runner.add_argument(
+        "--recipe",
+        default=os.environ.get("BUFFER_SERVER_RECIPE"),
+        help="recipe YAML (slime_ext/recipe.py): its runner, episode and curriculum sections configure the runner",
+    )
+    runner.add_argument("--prompt-data", help="prompt records jsonl")
+    runner.add_argument("--sglang-url", help="SGLang router URL")
+    runner.add_argument("--eval-urls", help="eval server URL(s), comma-separated")
+    runner.add_argument("--tokenizer", help="HF tokenizer name or directory of the policy")
+    runner.add_argument("--concurrency", type=int, help="episodes in flight at most")
+    runner.add_argument(
+        "--max-ready-groups", type=int, help="backpressure: no new group while this many wait"
+    )
+    runner.add_argument("--epochs", type=int)
+    runner.add_argument("--shuffle-seed", type=int)
+    runner.add_argument("--temperature", type=float, help="must equal slime's --rollout-temperature")
+    runner.add_argument("--max-context-tokens", type=int)
+    runner.add_argument("--run-id", help="uid prefix of the runner's records (one per database)")
+    runner.add_argument(
+        "--autostart",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="start the runner with the server",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
+
+
+RUNNER_FLAGS = (
+    "prompt_data",
+    "sglang_url",
+    "eval_urls",
+    "tokenizer",
+    "concurrency",
+    "max_ready_groups",
+    "epochs",
+    "shuffle_seed",
+    "temperature",
+    "max_context_tokens",
+    "run_id",
+    "autostart",
+)
+
+
+def _runner(args: argparse.Namespace, store: BufferStore) -> AgentRunner | None:
+    try:
+        recipe = load_recipe(args.recipe) if args.recipe else None
+        return build_runner(
+            store, recipe, {k: getattr(args, k) for k in RUNNER_FLAGS}, group_size=args.group_size
+        )
+    except (OSError, ValueError, RunnerError) as exc:  # ValidationError is a ValueError
+        raise SystemExit(f"buffer_server: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,13 +161,23 @@ def main(argv: list[str] | None = None) -> None:
     except StoreError as exc:
         raise SystemExit(f"buffer_server: {exc}") from None
 
+    try:
+        runner = _runner(args, store)
+    except BaseException:
+        store.close()
+        raise
+
     from waitress import create_server
 
     from buffer_server.app import create_app
 
     max_body = int(args.max_body_mb * (1 << 20))
     app = create_app(
-        store, max_body_bytes=max_body, max_wait_s=args.max_wait_s, info={"service": "buffer_server"}
+        store,
+        max_body_bytes=max_body,
+        max_wait_s=args.max_wait_s,
+        info={"service": "buffer_server"},
+        runner=runner,
     )
     server = create_server(
         app,
@@ -136,12 +205,16 @@ def main(argv: list[str] | None = None) -> None:
         store.policy_version,
         rules,
     )
+    if runner is not None and runner.config.autostart:
+        runner.start()
     try:
         server.run()
     except KeyboardInterrupt:
         log.info("shutting down")
     finally:
         server.close()
+        if runner is not None:
+            runner.stop()  # in-flight episodes finish (up to runner.stop_timeout_s) and are written
         store.close()
     sys.exit(0)
 

@@ -18,6 +18,7 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from buffer_server.runner import AgentRunner, runner_prometheus
 from buffer_server.store import DROP_REASONS, DROP_STALE, BufferStore, LeaseError, PolicyVersionError
 from slime_ext import fastjson
 from slime_ext import prometheus as prom
@@ -33,9 +34,10 @@ MAX_RECORDS_PER_REQUEST = 4096
 MAX_GROUPS_PER_BATCH = 4096
 MAX_LEASE_S = 86_400.0
 DEFAULT_MAX_WAIT_S = 600.0
-RUNNER_NOT_BUILT = (
-    "the agent runner is not built yet (see the issue 'Rollout buffer server', section 3: it needs "
-    "the multi-turn episode); write trajectories with POST /trajectories"
+NO_RUNNER = (
+    "no agent runner is configured: start the buffer server with --recipe PATH (a recipe YAML with a "
+    "kernel_rl.runner section) or the runner flags (--prompt-data, --sglang-url, --eval-urls, --tokenizer); "
+    "without it, write trajectories with POST /trajectories"
 )
 
 
@@ -75,6 +77,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_wait_s: float = DEFAULT_MAX_WAIT_S,
     info: dict[str, Any] | None = None,
+    runner: AgentRunner | None = None,
 ) -> Flask:
     app = Flask("buffer_server")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
@@ -206,10 +209,26 @@ def create_app(
         dropped = store.set_policy_version(version)
         return jsonify(policy_version=store.policy_version, dropped_stale=dropped), 200
 
+    def _empty_body(hint: str) -> None:
+        raw = request.get_data(cache=False)
+        if raw.strip():
+            _reject_unknown("", _json_object(raw, hint), set())
+
     @app.post("/rollout/start")
+    def rollout_start() -> tuple[Response, int]:
+        _empty_body("(empty: {})")
+        if runner is None:
+            return jsonify(error=NO_RUNNER), 409
+        started = runner.start()
+        return jsonify(running=True, started=started), 200
+
     @app.post("/rollout/stop")
-    def rollout_control() -> tuple[Response, int]:
-        return jsonify(error=RUNNER_NOT_BUILT), 501
+    def rollout_stop() -> tuple[Response, int]:
+        _empty_body("(empty: {})")
+        if runner is None:
+            return jsonify(running=False, configured=False), 200
+        runner.stop()
+        return jsonify(running=runner.running), 200
 
     @app.get("/health")
     def health() -> tuple[Response, int]:
@@ -229,11 +248,15 @@ def create_app(
 
     @app.get("/stats")
     def stats() -> tuple[Response, int]:
-        return jsonify({**server_info, **store.stats()}), 200
+        runner_stats = runner.stats() if runner is not None else {"configured": False, "running": False}
+        return jsonify({**server_info, **store.stats(), "runner": runner_stats}), 200
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(render_prometheus(store.stats()), mimetype="text/plain; version=0.0.4")
+        text = render_prometheus(store.stats())
+        if runner is not None:
+            text += runner_prometheus(runner.stats())
+        return Response(text, mimetype="text/plain; version=0.0.4")
 
     return app
 

@@ -50,13 +50,14 @@ from slime_ext.chat import ChatRenderer
 from slime_ext.episode import Episode, EpisodeConfig, episode_to_samples_per_turn, run_episode
 from slime_ext.eval_client import EvalClient, backoff_delay, parse_urls
 from slime_ext.problems import SPLITS, PromptRecord, load_prompt_records
-from slime_ext.recipe import dataclass_from_dict
+from slime_ext.recipe import dataclass_from_dict, episode_config_from_dict, recipe_section
 from slime_ext.sglang_client import SGLangClient, SGLangError
 from slime_ext.trajectory import STATUS_ABORTED, STATUS_COMPLETED, TrajectoryRecord
 from slime_ext.validation import ValidationError, check_type
 
 __all__ = [
     "AgentRunner",
+    "build_runner",
     "EpisodeFn",
     "RunnerConfig",
     "RunnerError",
@@ -852,3 +853,25 @@ def runner_prometheus(stats: dict[str, Any]) -> str:
             },
         )
     )
+
+
+def build_runner(
+    store: BufferStore,
+    recipe: Mapping[str, Any] | None,
+    overrides: Mapping[str, Any],
+    *,
+    group_size: int,
+) -> AgentRunner | None:
+    """The runner the buffer server's flags ask for: the recipe's `runner`, `episode` and
+    `curriculum` sections, flags (`overrides`, None values ignored) taking precedence. None when
+    neither the recipe nor a flag configures a runner. Raises ValidationError / RunnerError."""
+    section = recipe_section(recipe, "runner")
+    section.update({k: v for k, v in overrides.items() if v is not None})
+    if not section:
+        return None
+    config = runner_config_from_dict(section)
+    episode = episode_config_from_dict(recipe_section(recipe, "episode"))
+    curriculum = dataclass_from_dict(
+        CurriculumConfig, recipe_section(recipe, "curriculum"), "kernel_rl.curriculum"
+    )
+    return AgentRunner(store, config, episode, group_size=group_size, curriculum=curriculum)

@@ -140,8 +140,9 @@ def test_oversize_body_is_413_json(server: str) -> None:
         ("/batches/release", {"lease_id": "nope"}, 404, "unknown lease"),
         ("/policy_version", {"version": "3"}, 400, "version: expected int, got str"),
         ("/policy_version", {}, 400, "version: missing required field"),
-        ("/rollout/start", {}, 501, "the agent runner is not built yet"),
-        ("/rollout/stop", {}, 501, "the agent runner is not built yet"),
+        ("/rollout/start", {}, 409, "start the buffer server with --recipe PATH"),
+        ("/rollout/start", {"go": 1}, 400, "unknown field(s) ['go']"),
+        ("/rollout/stop", {"now": True}, 400, "unknown field(s) ['now']"),
     ],
 )
 def test_control_routes_validate_their_bodies(
