@@ -71,7 +71,6 @@ class Hardening:
     """Server-level knobs of the anti-cheat and timing-fidelity machinery."""
 
     timing_input_sets: int = 3  # input sets rotated during timing
-    timing_segments: int = 4  # trials split over this many buffer placements (timing.time_gpu)
     spot_check_trials: int = 20  # reference trials timed in every evaluation when the cache has an entry
     drift_tolerance: float = 0.05  # spot check vs cache disagreement that forces a re-measure
     excessive_speedup: float = 10.0  # above this, re-verify and re-time before reporting
@@ -387,18 +386,11 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
         "timing_trials": opts.timing_trials,
         "warmup_trials": opts.warmup_trials,
         "input_sets": len(sets),
-        "segments": hard.timing_segments,
     }
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None:
         spot = time_gpu(
-            ref.model,
-            sets,
-            trials=hard.spot_check_trials + hard.timing_segments,
-            warmup=1,
-            device=device,
-            flush=flush,
-            segments=hard.timing_segments,
+            ref.model, sets, trials=hard.spot_check_trials + 1, warmup=1, device=device, flush=flush
         )
         drift = (
             abs(spot.median_ms - cached.median_ms) / cached.median_ms if cached.median_ms > 0 else math.inf
@@ -416,13 +408,7 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
     else:
         source = "measured"
     stats = time_gpu(
-        ref.model,
-        sets,
-        trials=opts.timing_trials,
-        warmup=opts.warmup_trials,
-        device=device,
-        flush=flush,
-        segments=hard.timing_segments,
+        ref.model, sets, trials=opts.timing_trials, warmup=opts.warmup_trials, device=device, flush=flush
     )
     if ctx.ref_cache is not None:
         ctx.ref_cache.put(key, stats)
@@ -663,7 +649,6 @@ def _timing_phase(
             device=device,
             flush=flush,
             last_outputs=last,
-            segments=hard.timing_segments,
         )
     except Exception as exc:
         result.status = STATUS_RUNTIME_ERROR
@@ -690,15 +675,7 @@ def _timing_phase(
     if speedup > hard.excessive_speedup:
         # Re-verify on new values and re-time on those buffers before believing it.
         _refill_and_verify(result, ctx, ref, model, sets[0], ref.check_seeds[1], opts)
-        retimed = time_gpu(
-            model,
-            sets,
-            trials=opts.timing_trials,
-            warmup=1,
-            device=device,
-            flush=flush,
-            segments=hard.timing_segments,
-        )
+        retimed = time_gpu(model, sets, trials=opts.timing_trials, warmup=1, device=device, flush=flush)
         _check_not_patched(result, snapshot)
         slower = retimed if retimed.median_ms > cand.median_ms else cand
         first_speedup = speedup
