@@ -19,7 +19,7 @@
 
 # --- data, recipe, run directory --------------------------------------------------------------
 : "${DATA_DIR:=${KRL_REPO_ROOT}/data}"
-: "${PROMPT_DATA:=${DATA_DIR}/kernelbench_train.jsonl}"  # prompt records (slime_ext/problems.py)
+: "${PROMPT_DATA:=${DATA_DIR}/kernelbench.jsonl}"  # prompt records (tools/prepare_kernelbench.py)
 : "${RECIPE:=${KRL_REPO_ROOT}/configs/recipe/kernelbench_multiturn.yaml}"
 : "${RUNS_ROOT:=${KRL_REPO_ROOT}/runs}"                  # one directory per run below it
 : "${RUN_NAME:=kbench-mt-$(date +%Y%m%d-%H%M%S)}"

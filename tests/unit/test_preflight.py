@@ -1,0 +1,180 @@
+"""tools/preflight.py: each check passes on a good setup and fails, with a fix, on a broken one."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from slime_ext.problems import PromptRecord, write_prompt_records
+from tools import preflight
+from tools.preflight import FAIL, PASS
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD_ARGS = "MODEL_ARGS=(--num-layers 2 --hidden-size 64 --ffn-hidden-size 128 --num-attention-heads 4 --num-query-groups 2)\n"
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An HF model directory as preflight sees it: config, a weight file, tokenizer files."""
+    from slime_ext.tiny_model import tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("hf") / "tiny"
+    tiny_tokenizer().save_pretrained(path)
+    config = {
+        "model_type": "qwen3",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+    }
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "model.safetensors").write_bytes(b"")
+    return path
+
+
+def _torch_dist(path: Path, iteration: str = "release") -> Path:
+    sub = path / ("release" if iteration == "release" else f"iter_{int(iteration):07d}")
+    sub.mkdir(parents=True)
+    (sub / ".metadata").write_bytes(b"x")
+    (sub / "__0_0.distcp").write_bytes(b"x")
+    (path / "latest_checkpointed_iteration.txt").write_text(iteration)
+    return path
+
+
+@pytest.fixture
+def settings(tmp_path: Path, hf_dir: Path) -> dict[str, str]:
+    args = tmp_path / "model.sh"
+    args.write_text(GOOD_ARGS)
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompt_records(prompts, [PromptRecord("p1", 1, "1_relu", "relu", "class Model: pass\n")])
+    return {
+        "SLIME_DIR": str(tmp_path / "slime"),
+        "MEGATRON_DIR": str(tmp_path / "megatron"),
+        "MODEL": "tiny",
+        "MODEL_ARGS_FILE": str(args),
+        "HF_CKPT": str(hf_dir),
+        "REF_LOAD": str(_torch_dist(tmp_path / "ref")),
+        "LOAD_DIR": str(tmp_path / "ckpt"),
+        "SAVE_DIR": str(tmp_path / "ckpt"),
+        "PROMPT_DATA": str(prompts),
+        "RECIPE": str(REPO / "configs" / "dry_run" / "recipe.yaml"),
+        "TRAIN_GPUS": "4",
+        "ROLLOUT_GPUS": "2",
+        "EVAL_GPUS": "2",
+        "COLOCATE": "0",
+        "TP": "2",
+        "CP": "2",
+        "PP": "1",
+        "ROLLOUT_GPUS_PER_ENGINE": "1",
+        "EVAL_PORT": "0",
+        "BUFFER_PORT": "0",
+        "ROUTER_PORT": "0",
+        "RAY_PORT": "0",
+        "RAY_DASHBOARD_PORT": "0",
+        "WANDB_PROJECT": "",
+        "RUN_DIR": str(tmp_path / "run"),
+    }
+
+
+def _by_name(checks: list[preflight.Check]) -> dict[str, preflight.Check]:
+    return {c.name: c for c in checks}
+
+
+def test_good_setup_passes_checkpoint_data_model_and_split(settings: dict[str, str]) -> None:
+    checks = _by_name(preflight.run_checks(settings, env={}, gpus=lambda: 8))
+    for name in (
+        "hf checkpoint",
+        "tokenizer",
+        "ref load",
+        "load (resume)",
+        "model args",
+        "prompt data",
+        "recipe",
+        "gpu split",
+        "ports",
+        "wandb",
+        "torch",
+    ):
+        assert checks[name].status == PASS, checks[name]
+    assert checks["slime"].status == FAIL and "SLIME_DIR" in checks["slime"].fix
+    assert "8 of 8 GPUs" in checks["gpu split"].detail
+
+
+def test_failures_name_the_problem_and_the_fix(settings: dict[str, str], tmp_path: Path) -> None:
+    Path(settings["MODEL_ARGS_FILE"]).write_text(GOOD_ARGS.replace("--num-layers 2", "--num-layers 36"))
+    settings["REF_LOAD"] = str(tmp_path / "missing")
+    (tmp_path / "bad.jsonl").write_text('{"instance_id": 3}\n')
+    settings["PROMPT_DATA"] = str(tmp_path / "bad.jsonl")
+    settings["COLOCATE"] = "0"
+    settings["WANDB_PROJECT"] = "proj"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        settings["BUFFER_PORT"] = str(busy.getsockname()[1])
+        checks = _by_name(
+            preflight.run_checks(settings, env={"NETRC": str(tmp_path / "none")}, gpus=lambda: 4)
+        )
+    assert (
+        checks["model args"].status == FAIL
+        and "--num-layers 36 vs num_hidden_layers 2" in checks["model args"].detail
+    )
+    assert checks["ref load"].status == FAIL and "convert" in checks["ref load"].fix
+    assert (
+        checks["prompt data"].status == FAIL
+        and "level: missing required field" in checks["prompt data"].detail
+    )
+    assert checks["gpu split"].status == FAIL and "needs 8 GPUs, 4 visible" in checks["gpu split"].detail
+    assert "COLOCATE=1" in checks["gpu split"].fix
+    assert (
+        checks["ports"].status == FAIL and f"BUFFER_PORT={settings['BUFFER_PORT']}" in checks["ports"].detail
+    )
+    assert checks["wandb"].status == FAIL
+    table = preflight.format_table(list(checks.values()))
+    assert "fix: " in table and "failed" in table.splitlines()[-1]
+
+
+def test_colocate_split_and_divisibility(settings: dict[str, str]) -> None:
+    settings["COLOCATE"] = "1"
+    assert preflight.check_gpus(settings, 6).status == PASS  # 4 train+rollout, 2 eval
+    settings["TRAIN_GPUS"] = "3"
+    check = preflight.check_gpus(settings, 8)
+    assert check.status == FAIL and "multiple of TP*CP*PP" in check.detail
+
+
+def test_torch_dist_layouts(tmp_path: Path) -> None:
+    good = _torch_dist(tmp_path / "a", "20")
+    assert preflight.check_torch_dist("load (resume)", str(good), required=False).detail.endswith(
+        "resume from iteration 20, 1 shard(s)"
+    )
+    broken = tmp_path / "b"
+    broken.mkdir()
+    (broken / "latest_checkpointed_iteration.txt").write_text("7")
+    check = preflight.check_torch_dist("ref load", str(broken), required=True)
+    assert check.status == FAIL and "iter_0000007 is missing" in check.detail
+    assert preflight.check_torch_dist("load (resume)", str(tmp_path / "none"), required=False).status == PASS
+
+
+def test_settings_come_from_the_launcher_defaults(tmp_path: Path) -> None:
+    s = preflight.launcher_settings({"PATH": "/usr/bin:/bin", "CKPT_ROOT": str(tmp_path), "TRAIN_GPUS": "2"})
+    assert s["HF_CKPT"] == f"{tmp_path}/Qwen3-8B" and s["REF_LOAD"] == f"{tmp_path}/Qwen3-8B_torch_dist"
+    assert (
+        s["TRAIN_GPUS"] == "2"
+        and s["SLIME_DIR"] == "/root/slime"
+        and s["MEGATRON_DIR"] == "/root/Megatron-LM"
+    )
+
+
+def test_cli_writes_json_and_exits_1_on_failure(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("HF_CKPT", str(tmp_path / "nothing"))
+    out = tmp_path / "pf.json"
+    assert preflight.main(["--json", str(out)]) == 1
+    rows = json.loads(out.read_text())
+    assert any(r["name"] == "hf checkpoint" and r["status"] == FAIL for r in rows)
+    assert "hf checkpoint" in capsys.readouterr().out

@@ -1,0 +1,505 @@
+"""Preflight: check a machine and a run's settings before launching (`scripts/preflight.sh`).
+
+Checks checkpoints and their format, MODEL_ARGS against the HF config, data files, the recipe,
+the tokenizer, the GPU count against the requested split, free ports, tools and versions
+(tmux, slime, Megatron-LM, SGLang, Ray, torch, Triton) and W&B settings, then prints one row per
+check: PASS / WARN / FAIL, what was found, and for each failure the fix.
+
+Settings are the launcher's environment variables; their defaults come from
+`configs/run/common.sh` (read through bash, so there is one source for them):
+
+  scripts/preflight.sh                        # the main run's settings
+  TRAIN_GPUS=2 ROLLOUT_GPUS=1 EVAL_GPUS=1 HF_CKPT=/data/Qwen3-8B scripts/preflight.sh
+  python -m tools.preflight --json out.json   # same checks, also written as JSON
+
+Exit code 0 when nothing failed (warnings allowed), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+
+SETTINGS = [
+    "SLIME_DIR",
+    "MEGATRON_DIR",
+    "MODEL",
+    "MODEL_ARGS_FILE",
+    "HF_CKPT",
+    "REF_LOAD",
+    "LOAD_DIR",
+    "SAVE_DIR",
+    "PROMPT_DATA",
+    "RECIPE",
+    "TRAIN_GPUS",
+    "ROLLOUT_GPUS",
+    "EVAL_GPUS",
+    "COLOCATE",
+    "TP",
+    "CP",
+    "PP",
+    "ROLLOUT_GPUS_PER_ENGINE",
+    "EVAL_PORT",
+    "BUFFER_PORT",
+    "ROUTER_PORT",
+    "RAY_PORT",
+    "RAY_DASHBOARD_PORT",
+    "WANDB_PROJECT",
+    "RUN_DIR",
+]
+
+# MODEL_ARGS flag -> HF config.json key (what slime's megatron_parse_args asserts).
+ARCH_FLAGS = {
+    "--num-layers": "num_hidden_layers",
+    "--hidden-size": "hidden_size",
+    "--ffn-hidden-size": "intermediate_size",
+    "--num-attention-heads": "num_attention_heads",
+    "--num-query-groups": "num_key_value_heads",
+    "--rotary-base": "rope_theta",
+    "--norm-epsilon": "rms_norm_eps",
+}
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+def launcher_settings(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The launcher's settings: `env` over the defaults of configs/run/common.sh."""
+    script = f'source "{REPO}/scripts/lib/common.sh"; source "{REPO}/configs/run/common.sh"; ' + "; ".join(
+        f'printf "%s\\0" "${{{name}-}}"' for name in SETTINGS
+    )
+    out = subprocess.run(
+        ["bash", "-c", script], env=dict(os.environ if env is None else env), capture_output=True, check=True
+    ).stdout.decode()
+    return dict(zip(SETTINGS, out.split("\0")[: len(SETTINGS)], strict=True))
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_hf_checkpoint(s: Mapping[str, str]) -> list[Check]:
+    path = Path(s["HF_CKPT"])
+    fix = "download the HF model there, or set HF_CKPT=/path/to/model"
+    if not path.is_dir():
+        return [Check("hf checkpoint", FAIL, f"{path} not found", fix)]
+    config = path / "config.json"
+    if not config.is_file():
+        return [Check("hf checkpoint", FAIL, f"{path} has no config.json", fix)]
+    try:
+        cfg = json.loads(config.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        return [Check("hf checkpoint", FAIL, f"{config}: not JSON ({exc})", fix)]
+    weights = list(path.glob("*.safetensors")) + list(path.glob("*.bin"))
+    checks = [
+        Check(
+            "hf checkpoint",
+            PASS if weights else FAIL,
+            f"{path}: model_type={cfg.get('model_type')}, {len(weights)} weight file(s)",
+            "" if weights else "the directory has no *.safetensors / *.bin weights: " + fix,
+        )
+    ]
+    has_tok = (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()
+    checks.append(
+        _tokenizer_check(path)
+        if has_tok
+        else Check(
+            "tokenizer",
+            FAIL,
+            f"{path} has no tokenizer.json / tokenizer_config.json",
+            "copy the tokenizer files of the model into HF_CKPT",
+        )
+    )
+    return checks
+
+
+def _tokenizer_check(path: Path) -> Check:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return Check(
+            "tokenizer", WARN, "transformers not installed: tokenizer not loaded", "pip install transformers"
+        )
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # any loader failure is the finding
+        return Check(
+            "tokenizer", FAIL, f"{path}: {type(exc).__name__}: {exc}"[:300], "fix the tokenizer files"
+        )
+    if not getattr(tok, "chat_template", None):
+        return Check(
+            "tokenizer", FAIL, f"{path}: no chat template", "use the instruct model's tokenizer files"
+        )
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    if end is None or end == tok.unk_token_id:
+        return Check(
+            "tokenizer",
+            WARN,
+            f"{path}: no <|im_end|> token (episode.end_of_turn must match)",
+            "set kernel_rl.episode.end_of_turn to the model's end-of-turn token",
+        )
+    return Check("tokenizer", PASS, f"{path}: vocab {len(tok)}, chat template, <|im_end|>={end}")
+
+
+def check_torch_dist(name: str, value: str, *, required: bool) -> Check:
+    """A Megatron torch_dist checkpoint dir (latest_checkpointed_iteration.txt + its iteration dir),
+    or an HF dir (slime also loads those)."""
+    path = Path(value)
+    if not path.is_dir():
+        if required:
+            return Check(
+                name,
+                FAIL,
+                f"{path} not found",
+                "convert the HF model: scripts/convert_hf_to_megatron.sh (see docs/LAUNCH.md)",
+            )
+        return Check(name, PASS, f"{path} empty: a fresh run (nothing to resume)")
+    tracker = path / "latest_checkpointed_iteration.txt"
+    if tracker.is_file():
+        it = tracker.read_text().strip()
+        sub = path / ("release" if it == "release" else f"iter_{int(it):07d}" if it.isdigit() else it)
+        if not sub.is_dir():
+            return Check(
+                name,
+                FAIL,
+                f"{tracker} says {it!r} but {sub} is missing",
+                "the checkpoint is incomplete: re-convert or point to another directory",
+            )
+        shards = list(sub.glob("*.distcp"))
+        if not shards or not (sub / ".metadata").is_file():
+            return Check(
+                name,
+                FAIL,
+                f"{sub}: no .metadata / *.distcp (not torch_dist format)",
+                "convert with scripts/convert_hf_to_megatron.sh",
+            )
+        what = "resume from" if name == "load (resume)" else "torch_dist"
+        return Check(name, PASS, f"{path}: {what} iteration {it}, {len(shards)} shard(s)")
+    if (path / "config.json").is_file():
+        return Check(
+            name, PASS if name != "load (resume)" else WARN, f"{path}: an HF directory (slime loads it)"
+        )
+    if required:
+        return Check(
+            name,
+            FAIL,
+            f"{path}: neither torch_dist (latest_checkpointed_iteration.txt) nor HF",
+            "convert the HF model: scripts/convert_hf_to_megatron.sh",
+        )
+    return Check(name, PASS, f"{path}: no checkpoint yet (a fresh run)")
+
+
+def _model_args(path: Path) -> list[str]:
+    out = subprocess.run(
+        ["bash", "-c", 'source "$1"; printf "%s\\n" "${MODEL_ARGS[@]}"', "_", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+def check_model_args(s: Mapping[str, str]) -> Check:
+    path = Path(s["MODEL_ARGS_FILE"])
+    if not path.is_file():
+        return Check(
+            "model args",
+            FAIL,
+            f"{path} not found",
+            f"generate it from the HF config (tools/gen_model_args.py) or set MODEL (now {s['MODEL']})",
+        )
+    try:
+        args = _model_args(path)
+    except subprocess.CalledProcessError as exc:
+        return Check("model args", FAIL, f"{path}: bash error {exc.stderr.strip()[:200]}", "fix the file")
+    config = Path(s["HF_CKPT"]) / "config.json"
+    if not config.is_file():
+        return Check("model args", WARN, f"{path}: {len(args)} flags; no HF config to compare with", "")
+    cfg = json.loads(config.read_text(encoding="utf-8"))
+    flags = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("--")}
+    wrong = []
+    for flag, key in ARCH_FLAGS.items():
+        if flag in flags and key in cfg and float(flags[flag]) != float(cfg[key]):
+            wrong.append(f"{flag} {flags[flag]} vs {key} {cfg[key]}")
+    tied = "--untie-embeddings-and-output-weights" not in args
+    if "tie_word_embeddings" in cfg and tied != bool(cfg["tie_word_embeddings"]):
+        wrong.append(f"tied embeddings {tied} vs tie_word_embeddings {cfg['tie_word_embeddings']}")
+    if wrong:
+        return Check(
+            "model args",
+            FAIL,
+            f"{path} disagrees with {config}: " + "; ".join(wrong),
+            "regenerate the model args from this config.json, or pick the matching MODEL",
+        )
+    return Check("model args", PASS, f"{path}: {len(flags)} flags agree with {config.name}")
+
+
+def check_prompt_data(s: Mapping[str, str]) -> Check:
+    from slime_ext.problems import load_prompt_records
+    from slime_ext.validation import ValidationError
+
+    path = Path(s["PROMPT_DATA"])
+    fix = "prepare it: python -m tools.prepare_kernelbench (see docs/LAUNCH.md), or set PROMPT_DATA"
+    if not path.is_file():
+        return Check("prompt data", FAIL, f"{path} not found", fix)
+    try:
+        records = load_prompt_records(path)
+    except (ValidationError, ValueError) as exc:
+        return Check("prompt data", FAIL, str(exc)[:300], "fix the file (slime_ext/problems.py defines it)")
+    train = sum(r.split == "train" for r in records)
+    status = PASS if train else FAIL
+    return Check(
+        "prompt data",
+        status,
+        f"{path}: {len(records)} records, {train} train",
+        "" if train else "no train-split records: prepare the data with a train split",
+    )
+
+
+def check_recipe(s: Mapping[str, str]) -> Check:
+    from slime_ext.recipe import episode_config_from_dict, load_recipe, recipe_section
+    from slime_ext.validation import ValidationError
+
+    path = Path(s["RECIPE"])
+    if not path.is_file():
+        return Check(
+            "recipe", FAIL, f"{path} not found", "set RECIPE=configs/recipe/kernelbench_multiturn.yaml"
+        )
+    try:
+        recipe = load_recipe(path)
+        ep = episode_config_from_dict(recipe_section(recipe, "episode"))
+    except (ValidationError, ValueError) as exc:
+        return Check("recipe", FAIL, f"{path}: {exc}"[:300], "fix the named key")
+    temp = recipe_section(recipe, "runner").get("temperature")
+    if temp is None:
+        return Check(
+            "recipe",
+            FAIL,
+            f"{path}: kernel_rl.runner.temperature not set",
+            "set it: slime's --rollout-temperature is read from it",
+        )
+    return Check(
+        "recipe",
+        PASS,
+        f"{path}: max_turns {ep.max_turns}, gamma {ep.reward.gamma}, "
+        f"credit {ep.reward.credit}, temperature {temp}",
+    )
+
+
+def gpu_count() -> int:
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+        return sum(line.startswith("GPU") for line in out.stdout.splitlines())
+    return 0
+
+
+def check_gpus(s: Mapping[str, str], count: int) -> Check:
+    try:
+        train, rollout, ev = int(s["TRAIN_GPUS"]), int(s["ROLLOUT_GPUS"]), int(s["EVAL_GPUS"])
+        tp, cp, pp, per_engine = int(s["TP"]), int(s["CP"]), int(s["PP"]), int(s["ROLLOUT_GPUS_PER_ENGINE"])
+    except ValueError as exc:
+        return Check("gpu split", FAIL, f"non-integer GPU setting: {exc}", "set integers")
+    colocate = s["COLOCATE"] == "1"
+    need = train + ev + (0 if colocate else rollout)
+    split = (
+        f"train {train} (TP{tp} x CP{cp} x PP{pp}), "
+        + ("rollout colocated" if colocate else f"rollout {rollout} ({per_engine}/engine)")
+        + f", eval {ev}"
+    )
+    if train % (tp * cp * pp):
+        return Check(
+            "gpu split",
+            FAIL,
+            f"{split}: TRAIN_GPUS not a multiple of TP*CP*PP",
+            "change TRAIN_GPUS or TP/CP/PP",
+        )
+    if not colocate and rollout % per_engine:
+        return Check(
+            "gpu split",
+            FAIL,
+            f"{split}: ROLLOUT_GPUS not a multiple of ROLLOUT_GPUS_PER_ENGINE",
+            "change ROLLOUT_GPUS or ROLLOUT_GPUS_PER_ENGINE",
+        )
+    if count < need:
+        return Check(
+            "gpu split",
+            FAIL,
+            f"{split} needs {need} GPUs, {count} visible",
+            "lower TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS, use COLOCATE=1, or run on a larger machine",
+        )
+    return Check("gpu split", PASS, f"{split}: {need} of {count} GPUs")
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_ports(s: Mapping[str, str]) -> Check:
+    names = ("EVAL_PORT", "BUFFER_PORT", "ROUTER_PORT", "RAY_PORT", "RAY_DASHBOARD_PORT")
+    busy = [f"{n}={s[n]}" for n in names if not port_free(int(s[n]))]
+    if busy:
+        return Check(
+            "ports",
+            FAIL,
+            "in use: " + ", ".join(busy),
+            "stop what listens there (another run: scripts/stop.sh RUN_DIR) or choose other ports",
+        )
+    return Check("ports", PASS, ", ".join(f"{n}={s[n]}" for n in names) + " free")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_versions(s: Mapping[str, str]) -> list[Check]:
+    checks = []
+    for name, env_key, marker in (
+        ("slime", "SLIME_DIR", "train.py"),
+        ("Megatron-LM", "MEGATRON_DIR", "megatron"),
+    ):
+        path = Path(s[env_key])
+        if (path / marker).exists():
+            rev = subprocess.run(
+                ["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ).stdout.strip()
+            checks.append(Check(name, PASS, f"{path}" + (f" @ {rev}" if rev else "")))
+        else:
+            checks.append(
+                Check(
+                    name,
+                    FAIL,
+                    f"{path}/{marker} not found",
+                    f"run inside the slime image (docker/README.md) or set {env_key}",
+                )
+            )
+    for dist, needed in (
+        ("sglang", True),
+        ("ray", True),
+        ("torch", True),
+        ("triton", True),
+        ("transformers", True),
+        ("wandb", False),
+    ):
+        version = _version(dist)
+        if version:
+            checks.append(Check(dist, PASS, version))
+        else:
+            checks.append(
+                Check(
+                    dist,
+                    FAIL if needed else WARN,
+                    "not installed",
+                    "use the slime image (docker/README.md)" if needed else f"pip install {dist}",
+                )
+            )
+    checks.append(
+        Check("tmux", PASS, shutil.which("tmux") or "")
+        if shutil.which("tmux")
+        else Check("tmux", FAIL, "not found", "apt-get install tmux")
+    )
+    return checks
+
+
+def check_wandb(s: Mapping[str, str], env: Mapping[str, str]) -> Check:
+    if not s["WANDB_PROJECT"]:
+        return Check("wandb", PASS, "off (set WANDB_PROJECT to log to Weights & Biases)")
+    if _version("wandb") is None:
+        return Check(
+            "wandb",
+            FAIL,
+            f"WANDB_PROJECT={s['WANDB_PROJECT']} but wandb is not installed",
+            "pip install wandb",
+        )
+    netrc = Path(env.get("NETRC", Path.home() / ".netrc"))
+    logged_in = netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="replace")
+    if env.get("WANDB_API_KEY") or logged_in or env.get("WANDB_MODE") == "offline":
+        how = (
+            "WANDB_API_KEY set"
+            if env.get("WANDB_API_KEY")
+            else "offline mode"
+            if not logged_in
+            else "wandb login"
+        )
+        return Check("wandb", PASS, f"project {s['WANDB_PROJECT']} ({how})")
+    return Check(
+        "wandb",
+        FAIL,
+        f"WANDB_PROJECT={s['WANDB_PROJECT']} but no credentials",
+        "run `wandb login`, export WANDB_API_KEY, or WANDB_MODE=offline",
+    )
+
+
+def run_checks(
+    settings: Mapping[str, str], *, env: Mapping[str, str] | None = None, gpus: Callable[[], int] = gpu_count
+) -> list[Check]:
+    env = os.environ if env is None else env
+    checks = check_hf_checkpoint(settings)
+    checks.append(check_torch_dist("ref load", settings["REF_LOAD"], required=True))
+    checks.append(check_torch_dist("load (resume)", settings["LOAD_DIR"], required=False))
+    checks.append(check_model_args(settings))
+    checks.append(check_prompt_data(settings))
+    checks.append(check_recipe(settings))
+    checks.append(check_gpus(settings, gpus()))
+    checks.append(check_ports(settings))
+    checks += check_versions(settings)
+    checks.append(check_wandb(settings, env))
+    return checks
+
+
+def format_table(checks: list[Check]) -> str:
+    w_name = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status:4}  {c.name.ljust(w_name)}  {c.detail}")
+        if c.fix and c.status != PASS:
+            lines.append(f"{'':4}  {'':{w_name}}  fix: {c.fix}")
+    failed = sum(c.status == FAIL for c in checks)
+    warned = sum(c.status == WARN for c in checks)
+    lines.append(
+        f"{len(checks)} checks: {len(checks) - failed - warned} passed, {warned} warnings, {failed} failed"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tools.preflight",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", type=Path, help="also write the checks as JSON here")
+    args = p.parse_args(argv)
+    checks = run_checks(launcher_settings())
+    print(format_table(checks))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(c) for c in checks], indent=2) + "\n", encoding="utf-8")
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
