@@ -18,6 +18,7 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from buffer_server import ingest
 from buffer_server.runner import AgentRunner, runner_prometheus
 from buffer_server.store import DROP_REASONS, DROP_STALE, BufferStore, LeaseError, PolicyVersionError
 from slime_ext import fastjson
@@ -118,7 +119,12 @@ def create_app(
 
     @app.post("/trajectories")
     def put_trajectories() -> tuple[Response, int]:
-        body = _json_object(request.get_data(cache=False), 'with a record, or {"records": [...]}')
+        raw = request.get_data(cache=False)
+        encoded = ingest.encode_body(raw, MAX_RECORDS_PER_REQUEST)  # None: the full path decides
+        if encoded is not None:
+            result = store.put_encoded(encoded)
+            return jsonify(accepted=result.accepted, duplicates=result.duplicates, stale=result.stale), 200
+        body = _json_object(raw, 'with a record, or {"records": [...]}')
         if "records" in body:
             _reject_unknown("", body, {"records"})
             items = body["records"]

@@ -44,11 +44,13 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buffer_server import codec
+from buffer_server.codec import EncodedRecord
 from slime_ext import fastjson
 from slime_ext.trajectory import TrajectoryRecord
 
@@ -57,6 +59,7 @@ __all__ = [
     "BufferStore",
     "DROP_REASONS",
     "GroupRules",
+    "InstanceCounts",
     "Lease",
     "LeaseError",
     "LeasedGroup",
@@ -68,7 +71,7 @@ __all__ = [
 
 log = logging.getLogger("buffer_server.store")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: packed bodies (codec.py), pruned rows, uids and instances tables
 DROP_STALE = "stale"
 DROP_ZERO_VARIANCE = "zero_variance"
 DROP_GROUP_TIMEOUT = "group_timeout"
@@ -79,20 +82,22 @@ WAIT_POLL_S = 0.25
 WRITE_RATE_WINDOW_S = 10.0
 
 _SCHEMA = """
+-- Every uid ever accepted, also after its record was consumed or dropped and its rows deleted:
+-- what idempotency (a late retry is still a duplicate) and the runner's resume need.
+CREATE TABLE IF NOT EXISTS uids (uid TEXT PRIMARY KEY CHECK (length(uid) > 0)) WITHOUT ROWID;
+-- One row per record held now (ready or leased); deleted when it is consumed or dropped.
 CREATE TABLE IF NOT EXISTS records (
     seq INTEGER PRIMARY KEY,
-    uid TEXT NOT NULL UNIQUE CHECK (length(uid) > 0),
+    uid TEXT NOT NULL,
     instance_id TEXT NOT NULL CHECK (length(instance_id) > 0),
     policy_version INTEGER NOT NULL,
     reward REAL NOT NULL,
     stored_at REAL NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('ready', 'leased', 'consumed', 'dropped')),
-    lease_id TEXT,
-    drop_reason TEXT
+    state TEXT NOT NULL CHECK (state IN ('ready', 'leased')),
+    lease_id TEXT
 );
--- The record JSON lives apart from its small state row, so that a state change (lease, ack,
--- expiry) rewrites a few dozen bytes, not the ~120 kB body. A body exists exactly while its
--- record is ready or leased.
+-- The packed record (codec.py, ~40 kB) lives apart from its small state row, so that a state
+-- change (lease, expiry) rewrites a few dozen bytes, not the body.
 CREATE TABLE IF NOT EXISTS bodies (seq INTEGER PRIMARY KEY, body BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS records_by_state
     ON records (state, instance_id, stored_at, reward, policy_version);
@@ -106,6 +111,14 @@ CREATE TABLE IF NOT EXISTS leases (
     records INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS leases_active ON leases (expires_at) WHERE state = 'active';
+-- Per-instance totals that survive pruning (records accepted, consumed, dropped; groups consumed).
+CREATE TABLE IF NOT EXISTS instances (
+    instance_id TEXT PRIMARY KEY,
+    accepted INTEGER NOT NULL DEFAULT 0,
+    consumed INTEGER NOT NULL DEFAULT 0,
+    dropped INTEGER NOT NULL DEFAULT 0,
+    groups_consumed INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value NOT NULL);
 """
@@ -192,20 +205,34 @@ class AckResult:
     already: bool  # this lease had been acked before (a retried ack)
 
 
+@dataclass(frozen=True)
+class InstanceCounts:
+    """Totals of one instance_id since the database was created (kept after pruning)."""
+
+    accepted: int  # records accepted (duplicates not counted)
+    consumed: int  # records handed out and acked
+    dropped: int  # records dropped by a rule (stale, zero variance, group timeout)
+    groups_consumed: int  # groups handed out and acked
+
+    @property
+    def held(self) -> int:
+        """Records stored now (ready, partial or leased)."""
+        return self.accepted - self.consumed - self.dropped
+
+
 @dataclass
 class _PendingPut:
     """One put waiting for (or inside) a group commit."""
 
-    rows: list[tuple[str, str, int, float, bytes]]
+    rows: list[EncodedRecord]
     result: PutResult | None = None
     error: BaseException | None = None
     done: bool = False
 
 
 def encode_record(record: TrajectoryRecord) -> bytes:
-    """The stored (and served) form of a record: compact UTF-8 JSON of `to_json()`.
-
-    Encoded once at write time, so a batch read only concatenates stored bytes."""
+    """The served form of a record: compact UTF-8 JSON of `to_json()` (what `lease` returns;
+    the stored form is `codec.encode`, which gives these bytes back with `codec.to_json`)."""
     return fastjson.dumps(record.to_json())
 
 
@@ -248,9 +275,9 @@ class BufferStore:
             self._conn = sqlite3.connect(
                 str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
             )
-            # Bodies are ~120 kB: 32 kB pages store one in 4 pages instead of 30 (a no-op on an
-            # existing database, whose page size is fixed once WAL is on).
-            self._conn.execute("PRAGMA page_size=32768")
+            # Packed bodies are ~40 kB: 8 kB pages measured best (fewest bytes written per record;
+            # a no-op on an existing database, whose page size is fixed once WAL is on).
+            self._conn.execute("PRAGMA page_size=8192")
             mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: cannot switch to WAL journal mode (got {mode!r})")
@@ -261,6 +288,7 @@ class BufferStore:
             # 64 MiB of page cache (default 2 MiB): the groups a reader asks for were mostly
             # written moments ago and are served from memory (lease of 256 records: ~32 -> ~21 ms).
             self._conn.execute("PRAGMA cache_size=-65536")
+            self._check_schema_version()
             self._conn.executescript(_SCHEMA)
             with self._transaction() as cur:
                 row = cur.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -281,6 +309,19 @@ class BufferStore:
             raise
 
     # ------------------------------------------------------------------ plumbing
+
+    def _check_schema_version(self) -> None:
+        """Refuse a database of another schema version before touching it."""
+        has_meta = self._conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+        ).fetchone()
+        if has_meta:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is not None and int(row[0]) != SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {row[0]}, this server needs {SCHEMA_VERSION} "
+                    "(start it on a new database file)"
+                )
 
     def close(self) -> None:
         """Close after the transaction in progress, if any, has finished (waits up to 10 s)."""
@@ -343,9 +384,11 @@ class BufferStore:
         each put is retried alone, so a put fails only for its own records. Records are trusted
         to be valid: build them with `parse_record` (the HTTP app does).
         """
-        item = _PendingPut(
-            [(r.uid, r.instance_id, r.policy_version, r.reward, encode_record(r)) for r in records]
-        )
+        return self.put_encoded([codec.encode(r) for r in records])
+
+    def put_encoded(self, records: Sequence[EncodedRecord]) -> PutResult:
+        """`put` for records already packed (by `codec.encode` or the HTTP fast path `ingest`)."""
+        item = _PendingPut(list(records))
         with self._put_cond:
             self._put_queue.append(item)
             while not item.done and self._put_leading:
@@ -392,34 +435,36 @@ class BufferStore:
                     item.error = RuntimeError("the commit of this write was interrupted; nothing was stored")
                 item.done = True
 
-    def _insert(self, cur: sqlite3.Cursor, rows: list[tuple[str, str, int, float, bytes]]) -> PutResult:
+    def _insert(self, cur: sqlite3.Cursor, rows: list[EncodedRecord]) -> PutResult:
         now = self._clock()
         floor = self._stale_floor()
         accepted = stale = 0
-        for uid, instance_id, version, reward, body in rows:
-            is_stale = floor is not None and version < floor
+        per_instance: dict[str, list[int]] = {}  # instance_id -> [accepted, dropped]
+        for row in rows:
+            # Only a uid conflict is ignored (INSERT OR IGNORE would also silently skip a row
+            # that fails a CHECK constraint and count it as a duplicate).
+            cur.execute("INSERT INTO uids (uid) VALUES (?) ON CONFLICT (uid) DO NOTHING", (row.uid,))
+            if cur.rowcount != 1:
+                continue
+            accepted += 1
+            counts = per_instance.setdefault(row.instance_id, [0, 0])
+            counts[0] += 1
+            if floor is not None and row.policy_version < floor:
+                stale += 1  # dropped on arrival: only its uid is kept
+                counts[1] += 1
+                continue
             cur.execute(
-                # Only a uid conflict is ignored (INSERT OR IGNORE would also silently skip a
-                # row that fails a CHECK constraint and count it as a duplicate).
-                "INSERT INTO records "
-                "(uid, instance_id, policy_version, reward, stored_at, state, drop_reason) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO NOTHING",
-                (
-                    uid,
-                    instance_id,
-                    version,
-                    reward,
-                    now,
-                    "dropped" if is_stale else "ready",
-                    DROP_STALE if is_stale else None,
-                ),
+                "INSERT INTO records (uid, instance_id, policy_version, reward, stored_at, state) "
+                "VALUES (?, ?, ?, ?, ?, 'ready')",
+                (row.uid, row.instance_id, row.policy_version, row.reward, now),
             )
-            if cur.rowcount == 1:
-                accepted += 1
-                if is_stale:
-                    stale += 1
-                else:
-                    cur.execute("INSERT INTO bodies (seq, body) VALUES (?, ?)", (cur.lastrowid, body))
+            cur.execute("INSERT INTO bodies (seq, body) VALUES (?, ?)", (cur.lastrowid, row.body))
+        cur.executemany(
+            "INSERT INTO instances (instance_id, accepted, dropped) VALUES (?, ?, ?) "
+            "ON CONFLICT (instance_id) DO UPDATE SET accepted = accepted + excluded.accepted, "
+            "dropped = dropped + excluded.dropped",
+            [(iid, a, d) for iid, (a, d) in per_instance.items()],
+        )
         duplicates = len(rows) - accepted
         self._bump(cur, "records_accepted", accepted)
         self._bump(cur, "records_duplicate", duplicates)
@@ -459,9 +504,26 @@ class BufferStore:
             raise ValueError("prefix: must not be empty")
         with self._db_lock:
             rows = self._conn.execute(
-                "SELECT uid FROM records WHERE uid >= ? AND uid < ?", (prefix, prefix + "\U0010ffff")
+                "SELECT uid FROM uids WHERE uid >= ? AND uid < ?", (prefix, prefix + "\U0010ffff")
             ).fetchall()
         return {uid for (uid,) in rows if uid.startswith(prefix)}
+
+    def instance_counts(self, instance_ids: Iterable[str] | None = None) -> dict[str, InstanceCounts]:
+        """Per-instance totals since the database was created (all instances if None); they
+        survive the pruning of consumed and dropped records. Unknown instances are left out."""
+        query = "SELECT instance_id, accepted, consumed, dropped, groups_consumed FROM instances"
+        with self._db_lock:
+            if instance_ids is None:
+                rows = self._conn.execute(query).fetchall()
+            else:
+                rows = []
+                wanted = list(dict.fromkeys(instance_ids))
+                for i in range(0, len(wanted), 500):  # SQLite's limit on bound parameters
+                    chunk = wanted[i : i + 500]
+                    rows += self._conn.execute(
+                        f"{query} WHERE instance_id IN ({','.join('?' * len(chunk))})", chunk
+                    ).fetchall()
+        return {iid: InstanceCounts(*counts) for iid, *counts in rows}
 
     def pending_groups(self) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
         """Apply the group rules now; return (ready, partial) groups as (instance_id, records).
@@ -487,33 +549,38 @@ class BufferStore:
 
     # ------------------------------------------------------------------ rules
 
+    def _delete(self, cur: sqlite3.Cursor, where: str, params: tuple[Any, ...]) -> dict[str, int]:
+        """Delete the records matching `where` (rows and bodies); returns counts per instance_id."""
+        per_instance = dict(
+            cur.execute(
+                f"SELECT instance_id, COUNT(*) FROM records WHERE {where} GROUP BY instance_id", params
+            )
+        )
+        if per_instance:
+            cur.execute(f"DELETE FROM bodies WHERE seq IN (SELECT seq FROM records WHERE {where})", params)
+            cur.execute(f"DELETE FROM records WHERE {where}", params)
+        return per_instance
+
+    def _count_instances(self, cur: sqlite3.Cursor, column: str, per_instance: dict[str, int]) -> None:
+        cur.executemany(
+            f"UPDATE instances SET {column} = {column} + ? WHERE instance_id = ?",
+            [(n, iid) for iid, n in per_instance.items()],
+        )
+
     def _drop_stale(self, cur: sqlite3.Cursor) -> int:
         floor = self._stale_floor()
         if floor is None:
             return 0
-        cur.execute(
-            "DELETE FROM bodies WHERE seq IN "
-            "(SELECT seq FROM records WHERE state = 'ready' AND policy_version < ?)",
-            (floor,),
-        )
-        cur.execute(
-            "UPDATE records SET state = 'dropped', drop_reason = ? WHERE state = 'ready' AND policy_version < ?",
-            (DROP_STALE, floor),
-        )
-        dropped = cur.rowcount
+        per_instance = self._delete(cur, "state = 'ready' AND policy_version < ?", (floor,))
+        self._count_instances(cur, "dropped", per_instance)
+        dropped = sum(per_instance.values())
         self._bump(cur, f"dropped_records.{DROP_STALE}", dropped)
         return dropped
 
     def _drop_group(self, cur: sqlite3.Cursor, instance_id: str, reason: str) -> None:
-        cur.execute(
-            "DELETE FROM bodies WHERE seq IN (SELECT seq FROM records WHERE state = 'ready' AND instance_id = ?)",
-            (instance_id,),
-        )
-        cur.execute(
-            "UPDATE records SET state = 'dropped', drop_reason = ? WHERE state = 'ready' AND instance_id = ?",
-            (reason, instance_id),
-        )
-        self._bump(cur, f"dropped_records.{reason}", cur.rowcount)
+        per_instance = self._delete(cur, "state = 'ready' AND instance_id = ?", (instance_id,))
+        self._count_instances(cur, "dropped", per_instance)
+        self._bump(cur, f"dropped_records.{reason}", sum(per_instance.values()))
         self._bump(cur, f"dropped_groups.{reason}")
 
     def _maintain(
@@ -632,8 +699,8 @@ class BufferStore:
                 (lease_id,),
             ).fetchall()
         by_instance: dict[str, list[bytes]] = {}
-        for instance_id, body in rows:
-            by_instance.setdefault(instance_id, []).append(body)
+        for instance_id, body in rows:  # unpacked outside the store lock: writers go on meanwhile
+            by_instance.setdefault(instance_id, []).append(codec.to_json(body))
         groups = [LeasedGroup(iid, bodies) for iid, bodies in by_instance.items()]
         return Lease(lease_id, groups, expires_at, self._policy_version, waited)
 
@@ -655,12 +722,12 @@ class BufferStore:
                     "the buffer and may have been handed out again",
                     409,
                 )
-            cur.execute(
-                "DELETE FROM bodies WHERE seq IN (SELECT seq FROM records WHERE lease_id = ? AND state = 'leased')",
-                (lease_id,),
-            )
-            cur.execute(
-                "UPDATE records SET state = 'consumed' WHERE lease_id = ? AND state = 'leased'", (lease_id,)
+            # Pruned at once: the uids stay in `uids`, the totals in `instances` and `counters`.
+            per_instance = self._delete(cur, "lease_id = ? AND state = 'leased'", (lease_id,))
+            self._count_instances(cur, "consumed", per_instance)
+            cur.executemany(
+                "UPDATE instances SET groups_consumed = groups_consumed + 1 WHERE instance_id = ?",
+                [(iid,) for iid in per_instance],
             )
             cur.execute("UPDATE leases SET state = 'acked' WHERE lease_id = ?", (lease_id,))
             self._bump(cur, "groups_consumed", groups)

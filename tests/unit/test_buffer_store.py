@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from buffer_server import codec
 from buffer_server.store import BufferStore, GroupRules, LeaseError, PolicyVersionError, StoreError
 from slime_ext import fastjson
 from slime_ext.trajectory import TrajectoryRecord, parse_record
@@ -79,18 +80,20 @@ def uids(lease) -> dict[str, list[str]]:
 
 
 def bodies_match_states(path) -> bool:
-    """Invariant: a body exists exactly for the records that are ready or leased."""
+    """Invariant: rows and bodies exist exactly for the records that are ready or leased
+    (consumed and dropped ones are pruned)."""
     with sqlite3.connect(path) as conn:
         with_body = {s for (s,) in conn.execute("SELECT seq FROM bodies")}
+        rows = {s for (s,) in conn.execute("SELECT seq FROM records")}
         live = {s for (s,) in conn.execute("SELECT seq FROM records WHERE state IN ('ready', 'leased')")}
-    return with_body == live
+    return with_body == rows == live
 
 
 def test_database_is_wal_with_full_sync(open_store):
     store = open_store()
     assert store.pragma("journal_mode") == "wal"
     assert store.pragma("synchronous") == 2  # FULL
-    assert store.pragma("page_size") == 32768
+    assert store.pragma("page_size") == 8192
 
 
 def test_writes_are_idempotent_by_uid(open_store):
@@ -375,9 +378,14 @@ def test_a_failed_group_commit_fails_only_the_bad_put(open_store):
     from buffer_server.store import _PendingPut
 
     store = open_store(group_size=2)
-    good = _PendingPut([("g1", "p0", 0, 0.0, b"{}"), ("g2", "p0", 0, 1.0, b"{}")])
-    bad = _PendingPut([("b1", "p1", 0, 0.0, b"{}"), ("", "p1", 0, 0.0, b"{}")])  # empty uid: CHECK fails
-    later = _PendingPut([("g3", "p2", 0, 0.0, b"{}")])
+    packed = [
+        codec.encode(r)
+        for r in (rec("g1", "p0", 0.0), rec("g2", "p0", 1.0), rec("b1", "p1"), rec("g3", "p2"))
+    ]
+    empty_uid = dataclasses.replace(packed[2], uid="")  # bypasses validation: the CHECK constraint fails
+    good = _PendingPut(packed[:2])
+    bad = _PendingPut([packed[2], empty_uid])
+    later = _PendingPut([packed[3]])
     store._commit_puts([good, bad, later])  # as if three puts had queued behind one commit
     assert good.done and bad.done and later.done
     assert (good.result.accepted, later.result.accepted) == (2, 1)

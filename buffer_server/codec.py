@@ -1,0 +1,193 @@
+"""The stored form of a trajectory record: a compact binary body, turned back into the record's
+JSON only when it is handed out.
+
+Why binary: a 4k-token record is ~118 kB of JSON, ~70 % of it log-probability digits. Stored as
+JSON, 2000 records/s would be ~240 MB/s of fsynced writes (twice that through SQLite's WAL),
+more than the development VM's disk sustains. Packed, the same record is ~40 kB: token ids as
+uint32, the loss mask as bits, and the log-probs of the sampled tokens only (the others are
+0.0 by the record's invariants), as float32 when every value is exactly a float32 (SGLang's are)
+and as float64 otherwise. Nothing is lost: `to_json(body)` returns exactly the bytes of
+`fastjson.dumps(record.to_json())` (the served wire format is unchanged).
+
+Layout (little-endian): header `<4sBIIII` = magic, log-prob kind, len(prompt), len(response),
+len(head), len(tail); then `head` (the JSON of uid, instance_id and policy_version, without the
+closing brace), `tail` (the JSON of every later field, without the opening brace), prompt ids,
+response ids (uint32 each), the loss mask (numpy.packbits), the log-probs.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from slime_ext import fastjson
+from slime_ext.trajectory import MAX_TOKEN_ID, TrajectoryRecord, parse_record
+
+__all__ = ["EncodedRecord", "decode", "encode", "encode_arrays", "to_json"]
+
+MAGIC = b"TRB1"
+_HEADER = struct.Struct("<4sBIIII")
+LP_SAMPLED_F32 = 1  # log-probs of the mask-1 tokens, float32; the rest are +0.0
+LP_SAMPLED_F64 = 2  # same, float64 (a value that is not exactly a float32)
+LP_ALL_F64 = 3  # every log-prob, float64 (keeps a -0.0 where the mask is 0)
+_HEAD_FIELDS = ("uid", "instance_id", "policy_version")
+_TAIL_FIELDS = (
+    "turn_rewards",
+    "turn_eval_results",
+    "reward",
+    "status",
+    "metadata",
+    "created_at",
+    "sample_index",
+)
+_ARRAY_FIELDS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_log_probs")
+# The record's JSON field order is the dataclass's: head fields, the four arrays, tail fields.
+assert tuple(TrajectoryRecord.__dataclass_fields__) == _HEAD_FIELDS + _ARRAY_FIELDS + _TAIL_FIELDS
+
+try:  # pragma: no cover - depends on the environment, like fastjson
+    import orjson as _orjson
+
+    _NUMPY_OPT = _orjson.OPT_SERIALIZE_NUMPY
+except ImportError:  # pragma: no cover
+    _orjson = None
+
+
+@dataclass(frozen=True)
+class EncodedRecord:
+    """What the store needs of one validated record: its index columns and its packed body."""
+
+    uid: str
+    instance_id: str
+    policy_version: int
+    reward: float
+    body: bytes
+
+
+def _dump_array(values: np.ndarray) -> bytes:
+    if fastjson.BACKEND == "orjson" and _orjson is not None:
+        return _orjson.dumps(values, option=_NUMPY_OPT)
+    return fastjson.dumps(values.tolist())
+
+
+def encode_arrays(
+    fields: dict[str, Any],
+    prompt: np.ndarray,
+    response: np.ndarray,
+    mask: np.ndarray,
+    log_probs: np.ndarray,
+) -> EncodedRecord:
+    """Pack one record. `fields` holds every non-array field, validated by `parse_record`, with
+    defaults filled in; the arrays (integer ids and mask, float64 log-probs) are checked here,
+    vectorised, against the record's per-token invariants (ValueError if one does not hold)."""
+    n = len(response)
+    if not len(prompt) or len(mask) != n or len(log_probs) != n:
+        raise ValueError("array lengths do not match the record's invariants")
+    # As uint64 a negative id is huge, so one max() checks both ends of the range.
+    if prompt.view(np.uint64).max() > MAX_TOKEN_ID or (n and response.view(np.uint64).max() > MAX_TOKEN_ID):
+        raise ValueError(f"a token id is outside [0, {MAX_TOKEN_ID}]")
+    if n and mask.view(np.uint64).max() > 1:
+        raise ValueError("a loss_mask value is not 0 or 1")
+    sampled = mask.astype(bool)
+    unsampled = log_probs[~sampled]
+    if unsampled.any() or not np.isfinite(log_probs).all():
+        raise ValueError("a log-prob is not finite, or not 0.0 where loss_mask is 0")
+    lp = log_probs[sampled]
+    if np.signbit(unsampled).any():  # a -0.0 where the mask is 0: keep it, store every value
+        kind, lp = LP_ALL_F64, log_probs
+    else:
+        with np.errstate(over="ignore"):  # beyond float32's range: inf, then not equal
+            lp32 = lp.astype(np.float32)
+        kind = LP_SAMPLED_F32 if np.array_equal(lp32, lp) else LP_SAMPLED_F64  # keeps -0.0 too
+        if kind == LP_SAMPLED_F32:
+            lp = lp32
+    head = fastjson.dumps({name: fields[name] for name in _HEAD_FIELDS})[:-1]
+    tail = fastjson.dumps({name: fields[name] for name in _TAIL_FIELDS})[1:]
+    body = b"".join(
+        (
+            _HEADER.pack(MAGIC, kind, len(prompt), n, len(head), len(tail)),
+            head,
+            tail,
+            prompt.astype("<u4").tobytes(),
+            response.astype("<u4").tobytes(),
+            np.packbits(sampled).tobytes(),
+            lp.tobytes(),
+        )
+    )
+    return EncodedRecord(
+        uid=fields["uid"],
+        instance_id=fields["instance_id"],
+        policy_version=fields["policy_version"],
+        reward=fields["reward"],
+        body=body,
+    )
+
+
+def encode(record: TrajectoryRecord) -> EncodedRecord:
+    """Pack a record built in Python (the in-process writer's path); its small fields are
+    trusted to be valid (build it with `parse_record`), its arrays are checked."""
+    fields = {name: getattr(record, name) for name in _HEAD_FIELDS + _TAIL_FIELDS}
+    fields["reward"] = float(fields["reward"])
+    fields["turn_rewards"] = [float(r) for r in fields["turn_rewards"]]
+    return encode_arrays(
+        fields,
+        np.array(record.prompt_token_ids, dtype=np.int64),
+        np.array(record.response_token_ids, dtype=np.int64),
+        np.array(record.loss_mask, dtype=np.int64),
+        np.array(record.rollout_log_probs, dtype=np.float64),
+    )
+
+
+def _unpack(body: bytes) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    magic, kind, n_prompt, n_response, n_head, n_tail = _HEADER.unpack_from(body)
+    if magic != MAGIC:
+        raise ValueError(f"not a packed trajectory record (magic {magic!r})")
+    view = memoryview(body)
+    at = _HEADER.size
+    head = bytes(view[at : at + n_head])
+    at += n_head
+    tail = bytes(view[at : at + n_tail])
+    at += n_tail
+    prompt = np.frombuffer(body, dtype="<u4", count=n_prompt, offset=at)
+    at += 4 * n_prompt
+    response = np.frombuffer(body, dtype="<u4", count=n_response, offset=at)
+    at += 4 * n_response
+    n_bits = (n_response + 7) // 8
+    sampled = np.unpackbits(np.frombuffer(body, dtype=np.uint8, count=n_bits, offset=at), count=n_response)
+    at += n_bits
+    if kind == LP_ALL_F64:
+        log_probs = np.frombuffer(body, dtype="<f8", count=n_response, offset=at)
+    elif kind in (LP_SAMPLED_F32, LP_SAMPLED_F64):
+        log_probs = np.zeros(n_response, dtype=np.float64)
+        dtype = "<f4" if kind == LP_SAMPLED_F32 else "<f8"
+        log_probs[sampled.view(bool)] = np.frombuffer(body, dtype=dtype, count=int(sampled.sum()), offset=at)
+    else:
+        raise ValueError(f"unknown log-prob encoding {kind}")
+    return head, tail, prompt, response, sampled, log_probs
+
+
+def to_json(body: bytes) -> bytes:
+    """The record's JSON, byte for byte what `fastjson.dumps(record.to_json())` gives."""
+    head, tail, prompt, response, sampled, log_probs = _unpack(body)
+    return b"".join(
+        (
+            head,
+            b',"prompt_token_ids":',
+            _dump_array(prompt),
+            b',"response_token_ids":',
+            _dump_array(response),
+            b',"loss_mask":',
+            _dump_array(sampled),
+            b',"rollout_log_probs":',
+            _dump_array(log_probs),
+            b",",
+            tail,
+        )
+    )
+
+
+def decode(body: bytes) -> TrajectoryRecord:
+    """The record back as a TrajectoryRecord (tests and tools; the server serves `to_json`)."""
+    return parse_record(fastjson.loads(to_json(body)))

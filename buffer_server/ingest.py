@@ -1,0 +1,100 @@
+"""Fast path for `POST /trajectories`: from the request bytes to packed records without building
+a Python object per token.
+
+The body is parsed with simdjson (pysimdjson, optional), which reads the four per-token arrays
+straight into numpy buffers; their invariants (token ids in [0, 2**32), mask 0/1, equal lengths,
+finite log-probs that are 0.0 where the mask is 0) are checked with vectorised numpy, and every
+other field goes through `parse_record` itself, with one-element stand-ins in place of the
+arrays, so the record schema keeps its single definition. About 0.5 ms of CPU per 4k-token
+record instead of ~1.7 ms for orjson decode + `parse_record` + re-encode.
+
+The fast path only ever *accepts*. Anything it does not recognise as valid (a bad value, a
+duplicate key, a shape it does not handle, simdjson missing) makes `encode_body` return None,
+and the caller runs the full decoder + `parse_record`, which produces the 400 message that
+names the field. So the accepted set and every error message are those of `parse_record`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from buffer_server.codec import EncodedRecord, encode_arrays
+from slime_ext import fastjson
+from slime_ext.trajectory import FIELD_NAMES, REQUIRED_FIELDS, parse_record
+
+try:  # pragma: no cover - depends on the environment
+    import simdjson as _simdjson
+
+    _CONTAINERS: tuple[type, ...] = (_simdjson.Object, _simdjson.Array)
+except ImportError:  # pragma: no cover
+    _simdjson = None
+    _CONTAINERS = ()
+
+__all__ = ["AVAILABLE", "encode_body"]
+
+AVAILABLE = _simdjson is not None
+_ARRAYS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_log_probs")
+# parse_record checks every other field; these stand-ins satisfy its checks of the arrays,
+# which are checked here instead.
+_STAND_INS: dict[str, list[Any]] = {
+    "prompt_token_ids": [0],
+    "response_token_ids": [],
+    "loss_mask": [],
+    "rollout_log_probs": [],
+}
+_REQUIRED = frozenset(REQUIRED_FIELDS)
+
+
+class _NotFast(Exception):
+    """This record is not one the fast path accepts; the full validator decides."""
+
+
+def encode_body(raw: bytes, max_records: int) -> list[EncodedRecord] | None:
+    """Packed records of a valid `POST /trajectories` body (one record, or {"records": [...]}
+    with 1..max_records), or None when the full decoder and `parse_record` must decide."""
+    if _simdjson is None or not raw:
+        return None
+    try:
+        doc = _simdjson.Parser().parse(raw)
+        if not isinstance(doc, _simdjson.Object):
+            return None
+        keys = list(doc.keys())
+        if "records" in keys:
+            items = doc["records"]
+            if keys != ["records"] or not isinstance(items, _simdjson.Array):
+                return None
+            if not 1 <= len(items) <= max_records:
+                return None
+            return [_encode_record(item) for item in items]
+        return [_encode_record(doc, keys)]
+    except (_NotFast, ValueError, TypeError, KeyError, RuntimeError, IndexError):
+        return None
+
+
+def _encode_record(obj: Any, keys: list[str] | None = None) -> EncodedRecord:
+    if not isinstance(obj, _simdjson.Object):
+        raise _NotFast
+    keys = list(obj.keys()) if keys is None else keys
+    names = set(keys)
+    if len(names) != len(keys) or not names <= FIELD_NAMES or not names >= _REQUIRED:
+        raise _NotFast  # duplicate, unknown or missing fields: parse_record says which
+    arrays = [obj[name] for name in _ARRAYS]
+    if not all(isinstance(a, _simdjson.Array) for a in arrays):
+        raise _NotFast
+    # as_buffer raises TypeError for any element of another JSON type (bool and null included)
+    # and ValueError for an integer beyond int64; encode_arrays checks the values.
+    prompt, response, mask = (np.frombuffer(a.as_buffer(of_type="i"), dtype=np.int64) for a in arrays[:3])
+    log_probs = np.frombuffer(arrays[3].as_buffer(of_type="d"), dtype=np.float64)
+    small = {
+        name: fastjson.loads(value.mini) if isinstance(value := obj[name], _CONTAINERS) else value
+        for name in keys
+        if name not in _STAND_INS
+    }
+    try:
+        record = parse_record({**small, **_STAND_INS}, strict_json=True)
+    except ValueError:  # ValidationError: let the full path name the field
+        raise _NotFast from None
+    fields = {name: getattr(record, name) for name in FIELD_NAMES if name not in _STAND_INS}
+    return encode_arrays(fields, prompt, response, mask, log_probs)
