@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=4, help="evaluations in flight (4)")
     p.add_argument("--correctness-trials", type=int, default=None, help="override the eval options' trials")
     p.add_argument("--eval-timeout", type=float, default=600.0, help="seconds to wait for one evaluation")
+    p.add_argument("--eval-retries", type=int, default=5, help="retries when no server accepts a request (5)")
     p.add_argument("--attempts", default=None, help="failing first attempts: table of {key, candidate}")
     p.add_argument("--mutate", action="store_true", help="make first attempts by flipping a kernel operator")
     p.add_argument("--no-progress", action="store_true")
@@ -119,7 +120,9 @@ async def _evaluate_stages(
     args: argparse.Namespace, pairs: list, prompt: PromptConfig, options: EvalOptions, report: FilterReport
 ) -> tuple[list, list[SFTExample]]:
     attempts: list[Attempt] = load_attempts(args.attempts) if args.attempts else []
-    async with EvalClient(args.verify_url, timeout_s=args.eval_timeout) as client:
+    async with EvalClient(
+        args.verify_url, timeout_s=args.eval_timeout, max_retries=args.eval_retries
+    ) as client:
         verified = await verify_pairs(
             pairs, client, options, report, concurrency=args.concurrency, progress=not args.no_progress
         )
