@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from buffer_server import codec
+from buffer_server.bodylog import DEFAULT_SEGMENT_BYTES, BodyLog
 from buffer_server.codec import EncodedRecord
 from slime_ext import fastjson
 from slime_ext.trajectory import TrajectoryRecord
@@ -71,7 +72,7 @@ __all__ = [
 
 log = logging.getLogger("buffer_server.store")
 
-SCHEMA_VERSION = 2  # 2: packed bodies (codec.py), pruned rows, uids and instances tables
+SCHEMA_VERSION = 2  # 2: packed bodies in a body log, pruned rows, uids and instances tables
 DROP_STALE = "stale"
 DROP_ZERO_VARIANCE = "zero_variance"
 DROP_GROUP_TIMEOUT = "group_timeout"
@@ -85,7 +86,8 @@ _SCHEMA = """
 -- Every uid ever accepted, also after its record was consumed or dropped and its rows deleted:
 -- what idempotency (a late retry is still a duplicate) and the runner's resume need.
 CREATE TABLE IF NOT EXISTS uids (uid TEXT PRIMARY KEY CHECK (length(uid) > 0)) WITHOUT ROWID;
--- One row per record held now (ready or leased); deleted when it is consumed or dropped.
+-- One row per record held now (ready or leased); deleted when it is consumed or dropped. Its
+-- packed body (codec.py, ~40 kB) is in the body log (bodylog.py) at segment/offset/length.
 CREATE TABLE IF NOT EXISTS records (
     seq INTEGER PRIMARY KEY,
     uid TEXT NOT NULL,
@@ -94,14 +96,15 @@ CREATE TABLE IF NOT EXISTS records (
     reward REAL NOT NULL,
     stored_at REAL NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('ready', 'leased')),
-    lease_id TEXT
+    lease_id TEXT,
+    segment INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    length INTEGER NOT NULL
 );
--- The packed record (codec.py, ~40 kB) lives apart from its small state row, so that a state
--- change (lease, expiry) rewrites a few dozen bytes, not the body.
-CREATE TABLE IF NOT EXISTS bodies (seq INTEGER PRIMARY KEY, body BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS records_by_state
     ON records (state, instance_id, stored_at, reward, policy_version);
 CREATE INDEX IF NOT EXISTS records_by_lease ON records (lease_id) WHERE lease_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_by_segment ON records (segment);
 CREATE TABLE IF NOT EXISTS leases (
     lease_id TEXT PRIMARY KEY,
     created_at REAL NOT NULL,
@@ -225,6 +228,7 @@ class _PendingPut:
     """One put waiting for (or inside) a group commit."""
 
     rows: list[EncodedRecord]
+    locations: list[tuple[int, int]] | None = None  # (segment, offset) of each body, once written
     result: PutResult | None = None
     error: BaseException | None = None
     done: bool = False
@@ -249,6 +253,7 @@ class BufferStore:
         rules: GroupRules | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> None:
         self.path = Path(path).expanduser().resolve()
         self.rules = rules or GroupRules()
@@ -271,23 +276,19 @@ class BufferStore:
         self._put_queue: list[_PendingPut] = []
         self._put_leading = False
         self._write_commits = 0  # transactions that stored puts, since this process started
+        # Held from a group commit's body append to its commit, and by segment collection, so a
+        # segment is never deleted between a body's write and the commit of its row.
+        self._append_lock = threading.Lock()
         try:
             self._conn = sqlite3.connect(
                 str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
             )
-            # Packed bodies are ~40 kB: 8 kB pages measured best (fewest bytes written per record;
-            # a no-op on an existing database, whose page size is fixed once WAL is on).
-            self._conn.execute("PRAGMA page_size=8192")
             mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: cannot switch to WAL journal mode (got {mode!r})")
             self._conn.execute("PRAGMA synchronous=FULL")
-            # Deleted bodies are not zero-filled (this build defaults to secure_delete=ON, which
-            # rewrites every freed page: 30 MB of writes for an ack of 256 records).
+            # Deleted rows are not zero-filled (this build defaults to secure_delete=ON).
             self._conn.execute("PRAGMA secure_delete=FAST")
-            # 64 MiB of page cache (default 2 MiB): the groups a reader asks for were mostly
-            # written moments ago and are served from memory (lease of 256 records: ~32 -> ~21 ms).
-            self._conn.execute("PRAGMA cache_size=-65536")
             self._check_schema_version()
             self._conn.executescript(_SCHEMA)
             with self._transaction() as cur:
@@ -304,6 +305,8 @@ class BufferStore:
                 self._policy_version = int(
                     cur.execute("SELECT value FROM meta WHERE key = 'policy_version'").fetchone()[0]
                 )
+            self._bodies = BodyLog(Path(f"{self.path}.bodies"), segment_bytes)
+            self.collect_segments()  # leftovers of a crash between a body append and its commit
         except BaseException:
             self.close()
             raise
@@ -330,6 +333,8 @@ class BufferStore:
         try:
             with contextlib.suppress(Exception):
                 self._conn.close()
+            with contextlib.suppress(Exception):
+                self._bodies.close()
         finally:
             if got:
                 lock.release()
@@ -411,8 +416,14 @@ class BufferStore:
     def _commit_puts(self, batch: list[_PendingPut]) -> None:
         try:
             try:
-                with self._transaction() as cur:
-                    results = [self._insert(cur, item.rows) for item in batch]
+                with self._append_lock:
+                    unwritten = [item for item in batch if item.locations is None]
+                    # Bodies first, fdatasynced; then the rows that point at them (bodylog.py).
+                    locations = self._bodies.append([row.body for item in unwritten for row in item.rows])
+                    for item in unwritten:
+                        item.locations, locations = locations[: len(item.rows)], locations[len(item.rows) :]
+                    with self._transaction() as cur:
+                        results = [self._insert(cur, item) for item in batch]
             except Exception as exc:
                 if len(batch) == 1:
                     batch[0].error = exc
@@ -435,12 +446,14 @@ class BufferStore:
                     item.error = RuntimeError("the commit of this write was interrupted; nothing was stored")
                 item.done = True
 
-    def _insert(self, cur: sqlite3.Cursor, rows: list[EncodedRecord]) -> PutResult:
+    def _insert(self, cur: sqlite3.Cursor, item: _PendingPut) -> PutResult:
+        rows, locations = item.rows, item.locations
+        assert locations is not None
         now = self._clock()
         floor = self._stale_floor()
         accepted = stale = 0
         per_instance: dict[str, list[int]] = {}  # instance_id -> [accepted, dropped]
-        for row in rows:
+        for row, (segment, offset) in zip(rows, locations, strict=True):
             # Only a uid conflict is ignored (INSERT OR IGNORE would also silently skip a row
             # that fails a CHECK constraint and count it as a duplicate).
             cur.execute("INSERT INTO uids (uid) VALUES (?) ON CONFLICT (uid) DO NOTHING", (row.uid,))
@@ -454,11 +467,20 @@ class BufferStore:
                 counts[1] += 1
                 continue
             cur.execute(
-                "INSERT INTO records (uid, instance_id, policy_version, reward, stored_at, state) "
-                "VALUES (?, ?, ?, ?, ?, 'ready')",
-                (row.uid, row.instance_id, row.policy_version, row.reward, now),
+                "INSERT INTO records "
+                "(uid, instance_id, policy_version, reward, stored_at, state, segment, offset, length) "
+                "VALUES (?, ?, ?, ?, ?, 'ready', ?, ?, ?)",
+                (
+                    row.uid,
+                    row.instance_id,
+                    row.policy_version,
+                    row.reward,
+                    now,
+                    segment,
+                    offset,
+                    len(row.body),
+                ),
             )
-            cur.execute("INSERT INTO bodies (seq, body) VALUES (?, ?)", (cur.lastrowid, row.body))
         cur.executemany(
             "INSERT INTO instances (instance_id, accepted, dropped) VALUES (?, ?, ?) "
             "ON CONFLICT (instance_id) DO UPDATE SET accepted = accepted + excluded.accepted, "
@@ -488,6 +510,7 @@ class BufferStore:
             self._policy_version = old
             raise
         if dropped:
+            self.collect_segments()
             self._notify()
         return dropped
 
@@ -557,7 +580,6 @@ class BufferStore:
             )
         )
         if per_instance:
-            cur.execute(f"DELETE FROM bodies WHERE seq IN (SELECT seq FROM records WHERE {where})", params)
             cur.execute(f"DELETE FROM records WHERE {where}", params)
         return per_instance
 
@@ -694,12 +716,15 @@ class BufferStore:
             expires_at = self._clock() + lease_s
             cur.execute("UPDATE leases SET expires_at = ? WHERE lease_id = ?", (expires_at, lease_id))
             rows = cur.execute(
-                "SELECT r.instance_id, b.body FROM records AS r JOIN bodies AS b ON b.seq = r.seq "
-                "WHERE r.lease_id = ? AND r.state = 'leased' ORDER BY r.seq",
+                "SELECT instance_id, segment, offset, length FROM records "
+                "WHERE lease_id = ? AND state = 'leased' ORDER BY seq",
                 (lease_id,),
             ).fetchall()
+        # Read and unpacked outside the store lock (writers go on meanwhile): leased rows are
+        # deleted only by this lease's ack, which the caller cannot send before this returns.
         by_instance: dict[str, list[bytes]] = {}
-        for instance_id, body in rows:  # unpacked outside the store lock: writers go on meanwhile
+        for instance_id, segment, offset, length in rows:
+            body = self._bodies.read(segment, offset, length)
             by_instance.setdefault(instance_id, []).append(codec.to_json(body))
         groups = [LeasedGroup(iid, bodies) for iid, bodies in by_instance.items()]
         return Lease(lease_id, groups, expires_at, self._policy_version, waited)
@@ -732,7 +757,16 @@ class BufferStore:
             cur.execute("UPDATE leases SET state = 'acked' WHERE lease_id = ?", (lease_id,))
             self._bump(cur, "groups_consumed", groups)
             self._bump(cur, "records_consumed", records)
+        self.collect_segments()
         return AckResult(lease_id, groups, records, already=False)
+
+    def collect_segments(self) -> list[int]:
+        """Delete the body segments that no stored record points into (after acks and drops);
+        returns their ids. Runs after every ack, at open and with `stats`."""
+        with self._append_lock:  # no body is between its append and its row's commit
+            with self._db_lock:
+                live = {s for (s,) in self._conn.execute("SELECT DISTINCT segment FROM records")}
+            return self._bodies.remove(s for s in self._bodies.segments() if s not in live)
 
     def release(self, lease_id: str) -> int:
         """Give a lease's groups back to the buffer now (instead of waiting for expiry).
@@ -778,6 +812,7 @@ class BufferStore:
                 ).fetchall()
             )
             active_leases = cur.execute("SELECT COUNT(*) FROM leases WHERE state = 'active'").fetchone()[0]
+        self.collect_segments()  # bodies of records the rules just dropped
         ready, leased = by_state.get("ready", 0), by_state.get("leased", 0)
         dropped_records = {r: counters.get(f"dropped_records.{r}", 0) for r in DROP_REASONS}
         dropped_groups = {r: counters.get(f"dropped_groups.{r}", 0) for r in DROP_REASONS if r != DROP_STALE}
@@ -811,6 +846,10 @@ class BufferStore:
             },
             "dropped_records": dropped_records,
             "dropped_groups": dropped_groups,
+            "storage": {
+                "body_segments": len(self._bodies.segments()),
+                "body_bytes": self._bodies.disk_bytes(),  # freed when every record of a segment is gone
+            },
             "writes_per_s_recent": round(self.write_rate(), 3),
             "write_commits": self._write_commits,
             "write_rate_window_s": WRITE_RATE_WINDOW_S,
