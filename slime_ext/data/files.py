@@ -16,7 +16,7 @@ from typing import Any
 
 from slime_ext.validation import ValidationError
 
-__all__ = ["TABLE_SUFFIXES", "atomic_write_jsonl", "atomic_write_text", "read_rows"]
+__all__ = ["TABLE_SUFFIXES", "atomic_write_jsonl", "atomic_write_text", "iter_jsonl", "read_rows"]
 
 TABLE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -44,18 +44,24 @@ def atomic_write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, An
     return len(lines)
 
 
-def _read_jsonl(p: Path) -> Iterator[dict[str, Any]]:
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded value) for every non-blank line; bad JSON names the file and line."""
+    p = Path(path)
     with p.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValidationError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ValidationError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            yield row
+
+
+def _read_jsonl(p: Path) -> Iterator[dict[str, Any]]:
+    for lineno, row in iter_jsonl(p):
+        if not isinstance(row, dict):
+            raise ValidationError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        yield row
 
 
 def _read_json(p: Path) -> Iterator[dict[str, Any]]:

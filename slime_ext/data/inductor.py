@@ -4,7 +4,7 @@ KernelBook's Triton code is Inductor output (PyTorch 2.5). Besides the `@triton.
 binds private helpers that the evaluator rejects (`torch._C` is a forbidden API: it can reach
 into the evaluator) or that newer PyTorch no longer has (`triton_heuristics.grid`):
 
-    assert_size_stride = torch._C._dynamo.guards.assert_size_stride
+    assert_size_stride = torch._C._dynamo.guards.assert_size_stride   # also assert_alignment
     empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
     reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor
     from torch._C import _cuda_getCurrentRawStream as get_raw_stream   # + `get_raw_stream(0)` calls
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 
+from eval_server.static_checks import _dotted  # the evaluator's own reading of dotted names
 from slime_ext.data.source_edit import Edit, Offsets, apply_edits, statement_removal
 
 __all__ = ["UnsupportedInductorCode", "rewrite_inductor_glue"]
@@ -36,6 +37,10 @@ _HELPERS: dict[str, str] = {
     if tuple(tensor.shape) != size or bad_stride:
         raise AssertionError(f"expected size {{size}} stride {{stride}}, got {{tuple(tensor.shape)}} {{tensor.stride()}}")
 ''',
+    "assert_alignment": """def {name}(tensor, alignment):
+    if tensor.data_ptr() % alignment:
+        raise AssertionError(f"expected a {{alignment}}-byte aligned tensor")
+""",
     "_empty_strided_cuda": """def {name}(size, stride, dtype):
     return torch.empty_strided(size, stride, dtype=dtype, device="cuda")
 """,
@@ -62,16 +67,6 @@ _RAW_STREAM = "_cuda_getCurrentRawStream"
 
 class UnsupportedInductorCode(ValueError):
     """The answer uses Inductor/private machinery this module cannot translate."""
-
-
-def _dotted(node: ast.AST) -> str:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        return ".".join([node.id, *reversed(parts)])
-    return ""
 
 
 def _blocks(tree: ast.AST) -> list[list[ast.stmt]]:

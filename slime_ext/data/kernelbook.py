@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval_server.static_checks import run_static_checks
+from eval_server.static_checks import _is_triton_jit, run_static_checks  # one definition of a kernel
 from slime_ext.data.inductor import UnsupportedInductorCode, rewrite_inductor_glue
 from slime_ext.data.kernelbench import check_problem_source
 from slime_ext.data.source_edit import Edit, apply_edits, node_span, rename_identifier
@@ -209,17 +209,6 @@ def to_answer(row: KernelBookRow) -> str:
         raise Rejected("answer_inductor_unsupported", str(exc)) from None
 
 
-def _is_jit(decorator: ast.expr) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    parts: list[str] = []
-    while isinstance(target, ast.Attribute):
-        parts.append(target.attr)
-        target = target.value
-    return (parts[:1] == ["jit"] and isinstance(target, ast.Name)) or (
-        isinstance(target, ast.Name) and target.id == "jit"
-    )
-
-
 def launched_kernels(source: str, class_name: str = "ModelNew") -> list[str]:
     """Names of the `@triton.jit` kernels launched (`kernel[grid](...)`) on the way from
     `class_name.forward` through the module's own functions and methods, sorted."""
@@ -227,7 +216,7 @@ def launched_kernels(source: str, class_name: str = "ModelNew") -> list[str]:
     jit = {
         n.name
         for n in ast.walk(tree)
-        if isinstance(n, ast.FunctionDef) and any(_is_jit(d) for d in n.decorator_list)
+        if isinstance(n, ast.FunctionDef) and any(_is_triton_jit(d) for d in n.decorator_list)
     }
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name not in jit}
     cls = _top_level(tree, ast.ClassDef, class_name)

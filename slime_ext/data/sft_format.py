@@ -14,14 +14,13 @@ content is a non-empty string, and at least one assistant message is trained.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slime_ext.data.files import atomic_write_jsonl
+from slime_ext.data.files import atomic_write_jsonl, iter_jsonl
 from slime_ext.validation import ValidationError, check_type, reject_unknown
 
 __all__ = [
@@ -113,14 +112,4 @@ def load_sft_jsonl(path: str | os.PathLike[str]) -> list[SFTExample]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"SFT data not found: {p}")
-    out: list[SFTExample] = []
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValidationError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
-            out.append(parse_sft_example(data, f"{p}:{lineno}"))
-    return out
+    return [parse_sft_example(data, f"{p}:{lineno}") for lineno, data in iter_jsonl(p)]

@@ -47,6 +47,15 @@ def test_helpers_behave_like_inductor(tmp_path):
         ns["assert_size_stride"](torch.zeros(4, 3), (3, 4), (4, 1))
 
 
+def test_assert_alignment(tmp_path):
+    src = "import torch\nassert_alignment = torch._C._dynamo.guards.assert_alignment\n"
+    check = _namespace(rewrite_inductor_glue(src), tmp_path)["assert_alignment"]
+    base = torch.zeros(8)
+    check(base, 4)
+    with pytest.raises(AssertionError, match="aligned"):
+        check(base[1:], 8)
+
+
 def test_reinterpret_tensor_offsets_from_the_view(tmp_path):
     src = "import torch\nreinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor\n"
     ns = _namespace(rewrite_inductor_glue(src), tmp_path)
