@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 # (file stem, torch op) per level: real KernelBench names, small shapes.
 KB_LEVELS: dict[int, list[tuple[str, str]]] = {
     1: [
@@ -93,6 +90,9 @@ def kernelbench_rows(levels: dict[int, list[tuple[str, str]]] = KB_LEVELS) -> li
 
 def write_kernelbench_hf(root: Path, fmt: str = "parquet") -> Path:
     """root/data/level_<N>-00000-of-00001.<fmt>, one file per level like the HF dataset."""
+    import pyarrow as pa  # only here: GPU machines may lack pyarrow
+    import pyarrow.parquet as pq
+
     data = root / "data"
     data.mkdir(parents=True, exist_ok=True)
     rows = kernelbench_rows()
@@ -117,6 +117,28 @@ import torch.nn as nn
 assert_size_stride = torch._C._dynamo.guards.assert_size_stride
 empty_strided_cpu = torch._C._dynamo.guards._empty_strided_cpu
 """
+
+
+def on_cuda(triton_code: str) -> str:
+    """The answer as Inductor writes it for a GPU: CUDA allocation under a device guard (the
+    fixtures' default allocates on the CPU so the CPU eval server can run them)."""
+    out = triton_code.replace("empty_strided_cpu", "empty_strided_cuda")
+    head, sep, body = out.partition("    args.clear()\n")
+    if not sep:
+        return out
+    launcher, _, rest = body.partition("\n\n\n")
+    lines = launcher.split("\n")
+    guarded = [line for line in lines if line.startswith("    assert_size_stride")]
+    work = [
+        line
+        for line in lines
+        if not line.startswith("    assert_size_stride") and not line.startswith("    return")
+    ]
+    ret = [line for line in lines if line.startswith("    return")]
+    block = ["    with torch.cuda._DeviceGuard(0):", "        torch.cuda.set_device(0)"]
+    block += ["    " + line for line in work if line]
+    return head + sep + "\n".join(guarded + block + ret) + "\n\n\n" + rest
+
 
 SCALED_RELU_PY = '''import torch
 import torch.nn as nn
@@ -320,10 +342,13 @@ class TinyLinearNew(nn.Module):
 )
 
 
-def kernelbook_rows() -> list[dict]:
-    """Rows shaped like KernelBook's, one per outcome the SFT tool must tell apart."""
+def kernelbook_rows(device: str = "cpu") -> list[dict]:
+    """Rows shaped like KernelBook's, one per outcome the SFT tool must tell apart; with
+    device="cuda" the answers allocate on the GPU like real KernelBook rows."""
 
     def row(uuid: int, entry: str, py: str, tr: str, **extra: object) -> dict:
+        if device == "cuda":
+            tr = on_cuda(tr)
         return {
             "uuid": uuid,
             "entry_point": entry,

@@ -16,7 +16,7 @@ from slime_ext.data.kernelbook import (
     to_reference,
 )
 from slime_ext.validation import ValidationError
-from tests.data_fixtures import ADD_PY, LINEAR_TRITON, SCALED_RELU_PY, SCALED_RELU_TRITON, add_triton
+from tests.data_fixtures import ADD_PY, LINEAR_TRITON, SCALED_RELU_PY, SCALED_RELU_TRITON, add_triton, on_cuda
 
 pytestmark = pytest.mark.unit
 
@@ -91,6 +91,14 @@ def test_answer_becomes_modelnew_and_passes_checks():
     assert "class ModelNew(nn.Module):" in answer and "super(ModelNew, self)" in answer
     assert "ScaledReluNew" not in answer
     assert launched_kernels(answer) == ["triton_poi_fused_mul_relu_0"]
+    assert answer_rejection(answer) is None
+
+
+def test_cuda_layout_answer_converts():
+    """Real KernelBook answers allocate on CUDA under a device guard; that layout converts too."""
+    answer = to_answer(_row(SCALED_RELU_PY, on_cuda(SCALED_RELU_TRITON)))
+    assert "with torch.cuda._DeviceGuard(0):" in answer and "def empty_strided_cuda(" in answer
+    assert 'device="cuda"' in answer and "torch._C" not in answer
     assert answer_rejection(answer) is None
 
 
