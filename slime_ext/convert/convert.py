@@ -1,6 +1,6 @@
 """HF safetensors <-> Megatron torch_dist, one tensor at a time.
 
-`hf_to_megatron` reads each HF tensor memory-mapped, builds the Megatron tensor (fused QKV, stacked
+`hf_to_megatron` reads one HF tensor at a time, builds the Megatron tensor (fused QKV, stacked
 gate/up, padded vocabulary), and appends it to the DCP files as one chunk per layer;
 `megatron_to_hf` reads each layer's region back from whatever chunks the checkpoint has (any TP
 layout) and streams the split tensors into safetensors shards. Both write under a temporary name

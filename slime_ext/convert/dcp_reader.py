@@ -19,6 +19,38 @@ from slime_ext.convert.errors import ConvertError
 __all__ = ["DcpReader"]
 
 
+class _FileSlice(io.RawIOBase):
+    """A read-only window [offset, offset + length) of an open file. torch.load reads records
+    through `readinto` straight into tensor storage, so a chunk costs its size once in memory."""
+
+    def __init__(self, fh: io.BufferedReader, offset: int, length: int) -> None:
+        super().__init__()
+        self._fh, self._start, self._len, self._pos = fh, offset, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._len}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = min(len(buf), self._len - self._pos)
+        if n <= 0:
+            return 0
+        self._fh.seek(self._start + self._pos)
+        got = self._fh.readinto(memoryview(buf)[:n])
+        self._pos += got
+        return got
+
+
 class DcpReader:
     def __init__(self, ckpt_dir: Path) -> None:
         self.dir = Path(ckpt_dir)
@@ -48,18 +80,30 @@ class DcpReader:
         info = self._storage.get(MetadataIndex(key, offsets))
         if info is None:
             raise ConvertError(f"{key}: no storage entry for the chunk at {tuple(offsets)}")
-        with open(self.dir / info.relative_path, "rb") as fh:
-            fh.seek(info.offset)
-            raw = fh.read(info.length)
-        if len(raw) != info.length:
+        path = self.dir / info.relative_path
+        if path.stat().st_size < info.offset + info.length:
             raise ConvertError(f"{info.relative_path} is truncated (chunk of {key} at {tuple(offsets)})")
-        return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        if getattr(info, "transform_descriptors", None):
+            raise ConvertError(f"{key}: stored with transforms {info.transform_descriptors}, not supported")
+        with open(path, "rb") as fh:
+            try:
+                return torch.load(_FileSlice(fh, info.offset, info.length), map_location="cpu", weights_only=True)
+            except RuntimeError as exc:
+                raise ConvertError(f"{info.relative_path}: cannot read the chunk of {key} at "
+                                   f"{tuple(offsets)}: {exc}") from exc
 
     def read(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> torch.Tensor:
         """The region [offsets, offsets + sizes) of a global tensor."""
         md = self._md(key)
         if len(offsets) != len(md.size) or any(o + s > g for o, s, g in zip(offsets, sizes, md.size, strict=True)):
             raise ConvertError(f"{key}: region {sizes} at {offsets} is outside {tuple(md.size)}")
+        for chunk in md.chunks:  # the region is exactly one chunk: no assembly copy
+            if tuple(chunk.offsets) == tuple(offsets) and tuple(chunk.sizes) == tuple(sizes):
+                data = self._load_chunk(key, chunk.offsets)
+                if tuple(data.shape) != tuple(sizes):
+                    raise ConvertError(f"{key}: chunk at {tuple(offsets)} holds {tuple(data.shape)}, "
+                                       f"metadata says {tuple(sizes)}")
+                return data
         out = torch.empty(sizes, dtype=md.properties.dtype)
         filled = 0
         for chunk in md.chunks:

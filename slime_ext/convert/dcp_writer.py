@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -32,6 +34,23 @@ from slime_ext.convert.errors import ConvertError
 __all__ = ["DcpWriter", "DCP_VERSION"]
 
 DCP_VERSION = "1.0.0"  # torch's CURRENT_DCP_VERSION for FileSystemWriter checkpoints
+
+
+@contextmanager
+def _no_zip_crc() -> Iterator[None]:
+    """torch.save without the zip CRC32 of the payload (torch >= 2.6 option): the CRC pass costs as
+    much as the write itself, and torch.load does not check it."""
+    try:
+        from torch.utils.serialization import config
+    except ImportError:
+        yield
+        return
+    old = config.save.compute_crc32
+    config.save.compute_crc32 = False
+    try:
+        yield
+    finally:
+        config.save.compute_crc32 = old
 
 
 class DcpWriter:
@@ -80,7 +99,8 @@ class DcpWriter:
             chunk = chunk.clone()
         fh = self._stream()
         start = fh.tell()
-        torch.save(chunk, fh)
+        with _no_zip_crc():
+            torch.save(chunk, fh)
         index = MetadataIndex(key, torch.Size(offsets))
         if index in self._storage:
             raise ConvertError(f"{key}: a chunk at {offsets} was already written")

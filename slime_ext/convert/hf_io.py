@@ -1,5 +1,6 @@
-"""Hugging Face checkpoint I/O that never holds more than one tensor: a memory-mapped reader over
-`model.safetensors` or an index of shards, and a streaming safetensors writer.
+"""Hugging Face checkpoint I/O that never holds more than one tensor: a reader over
+`model.safetensors` or an index of shards (positioned reads, one tensor at a time), and a
+streaming safetensors writer.
 
 The writer knows every (name, dtype, shape) up front, so it writes each shard's header first and
 then appends tensor bytes one at a time, in the planned order; shards and the index follow the
@@ -16,17 +17,17 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
-from safetensors import safe_open
 
 from slime_ext.convert.errors import ConvertError
 
-__all__ = ["HFReader", "SafetensorsWriter", "TensorPlan", "read_hf_config", "DTYPES"]
+__all__ = ["DTYPES", "HFReader", "SafetensorsWriter", "TensorPlan", "read_hf_config", "read_safetensors_header", "tensor_bytes"]
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 
 # safetensors dtype codes for the dtypes a model checkpoint holds.
 _ST_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.float64: "F64"}
+_DTYPES_BY_CODE = {v: k for k, v in _ST_DTYPES.items()}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -40,8 +41,29 @@ def read_hf_config(hf_dir: Path) -> dict[str, Any]:
         raise ConvertError(f"{path} is not valid JSON: {exc}") from exc
 
 
+def read_safetensors_header(path: Path) -> tuple[int, dict[str, Any]]:
+    """(start of the data section, header dict) of one safetensors file."""
+    with open(path, "rb") as fh:
+        raw = fh.read(8)
+        if len(raw) != 8:
+            raise ConvertError(f"{path} is not a safetensors file (shorter than 8 bytes)")
+        (size,) = struct.unpack("<Q", raw)
+        if size > 100 << 20:
+            raise ConvertError(f"{path} is not a safetensors file (header of {size} bytes)")
+        try:
+            header = json.loads(fh.read(size))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConvertError(f"{path}: unreadable safetensors header: {exc}") from exc
+    header.pop("__metadata__", None)
+    return 8 + size, header
+
+
 class HFReader:
-    """Name -> tensor over the safetensors files of an HF directory (memory-mapped, lazy)."""
+    """Name -> tensor over the safetensors files of an HF directory.
+
+    Tensors are read with plain positioned reads into freshly allocated tensors, not through a
+    memory map: mapped pages would stay resident (and count in the process's RSS) for as long as
+    the file is open, so converting a 16 GB checkpoint would look like a 16 GB process."""
 
     def __init__(self, hf_dir: Path) -> None:
         self.dir = Path(hf_dir)
@@ -52,31 +74,47 @@ class HFReader:
             except (json.JSONDecodeError, KeyError) as exc:
                 raise ConvertError(f"{index} is not a safetensors index: {exc}") from exc
         elif (self.dir / SINGLE_NAME).is_file():
-            with safe_open(self.dir / SINGLE_NAME, framework="pt") as f:
-                weight_map = {k: SINGLE_NAME for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
+            weight_map = {}
         else:
             raise ConvertError(f"no {SINGLE_NAME} or {INDEX_NAME} in {self.dir}")
-        missing = sorted({f for f in weight_map.values() if not (self.dir / f).is_file()})
+        files = sorted(set(weight_map.values())) or [SINGLE_NAME]
+        missing = [f for f in files if not (self.dir / f).is_file()]
         if missing:
             raise ConvertError(f"{self.dir}: safetensors files listed in the index are missing: {missing}")
-        self.weight_map = weight_map
-        self._open: dict[str, Any] = {}
+        self._entries: dict[str, tuple[str, int, dict[str, Any]]] = {}
+        for fname in files:
+            start, header = read_safetensors_header(self.dir / fname)
+            for name, entry in header.items():
+                if weight_map and weight_map.get(name) != fname:
+                    continue
+                self._entries[name] = (fname, start, entry)
+        absent = sorted(set(weight_map) - set(self._entries))
+        if absent:
+            raise ConvertError(f"{self.dir}: tensors listed in the index are not in their files: {absent[:5]}")
 
     def names(self) -> list[str]:
-        return list(self.weight_map)
-
-    def _handle(self, fname: str) -> Any:
-        if fname not in self._open:
-            self._open[fname] = safe_open(self.dir / fname, framework="pt")
-        return self._open[fname]
+        return list(self._entries)
 
     def get(self, name: str) -> torch.Tensor:
-        if name not in self.weight_map:
+        if name not in self._entries:
             raise ConvertError(f"tensor {name!r} is missing from {self.dir}")
-        return self._handle(self.weight_map[name]).get_tensor(name)
+        fname, start, entry = self._entries[name]
+        dtype = _DTYPES_BY_CODE.get(entry["dtype"])
+        if dtype is None:
+            raise ConvertError(f"{name}: safetensors dtype {entry['dtype']} is not supported")
+        begin, end = entry["data_offsets"]
+        out = torch.empty(entry["shape"], dtype=dtype)
+        if out.numel() * dtype.itemsize != end - begin:
+            raise ConvertError(f"{fname}: {name} has {end - begin} bytes for shape {entry['shape']}")
+        with open(self.dir / fname, "rb") as fh:
+            fh.seek(start + begin)
+            got = fh.readinto(tensor_bytes(out)) if out.numel() else 0
+        if got != end - begin:
+            raise ConvertError(f"{fname} is truncated (tensor {name})")
+        return out
 
     def close(self) -> None:
-        self._open.clear()
+        self._entries.clear()
 
 
 @dataclass(frozen=True)

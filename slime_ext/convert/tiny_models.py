@@ -29,10 +29,11 @@ def tiny_hf_config(kind: str, vocab_size: int = 300, num_layers: int = 2):  # ->
     elif kind == "qwen2":
         cfg = Qwen2Config(**common, tie_word_embeddings=False, rope_theta=1000000.0)
     elif kind == "llama":
-        cfg = LlamaConfig(**common, tie_word_embeddings=False, rope_theta=500000.0,
+        # max_position_embeddings above the llama3 original context (8192), as transformers requires.
+        cfg = LlamaConfig(**{**common, "max_position_embeddings": 16384}, tie_word_embeddings=False,
+                          rope_theta=500000.0,
                           rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
-        cfg.max_position_embeddings = 16384  # > the original context, as transformers requires
     else:
         raise ValueError(f"unknown tiny model kind {kind!r}; choose from {TINY_KINDS}")
     return cfg

@@ -1,0 +1,176 @@
+"""Checkpoint conversion speed and memory on a Qwen3-8B-shaped checkpoint (random bf16, ~16.4 GB).
+
+1. builds the HF checkpoint in a scratch directory with the streaming safetensors writer (5 GB
+   shards, the Qwen3-8B config.json); weights are random normal values drawn once into a 256 MiB
+   pool and laid out from random offsets of it, so building does not cost 8 G random draws;
+2. times a plain copy of the HF shard bytes (Python read/write loop, 64 MiB buffer, no fsync - the
+   converters do not fsync either), then `tools.convert_hf_to_megatron` as a subprocess;
+3. times a plain copy of the torch_dist data files, then `tools.convert_megatron_to_hf`;
+4. checks a sample of tensors (embedding, layer 0 and last layer, lm_head) came back bit-exact,
+   and deletes everything it made (scratch peak: ~3 x 16.4 GB on disk).
+
+Conversion speed is reported as the fraction of the copy's bytes/second for the same bytes;
+peak RSS is the converter subprocess's ru_maxrss (os.wait4). Goals: >= 50 % of copy speed,
+<= 4 GB peak RSS.
+
+  python bench/convert.py --scratch /var/tmp/convert-bench [--layers 36] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from slime_ext.convert.arch import hf_tensor_names, spec_from_hf_config  # noqa: E402
+from slime_ext.convert.hf_io import HFReader, SafetensorsWriter, TensorPlan  # noqa: E402
+
+QWEN3_8B = json.loads((REPO / "configs" / "models" / "hf_configs" / "qwen3-8B.json").read_text())
+POOL_ELEMS = 128 << 20  # 256 MiB of bf16
+
+
+def hf_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    s = spec_from_hf_config(config)
+    h, d = s.hidden_size, s.head_dim
+    per_layer = {
+        "input_layernorm.weight": (h,), "post_attention_layernorm.weight": (h,),
+        "self_attn.q_proj.weight": (s.num_attention_heads * d, h),
+        "self_attn.k_proj.weight": (s.num_query_groups * d, h),
+        "self_attn.v_proj.weight": (s.num_query_groups * d, h),
+        "self_attn.o_proj.weight": (h, s.num_attention_heads * d),
+        "self_attn.q_norm.weight": (d,), "self_attn.k_norm.weight": (d,),
+        "mlp.gate_proj.weight": (s.ffn_hidden_size, h), "mlp.up_proj.weight": (s.ffn_hidden_size, h),
+        "mlp.down_proj.weight": (h, s.ffn_hidden_size),
+    }
+    shapes = {}
+    for name in hf_tensor_names(s):
+        if name.startswith("model.layers."):
+            shapes[name] = per_layer[name.split(".", 3)[3]]
+        else:
+            shapes[name] = (s.vocab_size, h) if "embed" in name or "lm_head" in name else (h,)
+    return shapes
+
+
+def build_hf(out: Path, config: dict, seed: int) -> int:
+    out.mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    gen = torch.Generator().manual_seed(seed)
+    pool = (torch.randn(POOL_ELEMS, generator=gen) * 0.02).to(torch.bfloat16)
+    shapes = hf_shapes(config)
+    plan = [TensorPlan(n, torch.bfloat16, s) for n, s in shapes.items()]
+    writer = SafetensorsWriter(out, plan, 5 * 10**9)
+    for t in plan:
+        numel = int(torch.Size(t.shape).numel())
+        start = int(torch.randint(0, POOL_ELEMS, (1,), generator=gen))
+        reps = -(-(start + numel) // POOL_ELEMS)
+        src = pool.repeat(reps) if reps > 1 else pool
+        writer.write(t.name, src[start:start + numel].reshape(t.shape))
+        del src
+    writer.close()
+    return writer.total_bytes
+
+
+def plain_copy(files: list[Path], dst: Path) -> tuple[float, int]:
+    dst.mkdir(parents=True)
+    buf = bytearray(64 << 20)
+    view = memoryview(buf)
+    total = 0
+    start = time.perf_counter()
+    for f in files:
+        with open(f, "rb") as src, open(dst / f.name, "wb") as out:
+            while n := src.readinto(buf):
+                out.write(view[:n])
+                total += n
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(dst)
+    return elapsed, total
+
+
+def run_tool(argv: list[str]) -> tuple[float, float]:
+    """(seconds, peak RSS in GB) of a converter subprocess."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", *argv, "--no-progress"], cwd=REPO)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed with exit code {proc.returncode}")
+    return elapsed, usage.ru_maxrss * 1024 / 1e9
+
+
+def spot_check(a: Path, b: Path, names: list[str]) -> None:
+    ra, rb = HFReader(a), HFReader(b)
+    for n in names:
+        if not torch.equal(ra.get(n), rb.get(n)):
+            raise SystemExit(f"round trip changed {n}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scratch", type=Path, required=True, help="empty or absent directory on the disk to test")
+    p.add_argument("--layers", type=int, default=QWEN3_8B["num_hidden_layers"], help="fewer for a quick try")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None)
+    a = p.parse_args()
+    if a.scratch.exists() and any(a.scratch.iterdir()):
+        p.error(f"--scratch {a.scratch} is not empty")
+    config = {**QWEN3_8B, "num_hidden_layers": a.layers}
+    need = 3.3 * 2 * 8.2e9 * a.layers / 36
+    a.scratch.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(a.scratch).free
+    if free < need:
+        p.error(f"{a.scratch}: {free / 1e9:.0f} GB free, the bench needs ~{need / 1e9:.0f} GB")
+    hf, mg, back = a.scratch / "hf", a.scratch / "torch_dist", a.scratch / "hf_back"
+    result: dict = {"machine": f"{platform.node()} {os.cpu_count()} cpus", "torch": torch.__version__,
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "layers": a.layers}
+    try:
+        t0 = time.perf_counter()
+        result["hf_bytes"] = build_hf(hf, config, a.seed)
+        result["build_s"] = round(time.perf_counter() - t0, 1)
+        print(f"built {result['hf_bytes'] / 1e9:.2f} GB in {result['build_s']} s", flush=True)
+
+        copy_s, copied = plain_copy(sorted(hf.glob("*.safetensors")), a.scratch / "copy1")
+        conv_s, rss = run_tool(["tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", str(mg)])
+        result["hf_to_megatron"] = {"copy_s": round(copy_s, 1), "copy_GBps": round(copied / copy_s / 1e9, 3),
+                                    "convert_s": round(conv_s, 1), "convert_GBps": round(copied / conv_s / 1e9, 3),
+                                    "fraction_of_copy": round(copy_s / conv_s, 3), "peak_rss_GB": round(rss, 2)}
+        print("hf->torch_dist", result["hf_to_megatron"], flush=True)
+
+        data = sorted((mg / "release").glob("__0_*.distcp"))
+        copy_s, copied = plain_copy(data, a.scratch / "copy2")
+        conv_s, rss = run_tool(["tools.convert_megatron_to_hf", "--input", str(mg), "--hf-config-dir", str(hf),
+                                "--out", str(back)])
+        result["megatron_to_hf"] = {"copy_s": round(copy_s, 1), "copy_GBps": round(copied / copy_s / 1e9, 3),
+                                    "convert_s": round(conv_s, 1), "convert_GBps": round(copied / conv_s / 1e9, 3),
+                                    "fraction_of_copy": round(copy_s / conv_s, 3), "peak_rss_GB": round(rss, 2)}
+        print("torch_dist->hf", result["megatron_to_hf"], flush=True)
+        last = a.layers - 1
+        spot_check(hf, back, ["model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
+                              *[f"model.layers.{i}.{n}" for i in (0, last) for n in
+                                ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                 "mlp.gate_proj.weight", "mlp.up_proj.weight", "self_attn.q_norm.weight")]])
+        with safe_open(sorted(back.glob("*.safetensors"))[0], framework="pt") as f:
+            result["hf_back_first_shard_tensors"] = len(list(f.keys()))
+        result["spot_check"] = "bit-exact"
+    finally:
+        shutil.rmtree(a.scratch, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
