@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -32,14 +33,17 @@ from slime_ext.data.report import FilterReport
 from slime_ext.data.sft_build import (
     Attempt,
     SFTBuildConfig,
+    limit_tokens,
     load_attempts,
     multi_turn_examples,
     mutation_attempts,
     select_pairs,
     single_turn_example,
+    token_counter,
     verify_pairs,
 )
 from slime_ext.data.sft_format import SFTExample, write_sft_jsonl
+from slime_ext.episode import EpisodeConfig
 from slime_ext.eval_client import EvalClient, EvalClientError
 from slime_ext.problems import load_prompt_records
 from slime_ext.prompts import PromptConfig
@@ -64,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-extern-kernels", action="store_true", help="keep answers using torch/cuBLAS kernels"
     )
     p.add_argument("--no-dedup", action="store_true", help="keep duplicate modules")
+    p.add_argument("--tokenizer", default=None, help="local tokenizer dir: enables --max-tokens")
+    p.add_argument(
+        "--max-tokens", type=int, default=None, help="drop examples longer than this (chat-rendered)"
+    )
     p.add_argument(
         "--exclude-problems",
         action="append",
@@ -105,15 +113,20 @@ def _rows(files: list[Path], limit: int | None) -> Iterator[dict[str, Any]]:
             yield row
 
 
-def _settings(args: argparse.Namespace) -> tuple[PromptConfig, EvalOptions]:
-    episode = (
-        episode_config_from_dict(recipe_section(load_recipe(args.recipe), "episode")) if args.recipe else None
-    )
-    prompt = episode.prompt if episode else PromptConfig()
-    options = episode.eval_options if episode else EvalOptions(correctness_trials=3, timing=False)
+def _settings(args: argparse.Namespace) -> tuple[PromptConfig, EvalOptions, dict[str, Any]]:
+    """Prompt wording, eval options and chat-template variables: the recipe's episode section
+    when --recipe is given (the RL run's own settings), else the defaults."""
+    if args.recipe:
+        episode = episode_config_from_dict(recipe_section(load_recipe(args.recipe), "episode"))
+    else:
+        episode = EpisodeConfig(eval_options=EvalOptions(correctness_trials=3, timing=False))
+    options = episode.eval_options
     if args.correctness_trials is not None:
-        options = EvalOptions(**{**options.__dict__, "correctness_trials": args.correctness_trials})
-    return prompt, options
+        options = dataclasses.replace(options, correctness_trials=args.correctness_trials)
+    template_kwargs = dict(episode.chat_template_kwargs or {})
+    if episode.enable_thinking is not None:
+        template_kwargs["enable_thinking"] = episode.enable_thinking
+    return episode.prompt, options, template_kwargs
 
 
 async def _evaluate_stages(
@@ -142,11 +155,13 @@ async def _evaluate_stages(
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.tokenizer is None) != (args.max_tokens is None):
+        raise ValidationError("--tokenizer and --max-tokens go together")
     if (args.attempts or args.mutate) and not args.verify_url:
         raise ValidationError(
             "--attempts/--mutate need --verify-url: multi-turn feedback must come from the evaluator"
         )
-    prompt, options = _settings(args)
+    prompt, options, template_kwargs = _settings(args)
     exclude = frozenset(
         canonical_hash(r.reference) for path in args.exclude_problems for r in load_prompt_records(path)
     )
@@ -167,9 +182,11 @@ def run(args: argparse.Namespace) -> int:
         "dedup": config.dedup,
         "excluded_problems": len(exclude),
         "verify_url": args.verify_url,
-        "eval_options": options.__dict__ if args.verify_url else None,
+        "eval_options": dataclasses.asdict(options) if args.verify_url else None,
         "mutate": args.mutate,
         "attempts": args.attempts,
+        "tokenizer": args.tokenizer,
+        "max_tokens": args.max_tokens,
     }
     pairs = select_pairs(_rows(_input_files(Path(args.input)), args.limit), config, report, where=args.input)
     verified, multi = pairs, []
@@ -182,7 +199,11 @@ def run(args: argparse.Namespace) -> int:
     for pair in verified:
         examples.append(single_turn_example(pair, prompt, verified=bool(args.verify_url)))
         examples.extend(by_key.get(pair.key, []))
-    report.kept = len(verified)
+    if args.tokenizer:
+        count = token_counter(args.tokenizer, template_kwargs)
+        examples = limit_tokens(examples, count, args.max_tokens, report)
+    report.kept = sum(1 for e in examples if e.turns == 1)
+    report.multi_turn = sum(1 for e in examples if e.turns > 1)
     report_path = (
         Path(args.report)
         if args.report

@@ -46,8 +46,10 @@ __all__ = [
     "SFTBuildConfig",
     "load_attempts",
     "multi_turn_example",
+    "limit_tokens",
     "multi_turn_examples",
     "mutation_attempts",
+    "token_counter",
     "select_pairs",
     "single_turn_example",
     "verify_pairs",
@@ -270,5 +272,39 @@ async def multi_turn_examples(
             report.skip_attempt(result.status, pair.key, result.feedback)
         else:
             examples.append(multi_turn_example(pair, attempt, result, prompt))
-    report.multi_turn += len(examples)
     return examples
+
+
+def token_counter(
+    tokenizer_path: str, chat_template_kwargs: Mapping[str, Any] | None = None
+) -> Callable[[SFTExample], int]:
+    """Tokens of a whole example as slime's SFT path sees it: the conversation rendered with the
+    model's chat template, then tokenized (`transformers` and a local tokenizer directory)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    kwargs = dict(chat_template_kwargs or {})
+
+    def count(example: SFTExample) -> int:
+        messages = [{"role": m["role"], "content": m["content"]} for m in example.messages]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    return count
+
+
+def limit_tokens(
+    examples: Sequence[SFTExample], count: Callable[[SFTExample], int], max_tokens: int, report: FilterReport
+) -> list[SFTExample]:
+    """The examples of at most `max_tokens` tokens; longer ones are counted as `too_many_tokens`
+    (single-turn under `dropped`, multi-turn under `multi_turn_skipped`)."""
+    kept = []
+    for example in examples:
+        n = count(example)
+        if n <= max_tokens:
+            kept.append(example)
+        elif example.turns == 1:
+            report.drop("too_many_tokens", example.metadata["key"], f"{n} tokens > {max_tokens}")
+        else:
+            report.skip_attempt("too_many_tokens", example.metadata["key"], f"{n} tokens > {max_tokens}")
+    return kept
