@@ -3,8 +3,10 @@
 1. builds the HF checkpoint in a scratch directory with the streaming safetensors writer (5 GB
    shards, the Qwen3-8B config.json); weights are random normal values drawn once into a 256 MiB
    pool and laid out from random offsets of it, so building does not cost 8 G random draws;
-2. times a plain copy of the HF shard bytes (Python read/write loop, 64 MiB buffer, no fsync - the
-   converters do not fsync either), then `tools.convert_hf_to_megatron` as a subprocess;
+2. times a plain copy of the HF shard bytes (Python read/write loop, 64 MiB buffer), then
+   `tools.convert_hf_to_megatron` as a subprocess (interpreter start and imports included); each
+   timed phase starts after `os.sync()` and ends when its output is fsync'ed, so both are times to
+   disk and neither pays for the other's write-back;
 3. times a plain copy of the torch_dist data files, then `tools.convert_megatron_to_hf`;
 4. checks a sample of tensors (embedding, layer 0 and last layer, lm_head) came back bit-exact,
    and deletes everything it made (scratch peak: ~3 x 16.4 GB on disk).
@@ -82,32 +84,46 @@ def build_hf(out: Path, config: dict, seed: int) -> int:
     return writer.total_bytes
 
 
+def fsync_tree(root: Path) -> None:
+    """Flush what a phase wrote, so its time is the time to disk and the next phase does not pay
+    for this one's write-back (fsync works on the inode, whichever process wrote the pages)."""
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
 def plain_copy(files: list[Path], dst: Path) -> tuple[float, int]:
     dst.mkdir(parents=True)
     buf = bytearray(64 << 20)
     view = memoryview(buf)
     total = 0
+    os.sync()
     start = time.perf_counter()
     for f in files:
         with open(f, "rb") as src, open(dst / f.name, "wb") as out:
             while n := src.readinto(buf):
                 out.write(view[:n])
                 total += n
+    fsync_tree(dst)
     elapsed = time.perf_counter() - start
     shutil.rmtree(dst)
     return elapsed, total
 
 
-def run_tool(argv: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS in GB) of a converter subprocess."""
+def run_tool(argv: list[str], out: Path) -> tuple[float, float]:
+    """(seconds to disk, peak RSS in GB) of a converter subprocess writing `out`."""
+    os.sync()
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", *argv, "--no-progress"], cwd=REPO)
     _, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{argv[0]} failed with exit code {proc.returncode}")
-    return elapsed, usage.ru_maxrss * 1024 / 1e9
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{argv[0]} failed with exit code {os.waitstatus_to_exitcode(status)}")
+    fsync_tree(out)
+    return time.perf_counter() - start, usage.ru_maxrss * 1024 / 1e9
 
 
 def spot_check(a: Path, b: Path, names: list[str]) -> None:
@@ -142,7 +158,7 @@ def main() -> int:
         print(f"built {result['hf_bytes'] / 1e9:.2f} GB in {result['build_s']} s", flush=True)
 
         copy_s, copied = plain_copy(sorted(hf.glob("*.safetensors")), a.scratch / "copy1")
-        conv_s, rss = run_tool(["tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", str(mg)])
+        conv_s, rss = run_tool(["tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", str(mg)], mg)
         result["hf_to_megatron"] = {"copy_s": round(copy_s, 1), "copy_GBps": round(copied / copy_s / 1e9, 3),
                                     "convert_s": round(conv_s, 1), "convert_GBps": round(copied / conv_s / 1e9, 3),
                                     "fraction_of_copy": round(copy_s / conv_s, 3), "peak_rss_GB": round(rss, 2)}
@@ -151,7 +167,7 @@ def main() -> int:
         data = sorted((mg / "release").glob("__0_*.distcp"))
         copy_s, copied = plain_copy(data, a.scratch / "copy2")
         conv_s, rss = run_tool(["tools.convert_megatron_to_hf", "--input", str(mg), "--hf-config-dir", str(hf),
-                                "--out", str(back)])
+                                "--out", str(back)], back)
         result["megatron_to_hf"] = {"copy_s": round(copy_s, 1), "copy_GBps": round(copied / copy_s / 1e9, 3),
                                     "convert_s": round(conv_s, 1), "convert_GBps": round(copied / conv_s / 1e9, 3),
                                     "fraction_of_copy": round(copy_s / conv_s, 3), "peak_rss_GB": round(rss, 2)}

@@ -233,8 +233,9 @@ def to_megatron(spec: ModelSpec, mt: MegatronTensor, parts: Sequence[torch.Tenso
         if tuple(src.shape) != (spec.vocab_size, spec.hidden_size):
             raise ConvertError(f"{mt.hf_names[0]}: expected shape {(spec.vocab_size, spec.hidden_size)}, "
                                f"got {tuple(src.shape)}")
-        out = torch.zeros(mt.shape, dtype=src.dtype)
+        out = torch.empty(mt.shape, dtype=src.dtype)
         out[: spec.vocab_size].copy_(src)
+        out[spec.vocab_size:].zero_()  # padding rows are zero, as Megatron initialises them for loading
     else:
         out = parts[0]
     if tuple(out.shape) != mt.shape:
