@@ -15,7 +15,8 @@ refused unless `--allow-train`) and `--problems`. Eval server: `--eval-url`, or 
 Output folder: `results.jsonl` (one line per finished sample; re-running the same command resumes,
 and a larger -k adds samples), `run.json` (settings), `summary.json`, `report.md`, `fast_p.png`,
 `turns.png`. Exit code 0 when every sample is done, 2 when some are not (aborted or stopped by an
-endpoint failure; re-run to resume), 1 on bad input. See docs/EVAL_REPORTS.md.
+endpoint failure; re-run to resume), 130 on Ctrl-C (the report covers what was done), 1 on bad
+input. See docs/EVAL_REPORTS.md.
 """
 
 from __future__ import annotations
@@ -267,8 +268,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(problems)} problem(s) x {args.samples} sample(s), {len(results.done())} already done",
             file=sys.stderr,
         )
-        with eval_server_urls(args) as eval_url:
-            outcome = asyncio.run(_evaluate(args, config, problems, results, eval_url))
+        try:
+            with eval_server_urls(args) as eval_url:
+                outcome = asyncio.run(_evaluate(args, config, problems, results, eval_url))
+        except KeyboardInterrupt:
+            # Every finished sample is already on disk: report those, say how to go on.
+            _report(args, run, config.max_turns)
+            print("interrupted: re-run the same command to resume", file=sys.stderr)
+            return 130
         _report(args, run, config.max_turns)
     except (ValidationError, ValueError, FileNotFoundError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

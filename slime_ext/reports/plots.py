@@ -51,7 +51,11 @@ def plot_fast_p(summary: Mapping[str, Any]) -> bytes:
     ax.set_xlabel("speedup threshold p")
     ax.set_ylabel("fast_p (% correct with speedup > p)")
     ax.set_ylim(0, 100)
-    ax.set_title(f"fast_p: {summary['run'].get('model', '')}")
+    title = f"fast_p: {summary['run'].get('model', '')}"
+    untimed = summary["metrics"].get("all", {}).get("final", {}).get("untimed_correct", 0)
+    if untimed:
+        title += f"\n({untimed} correct samples untimed: not fast for p > 0)"
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _png(fig, plt)
@@ -62,23 +66,37 @@ def plot_turns(summary: Mapping[str, Any]) -> bytes:
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     panels = (
-        ("correct rate (%)", lambda t: 100.0 * (t["fast_p"]["0"] or 0.0)),
-        ("fast_1 (%)", lambda t: 100.0 * (t["fast_p"].get("1") or 0.0)),
-        ("geomean speedup (correct, timed)", lambda t: t["geomean_speedup"]),
+        ("correct rate (%)", True, lambda t: 100.0 * (t["fast_p"]["0"] or 0.0)),
+        ("fast_1 (%)", True, lambda t: None if "1" not in t["fast_p"] else 100.0 * (t["fast_p"]["1"] or 0.0)),
+        ("geomean speedup (correct, timed)", False, lambda t: t["geomean_speedup"]),
     )
-    for ax, (title, value) in zip(axes, panels, strict=True):
-        for label, g in _groups(summary):
-            turns = [t["turn"] for t in g["per_turn"]]
-            ys = [value(t) for t in g["per_turn"]]
-            pts = [(x, y) for x, y in zip(turns, ys, strict=True) if y is not None]
+    groups = _groups(summary)
+    turns = sorted({t["turn"] for _, g in groups for t in g["per_turn"]})
+    for ax, (title, is_rate, value) in zip(axes, panels, strict=True):
+        drawn = False
+        for label, g in groups:
+            pts = [(t["turn"], value(t)) for t in g["per_turn"] if value(t) is not None]
             if pts:
                 style = "k--" if label == "all levels" else "-"
                 ax.plot([x for x, _ in pts], [y for _, y in pts], style, marker="o", label=label)
+                drawn = True
+        if not drawn:
+            ax.text(
+                0.5,
+                0.5,
+                "no data (no timed correct samples)",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
+        if is_rate:
+            ax.set_ylim(0, 100)
+        if turns:
+            ax.set_xticks(turns)
+            ax.set_xlim(turns[0] - 0.2, turns[-1] + 0.2)
         ax.set_xlabel("turn (best of the first t)")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
-        if turns := sorted({t["turn"] for _, g in _groups(summary) for t in g["per_turn"]}):
-            ax.set_xticks(turns)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"metrics by turn: {summary['run'].get('model', '')}", fontsize=11)
     return _png(fig, plt)
