@@ -187,7 +187,9 @@ for w in "${windows[@]}"; do
   krl_info "starting window ${w}"
   krl_open_window "${TMUX_SESSION}" "${w}"
   url="$(health_url "${w}")"
-  if [[ -n "${url}" ]] && ! krl_wait_healthy "${w}" "${url}" "${HEALTH_TIMEOUT_S}" "${RUN_DIR}/pids/${w}.pid"; then
+  # Every window's PID file exists before the next step, so stop.sh always finds what started.
+  if ! krl_wait_file "${RUN_DIR}/pids/${w}.pid" 60 ||
+    { [[ -n "${url}" ]] && ! krl_wait_healthy "${w}" "${url}" "${HEALTH_TIMEOUT_S}" "${RUN_DIR}/pids/${w}.pid"; }; then
     krl_info "start aborted: stopping what this run started"
     bash "${KRL_REPO_ROOT}/scripts/stop.sh" "${RUN_DIR}" || true
     exit 1

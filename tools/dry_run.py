@@ -150,26 +150,26 @@ def launch(
 
 
 def wait_for_step(run_dir: Path, timeout_s: float) -> dict:
-    """Wait until the trainer window's rollout step wrote its summary (or failed)."""
+    """Wait until the trainer window's rollout step has exited; its summary, or why it failed."""
     summary, rc_file = run_dir / "rollout_step.json", run_dir / "pids" / "trainer.rc"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if summary.exists():
-            return json.loads(summary.read_text(encoding="utf-8"))
         if rc_file.exists():
+            rc = rc_file.read_text().strip()
+            if rc == "0" and summary.exists():
+                return json.loads(summary.read_text(encoding="utf-8"))
             tail = (run_dir / "logs" / "trainer.log").read_text(errors="replace")[-3000:]
-            raise DryRunError(
-                f"the rollout step failed (trainer window exit code {rc_file.read_text().strip()}):\n{tail}"
-            )
-        time.sleep(0.5)
+            raise DryRunError(f"the rollout step failed (trainer window exit code {rc}):\n{tail}")
+        time.sleep(0.2)
     raise DryRunError(f"no rollout step after {timeout_s:.0f} s; see {run_dir / 'logs'}")
 
 
 def stop(run_dir: Path, env: dict[str, str]) -> None:
+    """scripts/stop.sh for this run; its messages go to RUN_DIR/logs/stop.log."""
     if (run_dir / "run.env").exists():
-        subprocess.run(
-            ["bash", str(STOPPER), str(run_dir)], env=env, cwd=REPO, capture_output=True, text=True
-        )
+        (run_dir / "logs").mkdir(exist_ok=True)
+        with open(run_dir / "logs" / "stop.log", "ab") as log:
+            subprocess.run(["bash", str(STOPPER), str(run_dir)], env=env, cwd=REPO, stdout=log, stderr=log)
 
 
 def main(argv: list[str] | None = None) -> int:

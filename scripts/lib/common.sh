@@ -111,6 +111,15 @@ krl_wait_healthy() {
   done
 }
 
+# krl_wait_file FILE TIMEOUT_S: wait until FILE exists (e.g. a window's PID file).
+krl_wait_file() {
+  local deadline=$((SECONDS + $2))
+  until [[ -s "$1" ]]; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
 # krl_write_cmd FILE ARGV...: write a window's command as a small bash script (each argument
 # quoted), preceded by the environment lines in the array KRL_CMD_ENV ("export K=V" lines).
 krl_write_cmd() {

@@ -31,7 +31,22 @@ LAUNCH = REPO / "scripts" / "run_kbench_multiturn.sh"
 STOP = REPO / "scripts" / "stop.sh"
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def runner_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """What the buffer's agent runner needs to start: prompt records and a tokenizer directory."""
+    from eval_server.samples import load_problem
+    from slime_ext.problems import PromptRecord, write_prompt_records
+    from slime_ext.tiny_model import tiny_tokenizer
+
+    root = tmp_path_factory.mktemp("runner_inputs")
+    write_prompt_records(
+        root / "prompts.jsonl", [PromptRecord("relu", 1, "relu", "relu", load_problem("relu"))]
+    )
+    tiny_tokenizer().save_pretrained(root / "tokenizer")
+    return {"PROMPT_DATA": str(root / "prompts.jsonl"), "TOKENIZER": str(root / "tokenizer")}
+
+
+def _env(tmp_path: Path, inputs: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("kernel_rl:\n  runner:\n    temperature: 0.8\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
@@ -47,20 +62,11 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
         BUFFER_PORT=str(free_port()),
         HEALTH_TIMEOUT_S="120",
         STOP_TIMEOUT_S="20",
+        SGLANG_URL="http://127.0.0.1:9",  # nothing generates here: the runner is never started
     )
-    if not _buffer_has_runner():
-        # Until the agent runner's --recipe lands in buffer_server's CLI, run the buffer without it.
-        env["BUFFER_CMD"] = (
-            f"{sys.executable} -m buffer_server --port {env['BUFFER_PORT']} --db {tmp_path / 'buffer.sqlite'}"
-        )
+    env.update(inputs or {})
     env.update(extra)
     return env
-
-
-def _buffer_has_runner() -> bool:
-    from buffer_server.__main__ import build_parser
-
-    return any("--recipe" in a.option_strings for a in build_parser()._actions)
 
 
 def _launch(env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -112,8 +118,8 @@ def _wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
     return alive
 
 
-def test_windows_logs_health_order_and_clean_stop(tmp_path: Path) -> None:
-    env = _env(tmp_path, TRAINER_CMD="echo trainer-window-up; sleep 600")
+def test_windows_logs_health_order_and_clean_stop(tmp_path: Path, runner_inputs: dict[str, str]) -> None:
+    env = _env(tmp_path, runner_inputs, TRAINER_CMD="echo trainer-window-up; sleep 600")
     run_dir = tmp_path / "runs" / "t"
     bystander = subprocess.Popen(["sleep", "600"])  # unrelated: must survive stop.sh
     try:

@@ -1,0 +1,108 @@
+"""The CPU dry run end to end (`python -m tools.dry_run`): tiny model, real eval server (CPU),
+buffer server with its agent runner, the embedded /generate engine or an external one, one
+rollout step in a private tmux server; then nothing of the run is left running."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from slime_ext.trajectory import parse_record
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed (apt-get install tmux)"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _dry_run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, str]]:
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env["TMUX_SOCKET"] = f"krl-dry-{os.getpid()}-{tmp_path.name}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tools.dry_run",
+        "--run-dir",
+        str(run_dir),
+        "--no-install",
+        "--eval-workers",
+        "1",
+        "--timeout-s",
+        "240",
+        *extra,
+    ]
+    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
+    return res, run_dir, env
+
+
+def _run_processes(run_dir: Path) -> list[int]:
+    run_id = next(
+        line.split("=", 1)[1]
+        for line in (run_dir / "run.env").read_text().splitlines()
+        if line.startswith("export KRL_RUN_ID=")
+    )
+    found = []
+    for proc in psutil.process_iter(["environ", "status"]):
+        env = proc.info["environ"] or {}
+        if env.get("KRL_RUN_ID") == run_id and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc.pid)
+    return found
+
+
+def _check_trajectories(run_dir: Path, n: int) -> None:
+    lines = (run_dir / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == n
+    for line in lines:
+        rec = parse_record(json.loads(line))
+        assert sum(rec.loss_mask) > 0  # the model sampled tokens, stored with their log-probs
+        sampled = [lp for lp, m in zip(rec.rollout_log_probs, rec.loss_mask, strict=True) if m]
+        assert all(math.isfinite(lp) and lp <= 0 for lp in sampled)
+        assert 1 <= len(rec.turn_rewards) <= 2
+
+
+def test_dry_run_with_the_embedded_engine(tmp_path: Path) -> None:
+    res, run_dir, env = _dry_run(tmp_path, "--problems", "relu", "softmax", "--group-size", "2")
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
+    out = res.stdout
+    assert "windows: engine eval buffer trainer" in out
+    assert "turn  episodes  code evaluated  compiled  correct  mean reward" in out
+    assert "4 trajectories" in out
+    assert f"trajectories: {run_dir / 'trajectories.jsonl'}" in out
+    _check_trajectories(run_dir, 4)
+    summary = json.loads((run_dir / "rollout_step.json").read_text())
+    assert summary["records"] == 4 and summary["turns"][0]["episodes"] == 4
+    for name in ("engine", "eval", "buffer", "trainer"):
+        assert (run_dir / "logs" / f"{name}.log").stat().st_size > 0
+    assert "tiny_engine serving" in (run_dir / "logs" / "engine.log").read_text()
+    assert (run_dir / "stopped").is_file()
+    assert _run_processes(run_dir) == []
+    assert subprocess.run(["tmux", "-L", env["TMUX_SOCKET"], "has-session", "-t", "run"]).returncode != 0
+
+
+def test_dry_run_with_an_external_engine_url(tmp_path: Path) -> None:
+    from slime_ext.tiny_engine import load_engine
+    from slime_ext.tiny_model import write_model_dir
+
+    engine = load_engine(str(write_model_dir(tmp_path / "external_model")), seed=3)
+    url = engine.start()
+    try:
+        res, run_dir, _ = _dry_run(tmp_path, "--engine-url", url, "--problems", "relu", "--group-size", "1")
+    finally:
+        engine.stop()
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
+    assert "windows: eval buffer trainer" in res.stdout  # no embedded engine window
+    assert engine.served >= 1  # the episodes generated with the external server
+    assert not (run_dir / "logs" / "engine.log").exists()
+    _check_trajectories(run_dir, 1)
+    assert _run_processes(run_dir) == []
