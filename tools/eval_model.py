@@ -9,7 +9,8 @@ Backends: `sglang` drives SGLang's `/generate` token in / token out through the 
 episode (needs `--tokenizer`); `chat` drives any OpenAI-compatible `/v1/chat/completions`
 endpoint (API key from the environment variable named by `--api-key-env`, if set).
 Problems: the prompt jsonl, filtered by `--levels`, `--split` (default holdout; train problems are
-refused unless `--allow-train`) and `--problems`. Eval server: `--eval-url`, or one is started here
+refused unless `--allow-train`) and `--problems`; when a split manifest lies beside the prompt file
+(`<stem>.split.json`, or `--manifest`), every chosen problem must be in it with that split. Eval server: `--eval-url`, or one is started here
 (`--eval-devices`, default auto: GPUs if any, else CPU with no timing).
 
 Output folder: `results.jsonl` (one line per finished sample; re-running the same command resumes,
@@ -35,6 +36,7 @@ from typing import Any
 
 from eval_server.launch import running_server
 from eval_server.schema import parse_options
+from slime_ext.data.split import check_reportable, default_manifest_path, load_split_manifest
 from slime_ext.episode import EpisodeConfig
 from slime_ext.eval_client import EvalClient
 from slime_ext.problems import load_prompt_records
@@ -81,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--levels", type=_int_list, help="e.g. 1,2 (default: all)")
     p.add_argument("--split", default="holdout", choices=("holdout", "train", "all"))
     p.add_argument("--allow-train", action="store_true", help="allow reporting on train problems")
+    p.add_argument(
+        "--manifest",
+        type=Path,
+        help="split manifest to check the problems against (default: <prompts stem>.split.json if it exists)",
+    )
     p.add_argument("--problems", help="comma-separated instance_ids or problem_ids")
     p.add_argument("--limit-per-level", type=int, help="first N problems per level")
     p.add_argument("-k", "--samples", type=int, default=1, help="samples per problem")
@@ -259,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
             limit_per_level=args.limit_per_level,
             allow_train=args.allow_train,
         )
+        manifest_path = args.manifest or default_manifest_path(args.prompts)
+        if args.manifest is not None or manifest_path.is_file():
+            # The records' split chose the problems; the manifest, when there is one, must agree.
+            check_reportable(load_split_manifest(manifest_path), problems, allow_train=args.allow_train)
         run = run_settings(args, config)
         results = ResultsFile(args.out / RESULTS_NAME, run["config_id"])
         if results.dropped_partial_line:

@@ -3,10 +3,11 @@ labelled test doubles for the policy endpoints: the OpenAI-compatible chat TEST 
 (tests/openai_double.py) answering canned candidates from eval_server/samples/candidates, and the
 SGLang TEST DOUBLE (tests/sglang_double.py) in scripted mode. Covers an interrupted run (the chat
 endpoint fails mid-run) resumed by re-running the same command, the metrics of the resulting
-report, the train-split refusal, --report-only, and tools/compare_runs on the two result files."""
+report, the train-split refusal (split field and split manifest), --report-only, and tools/compare_runs on the two result files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 
 from eval_server.samples import load_candidate, load_problem
-from slime_ext.problems import PromptRecord, write_prompt_records
+from slime_ext.data.split import build_manifest, default_manifest_path, write_split_manifest
+from slime_ext.problems import PromptRecord, load_prompt_records, write_prompt_records
 from slime_ext.reports.results import load_results
 from tests.openai_double import OpenAIChatDouble
 from tests.sglang_double import SGLangDouble
@@ -113,6 +115,7 @@ def chat_run(cpu_server: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
             "args": args,
             "first": (first_rc, first_lines, first_requests),
             "second": (second_rc, double.requests[first_requests:]),
+            "double": double,
         }
     finally:
         double.stop()
@@ -178,6 +181,27 @@ def test_train_split_refused_and_report_only(
     assert eval_model.main([*args, "--temperature", "0.2"]) == 1
     assert "other settings" in capsys.readouterr().err
     assert (chat_run["out"] / "results.jsonl").read_bytes() == before
+
+
+def test_split_manifest_must_agree(chat_run: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    args = chat_run["args"]
+    prompts = Path(args[args.index("--prompts") + 1])
+    records = load_prompt_records(prompts)
+    manifest = default_manifest_path(prompts)
+    try:
+        # a manifest that says relu was trained on: refused although the record says holdout
+        relabelled = [dataclasses.replace(r, split="train") if r.problem_id == "relu" else r for r in records]
+        write_split_manifest(manifest, build_manifest(relabelled, seed=0, holdout_ratio=0.5))
+        assert eval_model.main(args) == 1
+        assert "refusing to report: 1 train problem(s) ['kb_L1_relu']" in capsys.readouterr().err
+        # the matching manifest: accepted; everything is done already, so nothing is asked
+        write_split_manifest(manifest, build_manifest(records, seed=0, holdout_ratio=0.5))
+        before = len(chat_run["double"].requests)
+        assert eval_model.main(args) == 0
+        assert len(chat_run["double"].requests) == before
+        assert "6 skipped" in capsys.readouterr().err
+    finally:
+        manifest.unlink(missing_ok=True)
 
 
 def test_sglang_backend_and_compare(
