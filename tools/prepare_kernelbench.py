@@ -8,7 +8,9 @@
 Face dataset files, or one such file. The split is stratified by level and deterministic for a
 given seed; it is written into every record (`split`) and into the manifest
 (`<output stem>.split.json` unless --manifest is given), which the evaluation tool reads to
-refuse reporting on train problems. Both files are written atomically. See docs/DATA.md.
+refuse reporting on train problems. `--split-from OLD.split.json` keeps every problem of an
+earlier split where it was (new problems fill each level's holdout share). Both files are written
+atomically. See docs/DATA.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from slime_ext.data.split import (
     assign_splits,
     build_manifest,
     default_manifest_path,
+    load_split_manifest,
+    pinned_splits,
     write_split_manifest,
 )
 from slime_ext.problems import write_prompt_records
@@ -54,8 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="prompt jsonl to write")
     p.add_argument("--manifest", default=None, help="split manifest path (default: <output stem>.split.json)")
     p.add_argument("--levels", type=_levels, default=None, help="e.g. 1,2,3 (default: every level found)")
-    p.add_argument("--holdout-ratio", type=_ratio, default=0.2, help="share of each level held out (0.2)")
-    p.add_argument("--seed", type=int, default=0, help="split seed (0)")
+    p.add_argument(
+        "--holdout-ratio",
+        type=_ratio,
+        default=None,
+        help="share of each level held out (0.2, or --split-from's)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="split seed (0, or --split-from's)")
+    p.add_argument(
+        "--split-from",
+        default=None,
+        metavar="MANIFEST",
+        help="keep every problem of this earlier manifest in its split; only new problems are assigned",
+    )
     return p
 
 
@@ -63,14 +78,33 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         problems = load_kernelbench(args.input, args.levels)
+        previous = load_split_manifest(args.split_from) if args.split_from else None
     except (ValidationError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    splits = assign_splits(((p.instance_id, p.level) for p in problems), args.holdout_ratio, args.seed)
-    records = [to_prompt_record(p, splits[p.instance_id]) for p in problems]
-    manifest = build_manifest(
-        records, seed=args.seed, holdout_ratio=args.holdout_ratio, source=str(args.input)
+    seed = args.seed if args.seed is not None else (previous.seed if previous else 0)
+    ratio = (
+        args.holdout_ratio
+        if args.holdout_ratio is not None
+        else (previous.holdout_ratio if previous else 0.2)
     )
+    pinned = pinned_splits(previous) if previous else {}
+    splits = assign_splits(((p.instance_id, p.level) for p in problems), ratio, seed, pinned)
+    records = [to_prompt_record(p, splits[p.instance_id]) for p in problems]
+    manifest = build_manifest(records, seed=seed, holdout_ratio=ratio, source=str(args.input))
+    if previous:
+        old_hashes = previous.problem_hashes
+        manifest.extra.update(
+            {
+                "split_from": str(args.split_from),
+                "pinned": sum(1 for r in records if r.instance_id in pinned),
+                "edited_since_split_from": sorted(
+                    r.instance_id
+                    for r in records
+                    if old_hashes.get(r.instance_id, r.problem_hash) != r.problem_hash
+                ),
+            }
+        )
     manifest_path = Path(args.manifest) if args.manifest else default_manifest_path(args.output)
     # The manifest first: a prompt file never exists without the manifest that describes its split.
     write_split_manifest(manifest_path, manifest)

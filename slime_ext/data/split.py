@@ -3,7 +3,9 @@
 Split rule (per stratum, e.g. per KernelBench level): order the problems by
 sha256("<seed>:<instance_id>") and put the first round(ratio * n) (half up) in `holdout`, the rest
 in `train`. The order depends only on the seed and each problem's own id, never on file order or
-on which other problems exist, so the same seed gives the same split on every machine.
+on which other problems exist, so the same seed gives the same split on every machine. Problems
+recorded in an earlier manifest can be pinned to their earlier split (`pinned_splits`), so a
+grown dataset never moves a trained-on problem into holdout.
 
 The manifest (JSON, written beside the prompt file) records the split so that the evaluation tool
 can refuse to report on problems that were trained on: `load_split_manifest`, `split_of`,
@@ -16,13 +18,13 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slime_ext.data.files import atomic_write_text
-from slime_ext.problems import PromptRecord
+from slime_ext.problems import SPLITS, PromptRecord
 from slime_ext.validation import ValidationError, check_type, reject_unknown
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "is_holdout",
     "load_split_manifest",
     "parse_split_manifest",
+    "pinned_splits",
     "split_of",
     "write_split_manifest",
 ]
@@ -53,10 +56,24 @@ def holdout_count(n: int, ratio: float) -> int:
     return min(n, max(0, math.floor(ratio * n + 0.5)))
 
 
-def assign_splits(items: Iterable[tuple[str, Any]], holdout_ratio: float, seed: int) -> dict[str, str]:
-    """key -> "train" | "holdout" for (key, stratum) pairs; see the module docstring for the rule."""
+def assign_splits(
+    items: Iterable[tuple[str, Any]],
+    holdout_ratio: float,
+    seed: int,
+    pinned: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """key -> "train" | "holdout" for (key, stratum) pairs; see the module docstring for the rule.
+
+    `pinned` (key -> split, e.g. from an earlier manifest) keeps those keys where they were: a
+    problem once trained on never moves to holdout, a reported one never moves to train. The
+    other keys of a stratum fill its holdout up to round(ratio * n) in the usual order.
+    """
     if isinstance(holdout_ratio, bool) or not 0.0 <= float(holdout_ratio) <= 1.0:
         raise ValueError(f"holdout ratio must be within [0, 1], got {holdout_ratio!r}")
+    pinned = dict(pinned or {})
+    bad = sorted(k for k, v in pinned.items() if v not in SPLITS)
+    if bad:
+        raise ValueError(f"pinned split must be one of {SPLITS}; bad for {bad[:10]}")
     strata: dict[Any, list[str]] = {}
     seen: set[str] = set()
     for key, stratum in items:
@@ -66,11 +83,20 @@ def assign_splits(items: Iterable[tuple[str, Any]], holdout_ratio: float, seed: 
         strata.setdefault(stratum, []).append(key)
     result: dict[str, str] = {}
     for keys in strata.values():
-        ordered = sorted(keys, key=lambda k: _order_key(seed, k))
-        n_holdout = holdout_count(len(ordered), holdout_ratio)
-        for i, key in enumerate(ordered):
+        free = sorted((k for k in keys if k not in pinned), key=lambda k: _order_key(seed, k))
+        held = sum(1 for k in keys if pinned.get(k) == "holdout")
+        n_holdout = max(0, holdout_count(len(keys), holdout_ratio) - held)
+        for k in keys:
+            if k in pinned:
+                result[k] = pinned[k]
+        for i, key in enumerate(free):
             result[key] = "holdout" if i < n_holdout else "train"
     return result
+
+
+def pinned_splits(manifest: SplitManifest) -> dict[str, str]:
+    """instance_id -> split of every problem an earlier manifest recorded."""
+    return {**{i: "train" for i in manifest.train_ids}, **{i: "holdout" for i in manifest.holdout_ids}}
 
 
 def inputs_digest(records: Iterable[PromptRecord]) -> str:

@@ -66,6 +66,27 @@ def test_prepare_from_tree_and_hf(tmp_path):
     assert list(load_split_manifest(tmp_path / "m.json").counts) == ["1"]
 
 
+def test_split_from_keeps_an_earlier_split(tmp_path):
+    tree = write_kernelbench_tree(tmp_path / "checkout")
+    first = tmp_path / "v1.jsonl"
+    assert _run("--input", str(tree), "--output", str(first), "--levels", "1", "--seed", "3").returncode == 0
+    old = {r.instance_id: r.split for r in load_prompt_records(first)}
+    relu = tree / "KernelBench" / "level1" / "19_ReLU.py"
+    relu.write_text(relu.read_text().replace("batch_size = 16", "batch_size = 32"))
+    second = tmp_path / "v2.jsonl"
+    proc = _run(
+        "--input", str(tree), "--output", str(second), "--split-from", str(tmp_path / "v1.split.json")
+    )
+    assert proc.returncode == 0, proc.stderr
+    new = {r.instance_id: r.split for r in load_prompt_records(second)}
+    assert {k: new[k] for k in old} == old  # nothing moved
+    assert {k[:5] for k in new} == {"kb_L1", "kb_L2", "kb_L3"}
+    manifest = load_split_manifest(tmp_path / "v2.split.json")
+    assert manifest.seed == 3 and manifest.holdout_ratio == 0.2  # taken from the earlier manifest
+    assert manifest.extra["pinned"] == 10 and manifest.extra["edited_since_split_from"] == ["kb_L1_019"]
+    assert manifest.counts["2"]["holdout"] == 1 and manifest.counts["3"]["holdout"] == 1
+
+
 def test_bad_input_leaves_nothing(tmp_path):
     tree = write_kernelbench_tree(tmp_path / "checkout")
     (tree / "KernelBench" / "level2" / "7_Bad.py").write_text("def get_inputs(:\n")

@@ -60,6 +60,21 @@ def test_adding_problems_keeps_existing_order():
     assert len(kept) >= 5
 
 
+def test_pinned_keys_keep_their_split():
+    items = _items({1: 100, 2: 20})
+    old = assign_splits(items[:50] + items[100:110], 0.2, seed=1)
+    new = assign_splits(items, 0.2, seed=1, pinned=old)
+    assert all(new[k] == v for k, v in old.items())
+    per_level = Counter((lv, new[k]) for k, lv in items)
+    assert per_level[(1, "holdout")] == 20 and per_level[(2, "holdout")] == 4  # filled up to the ratio
+    # more pinned holdout problems than the ratio asks for: they stay, no new one is added
+    heavy = {k: "holdout" for k, _ in items[:30]}
+    result = assign_splits(items, 0.2, seed=1, pinned=heavy)
+    assert Counter(result[k] for k, lv in items if lv == 1)["holdout"] == 30
+    with pytest.raises(ValueError, match="pinned split must be one of"):
+        assign_splits(items, 0.2, 1, pinned={"kb_L1_001": "test"})
+
+
 def test_bad_split_input():
     with pytest.raises(ValueError, match="holdout ratio must be within"):
         assign_splits(_items({1: 3}), 1.5, 0)
