@@ -110,6 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="start the runner with the server",
     )
+    store.add_argument(
+        "--ingest-workers",
+        type=int,
+        default=0,
+        help="processes that parse and validate POST /trajectories bodies (default 0: in the server process)",
+    )
+    store.add_argument(
+        "--json-cache-mb",
+        type=float,
+        default=256.0,
+        help="memory for the reply JSON of ready records, prepared before a batch read asks for them; 0 = off",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -157,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         raise SystemExit(f"buffer_server: {exc}") from None
     try:
-        store = BufferStore(args.db, rules)
+        store = BufferStore(args.db, rules, json_cache_bytes=int(args.json_cache_mb * (1 << 20)))
     except StoreError as exc:
         raise SystemExit(f"buffer_server: {exc}") from None
 
@@ -169,8 +181,12 @@ def main(argv: list[str] | None = None) -> None:
 
     from waitress import create_server
 
+    from buffer_server import ingest
     from buffer_server.app import create_app
 
+    pool = ingest.IngestPool(args.ingest_workers) if args.ingest_workers > 0 and ingest.AVAILABLE else None
+    if pool is not None:
+        pool.warm_up()
     max_body = int(args.max_body_mb * (1 << 20))
     app = create_app(
         store,
@@ -178,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         max_wait_s=args.max_wait_s,
         info={"service": "buffer_server"},
         runner=runner,
+        encode_body=pool.encode_body if pool is not None else ingest.encode_body,
     )
     server = create_server(
         app,
@@ -215,6 +232,8 @@ def main(argv: list[str] | None = None) -> None:
         server.close()
         if runner is not None:
             runner.stop()  # in-flight episodes finish (up to runner.stop_timeout_s) and are written
+        if pool is not None:
+            pool.close()
         store.close()
     sys.exit(0)
 

@@ -16,6 +16,12 @@ names the field. So the accepted set and every error message are those of `parse
 
 from __future__ import annotations
 
+import concurrent.futures
+import concurrent.futures.process
+import logging
+import multiprocessing
+import signal
+import threading
 from typing import Any
 
 import numpy as np
@@ -32,7 +38,9 @@ except ImportError:  # pragma: no cover
     _simdjson = None
     _CONTAINERS = ()
 
-__all__ = ["AVAILABLE", "encode_body"]
+__all__ = ["AVAILABLE", "IngestPool", "encode_body"]
+
+log = logging.getLogger("buffer_server.ingest")
 
 AVAILABLE = _simdjson is not None
 _ARRAYS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_log_probs")
@@ -98,3 +106,48 @@ def _encode_record(obj: Any, keys: list[str] | None = None) -> EncodedRecord:
         raise _NotFast from None
     fields = {name: getattr(record, name) for name in FIELD_NAMES if name not in _STAND_INS}
     return encode_arrays(fields, prompt, response, mask, log_probs)
+
+
+class IngestPool:
+    """`encode_body` in worker processes, so that parsing (the bulk of a write's CPU, and
+    GIL-bound) runs on every core while the server process handles HTTP and commits.
+
+    Workers are spawned (not forked: the server is multi-threaded). If the pool breaks (a worker
+    was killed), the request is encoded in-process and a new pool is started.
+    """
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError("workers: must be >= 1")
+        self.workers = workers
+        self._lock = threading.Lock()
+        self._pool = self._start()
+
+    def _start(self) -> concurrent.futures.ProcessPoolExecutor:
+        return concurrent.futures.ProcessPoolExecutor(
+            self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
+        )
+
+    def warm_up(self) -> None:
+        """Start every worker now (a spawn imports numpy and simdjson: ~1 s)."""
+        list(self._pool.map(encode_body, [b""] * self.workers, [1] * self.workers))
+
+    def encode_body(self, raw: bytes, max_records: int) -> list[EncodedRecord] | None:
+        pool = self._pool
+        try:
+            return pool.submit(encode_body, raw, max_records).result()
+        except concurrent.futures.process.BrokenProcessPool:
+            with self._lock:
+                if self._pool is pool:
+                    log.error(
+                        "an ingest worker died: starting a new pool; this request is encoded in-process"
+                    )
+                    self._pool = self._start()
+            return encode_body(raw, max_records)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops its workers itself

@@ -52,6 +52,7 @@ from typing import Any
 from buffer_server import codec
 from buffer_server.bodylog import DEFAULT_SEGMENT_BYTES, BodyLog
 from buffer_server.codec import EncodedRecord
+from buffer_server.jsoncache import JsonCache
 from slime_ext import fastjson
 from slime_ext.trajectory import TrajectoryRecord
 
@@ -81,6 +82,8 @@ DROP_REASONS: tuple[str, ...] = (DROP_STALE, DROP_ZERO_VARIANCE, DROP_GROUP_TIME
 # write wakes it earlier.
 WAIT_POLL_S = 0.25
 WRITE_RATE_WINDOW_S = 10.0
+DEFAULT_JSON_CACHE_BYTES = 256 << 20  # prepared reply JSON (~2000 records of 4k tokens)
+PREPARE_CHUNK = 32  # records the preparer reads per query
 
 _SCHEMA = """
 -- Every uid ever accepted, also after its record was consumed or dropped and its rows deleted:
@@ -88,8 +91,9 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS uids (uid TEXT PRIMARY KEY CHECK (length(uid) > 0)) WITHOUT ROWID;
 -- One row per record held now (ready or leased); deleted when it is consumed or dropped. Its
 -- packed body (codec.py, ~40 kB) is in the body log (bodylog.py) at segment/offset/length.
+-- AUTOINCREMENT: rows are deleted, and a reused seq would break arrival order and the JSON cache.
 CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY,
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
     uid TEXT NOT NULL,
     instance_id TEXT NOT NULL CHECK (length(instance_id) > 0),
     policy_version INTEGER NOT NULL,
@@ -254,6 +258,7 @@ class BufferStore:
         *,
         clock: Callable[[], float] = time.time,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        json_cache_bytes: int = DEFAULT_JSON_CACHE_BYTES,
     ) -> None:
         self.path = Path(path).expanduser().resolve()
         self.rules = rules or GroupRules()
@@ -279,6 +284,9 @@ class BufferStore:
         # Held from a group commit's body append to its commit, and by segment collection, so a
         # segment is never deleted between a body's write and the commit of its row.
         self._append_lock = threading.Lock()
+        self._cache = JsonCache(json_cache_bytes)
+        self._closing = False
+        self._preparer: threading.Thread | None = None
         try:
             self._conn = sqlite3.connect(
                 str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
@@ -310,6 +318,11 @@ class BufferStore:
         except BaseException:
             self.close()
             raise
+        if json_cache_bytes > 0:
+            self._preparer = threading.Thread(
+                target=self._prepare_loop, name="buffer-json-preparer", daemon=True
+            )
+            self._preparer.start()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -328,6 +341,11 @@ class BufferStore:
 
     def close(self) -> None:
         """Close after the transaction in progress, if any, has finished (waits up to 10 s)."""
+        self._closing = True
+        preparer = getattr(self, "_preparer", None)
+        if preparer is not None:
+            self._notify()
+            preparer.join(timeout=10.0)
         lock = getattr(self, "_db_lock", None)
         got = lock.acquire(timeout=10.0) if lock is not None else False
         try:
@@ -580,7 +598,9 @@ class BufferStore:
             )
         )
         if per_instance:
-            cur.execute(f"DELETE FROM records WHERE {where}", params)
+            self._cache.discard(
+                seq for (seq,) in cur.execute(f"DELETE FROM records WHERE {where} RETURNING seq", params)
+            )
         return per_instance
 
     def _count_instances(self, cur: sqlite3.Cursor, column: str, per_instance: dict[str, int]) -> None:
@@ -716,16 +736,18 @@ class BufferStore:
             expires_at = self._clock() + lease_s
             cur.execute("UPDATE leases SET expires_at = ? WHERE lease_id = ?", (expires_at, lease_id))
             rows = cur.execute(
-                "SELECT instance_id, segment, offset, length FROM records "
+                "SELECT seq, instance_id, segment, offset, length FROM records "
                 "WHERE lease_id = ? AND state = 'leased' ORDER BY seq",
                 (lease_id,),
             ).fetchall()
         # Read and unpacked outside the store lock (writers go on meanwhile): leased rows are
         # deleted only by this lease's ack, which the caller cannot send before this returns.
         by_instance: dict[str, list[bytes]] = {}
-        for instance_id, segment, offset, length in rows:
-            body = self._bodies.read(segment, offset, length)
-            by_instance.setdefault(instance_id, []).append(codec.to_json(body))
+        for seq, instance_id, segment, offset, length in rows:
+            data = self._cache.pop(seq)
+            if data is None:
+                data = codec.to_json(self._bodies.read(segment, offset, length))
+            by_instance.setdefault(instance_id, []).append(data)
         groups = [LeasedGroup(iid, bodies) for iid, bodies in by_instance.items()]
         return Lease(lease_id, groups, expires_at, self._policy_version, waited)
 
@@ -759,6 +781,56 @@ class BufferStore:
             self._bump(cur, "records_consumed", records)
         self.collect_segments()
         return AckResult(lease_id, groups, records, already=False)
+
+    def _prepare_loop(self) -> None:
+        """Fill the JSON cache with the reply JSON of ready records, oldest first (jsoncache.py)."""
+        last_seq = 0  # records up to here were prepared (or skipped: full cache, deleted)
+        while not self._closing:
+            with self._wake:
+                gen = self._write_gen
+            progressed = False
+            try:
+                if self._cache.has_room():
+                    with self._db_lock:
+                        rows = self._conn.execute(
+                            "SELECT seq, segment, offset, length FROM records "
+                            "WHERE state = 'ready' AND seq > ? ORDER BY seq LIMIT ?",
+                            (last_seq, PREPARE_CHUNK),
+                        ).fetchall()
+                    for seq, segment, offset, length in rows:
+                        if self._closing:
+                            return
+                        try:
+                            data = codec.to_json(self._bodies.read(segment, offset, length))
+                        except (OSError, ValueError):  # deleted meanwhile: nothing to prepare
+                            data = None
+                        if data is not None and not self._cache.put(seq, data):
+                            break  # full: retry this record when a lease has made room
+                        last_seq, progressed = seq, True
+                else:
+                    self._purge_cache()
+            except Exception:  # never let the preparer die; reads encode on demand meanwhile
+                log.exception("JSON preparer")
+            if not progressed:
+                with self._wake:
+                    if self._write_gen == gen and not self._closing:
+                        self._wake.wait(WAIT_POLL_S)
+
+    def _purge_cache(self) -> None:
+        """Drop prepared JSON of records no longer ready (deleted while being prepared)."""
+        keys = self._cache.keys()
+        live: set[int] = set()
+        with self._db_lock:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                live.update(
+                    seq
+                    for (seq,) in self._conn.execute(
+                        f"SELECT seq FROM records WHERE state = 'ready' AND seq IN ({','.join('?' * len(chunk))})",
+                        chunk,
+                    )
+                )
+        self._cache.discard(k for k in keys if k not in live)
 
     def collect_segments(self) -> list[int]:
         """Delete the body segments that no stored record points into (after acks and drops);
@@ -850,6 +922,7 @@ class BufferStore:
                 "body_segments": len(self._bodies.segments()),
                 "body_bytes": self._bodies.disk_bytes(),  # freed when every record of a segment is gone
             },
+            "json_cache": self._cache.stats(),
             "writes_per_s_recent": round(self.write_rate(), 3),
             "write_commits": self._write_commits,
             "write_rate_window_s": WRITE_RATE_WINDOW_S,
