@@ -65,12 +65,16 @@ def _read_jsonl(p: Path) -> Iterator[dict[str, Any]]:
 
 
 def _read_json(p: Path) -> Iterator[dict[str, Any]]:
+    """A JSON array of objects, or JSON lines under a `.json` name (both occur in HF datasets)."""
+    with p.open(encoding="utf-8") as f:
+        head = f.read(4096).lstrip()
+    if not head.startswith("["):
+        yield from _read_jsonl(p)
+        return
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ValidationError(f"{p}: not valid JSON ({exc.msg})") from None
-    if not isinstance(data, list):
-        raise ValidationError(f"{p}: expected a JSON array of objects, got {type(data).__name__}")
     for i, row in enumerate(data):
         if not isinstance(row, dict):
             raise ValidationError(f"{p}[{i}]: expected a JSON object, got {type(row).__name__}")
@@ -91,7 +95,8 @@ def _read_parquet(p: Path) -> Iterator[dict[str, Any]]:
 
 
 def read_rows(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Rows of a `.jsonl`, `.json` (array of objects) or `.parquet` file, as dicts, in file order."""
+    """Rows of a `.jsonl`, `.json` (array of objects, or JSON lines) or `.parquet` file, as dicts,
+    in file order."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"input file not found: {p}")

@@ -92,7 +92,8 @@ def select_pairs(
     seen: dict[str, str] = {}
     for index, data in enumerate(rows):
         report.rows += 1
-        key = str(data.get("uuid", f"row{index}"))
+        uuid = data.get("uuid")
+        key = str(uuid) if uuid is not None else f"row{index}"  # as parse_kernelbook_row names it
         try:
             row = parse_kernelbook_row(data, index, where)
             reference = to_reference(row)

@@ -103,3 +103,20 @@ def test_prompt_record_round_trip(tmp_path):
 
 def test_check_problem_source_accepts_real_layout():
     check_problem_source(kb_source("19_ReLU", "torch.relu(x)"), "relu")
+
+
+def test_json_array_and_json_lines(tmp_path):
+    from tests.data_fixtures import kernelbench_rows
+
+    rows = kernelbench_rows()
+    array = tmp_path / "kb_array.json"
+    array.write_text(json.dumps(rows))
+    lines = tmp_path / "kb_lines.json"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [p.instance_id for p in load_kernelbench(array)] == [
+        p.instance_id for p in load_kernelbench(lines)
+    ]
+    assert len(load_kernelbench(array)) == N_PROBLEMS
+    array.write_text("[1, 2]")
+    with pytest.raises(ValidationError, match=r"kb_array.json\[0\]: expected a JSON object"):
+        load_kernelbench(array)
