@@ -159,6 +159,8 @@ def compare_runs(
     seed: int = 0,
 ) -> Comparison:
     """Paired comparison of two runs, per level and overall."""
+    if turn is not None and turn < 1:
+        raise ValueError(f"turn must be >= 1 (the best of the first N turns), got {turn}")
     metrics = ["correct", *(f"fast_{p:g}" for p in fast_ps), "mean_speedup"]
     info_a, info_b = _problem_info(a), _problem_info(b)
     changed = sorted(i for i in info_a.keys() & info_b.keys() if info_a[i][1] != info_b[i][1])

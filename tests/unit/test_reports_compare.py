@@ -109,6 +109,12 @@ def test_refuses_different_problem_sources_and_no_overlap() -> None:
         compare_runs(run_a(), changed)
     with pytest.raises(ValidationError, match="no .* problem in common"):
         compare_runs(run_a(), [sample("zz", 0, [("ok", 1.0)])])
+    with pytest.raises(ValueError, match="turn must be >= 1"):
+        compare_runs(run_a(), run_b(), turn=0)
+    first_turn = compare_runs(run_a(), run_b(), turn=1, resamples=100)
+    assert {(r.level, r.metric): r.ci for r in first_turn.rows}[("1", "correct")].mean_b == pytest.approx(
+        0.5
+    )  # final: 0.75
 
 
 def write(path: Path, records) -> Path:
