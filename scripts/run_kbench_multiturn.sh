@@ -99,33 +99,15 @@ TRAIN_ARGS=("${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${EVAL_AR
   "${PLACEMENT_ARGS[@]}")
 
 # --- checks before anything starts ------------------------------------------------------------
-command -v tmux >/dev/null || krl_die "tmux not found (apt-get install tmux)"
-if krl_tmux has-session -t "=${TMUX_SESSION}" 2>/dev/null; then
-  krl_die "tmux session ${TMUX_SESSION} already exists: attach (tmux attach -t ${TMUX_SESSION}) or stop it (scripts/stop.sh ${RUN_DIR})"
-fi
 ports=("${EVAL_PORT}" "${BUFFER_PORT}")
 [[ -z "${TRAINER_CMD}" ]] && ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${ROUTER_PORT}")
-for port in "${ports[@]}"; do
-  krl_port_free 127.0.0.1 "${port}" || krl_die "port ${port} is in use (set EVAL_PORT/BUFFER_PORT/RAY_PORT/... or stop what uses it)"
-done
-if [[ -s "${LOAD_DIR}/latest_checkpointed_iteration.txt" ]]; then
-  krl_info "resuming from ${LOAD_DIR} iteration $(cat "${LOAD_DIR}/latest_checkpointed_iteration.txt")"
-else
-  krl_info "no checkpoint in ${LOAD_DIR}: starting from ${REF_LOAD}"
-fi
+krl_preflight_session "${ports[@]}"
+krl_report_resume "${LOAD_DIR}" "${REF_LOAD}"
 
 # --- run directory and window commands --------------------------------------------------------
-mkdir -p "${RUN_DIR}/logs" "${RUN_DIR}/pids" "${RUN_DIR}/cmd"
-rm -f "${RUN_DIR}"/pids/*.pid "${RUN_DIR}"/pids/*.rc
-{
-  for var in RUN_NAME RUN_DIR TMUX_SESSION TMUX_SOCKET KRL_RUN_ID RAY_TMPDIR EVAL_PORT BUFFER_PORT \
-    ROUTER_HOST ROUTER_PORT RAY_PORT RAY_DASHBOARD_PORT EVAL_DEVICES RAY_VISIBLE_DEVICES TRAIN_GPUS \
-    ROLLOUT_GPUS EVAL_GPUS COLOCATE ROLLOUT_TEMPERATURE N_SAMPLES_PER_PROMPT RECIPE RUN_RECIPE PROMPT_DATA SGLANG_URL; do
-    krl_env_line "${var}"
-    printf '\n'
-  done
-} >"${RUN_DIR}/run.env.tmp"
-mv "${RUN_DIR}/run.env.tmp" "${RUN_DIR}/run.env"
+krl_init_run_dir EVAL_PORT BUFFER_PORT ROUTER_HOST ROUTER_PORT RAY_PORT RAY_DASHBOARD_PORT EVAL_DEVICES \
+  RAY_VISIBLE_DEVICES TRAIN_GPUS ROLLOUT_GPUS EVAL_GPUS COLOCATE ROLLOUT_TEMPERATURE N_SAMPLES_PER_PROMPT \
+  RECIPE RUN_RECIPE PROMPT_DATA SGLANG_URL
 
 # The run's recipe: the user's plus this run's URLs, data, tokenizer and temperature; read by
 # the buffer's agent runner (--recipe) and by slime's plug-ins (--custom-config-path: the
@@ -137,45 +119,23 @@ mv "${RUN_DIR}/run.env.tmp" "${RUN_DIR}/run.env"
   --set "plugins.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "plugins.eval_urls=[http://127.0.0.1:${EVAL_PORT}]" ||
   krl_die "could not write the run's recipe from ${RECIPE} (see the message above)"
 
-KRL_CMD_ENV=("$(krl_env_line KRL_RUN_ID)" "$(krl_env_line PATH)" "export PYTHONUNBUFFERED=1"
-  "export PYTHONPATH=$(printf '%q' "${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}")")
-
 windows=()
 if [[ -n "${ENGINE_CMD}" ]]; then
   krl_write_shell_cmd "${RUN_DIR}/cmd/engine.sh" "${ENGINE_CMD}"
   windows+=(engine)
 fi
-if [[ -n "${EVAL_CMD}" ]]; then
-  krl_write_shell_cmd "${RUN_DIR}/cmd/eval.sh" "${EVAL_CMD}"
-else
-  krl_write_cmd "${RUN_DIR}/cmd/eval.sh" "${PYTHON}" -m eval_server "${EVAL_SERVER_ARGS[@]}"
-fi
-if [[ -n "${BUFFER_CMD}" ]]; then
-  krl_write_shell_cmd "${RUN_DIR}/cmd/buffer.sh" "${BUFFER_CMD}"
-else
-  krl_write_cmd "${RUN_DIR}/cmd/buffer.sh" "${PYTHON}" -m buffer_server "${BUFFER_SERVER_ARGS[@]}"
-fi
-if [[ -n "${TRAINER_CMD}" ]]; then
-  krl_write_shell_cmd "${RUN_DIR}/cmd/trainer.sh" "${TRAINER_CMD}"
-else
-  KRL_CMD_ENV+=("$(krl_env_line SLIME_DIR)" "$(krl_env_line MEGATRON_DIR)" "$(krl_env_line MASTER_ADDR)"
-    "$(krl_env_line RAY_PORT)" "$(krl_env_line RAY_DASHBOARD_PORT)" "$(krl_env_line RAY_TMPDIR)"
-    "export RAY_NUM_GPUS=${RAY_NUM_GPUS}" "export CUDA_VISIBLE_DEVICES=${RAY_VISIBLE_DEVICES}"
-    "$(krl_env_line KRL_REPO_ROOT)")
-  krl_write_cmd "${RUN_DIR}/cmd/trainer.sh" bash "${KRL_LIB_DIR}/ray_train.sh" "${TRAIN_ENTRY}" "${TRAIN_ARGS[@]}"
-fi
+krl_write_window eval "${EVAL_CMD}" "${PYTHON}" -m eval_server "${EVAL_SERVER_ARGS[@]}"
+krl_write_window buffer "${BUFFER_CMD}" "${PYTHON}" -m buffer_server "${BUFFER_SERVER_ARGS[@]}"
+krl_write_trainer_cmd "${TRAIN_ENTRY}" "${TRAIN_ARGS[@]}"
 windows+=(eval buffer trainer)
 
 if [[ "${PRINT_ONLY}" == 1 ]]; then
-  for w in "${windows[@]}"; do
-    printf '### window %s (%s)\n' "${w}" "${RUN_DIR}/cmd/${w}.sh"
-    cat "${RUN_DIR}/cmd/${w}.sh"
-  done
+  krl_print_windows "${windows[@]}"
   exit 0
 fi
 
 # --- start, each window gated on the previous one's health ------------------------------------
-health_url() {
+krl_health_url() {
   case "$1" in
     engine) printf '%s' "${ENGINE_HEALTH_URL}" ;;
     eval) printf 'http://127.0.0.1:%s/health' "${EVAL_PORT}" ;;
@@ -183,23 +143,4 @@ health_url() {
     *) printf '' ;;
   esac
 }
-for w in "${windows[@]}"; do
-  krl_info "starting window ${w}"
-  krl_open_window "${TMUX_SESSION}" "${w}"
-  url="$(health_url "${w}")"
-  # Every window's PID file exists before the next step, so stop.sh always finds what started.
-  if ! krl_wait_file "${RUN_DIR}/pids/${w}.pid" 60 ||
-    { [[ -n "${url}" ]] && ! krl_wait_healthy "${w}" "${url}" "${HEALTH_TIMEOUT_S}" "${RUN_DIR}/pids/${w}.pid"; }; then
-    krl_info "start aborted: stopping what this run started"
-    bash "${KRL_REPO_ROOT}/scripts/stop.sh" "${RUN_DIR}" || true
-    exit 1
-  fi
-done
-
-attach="tmux${TMUX_SOCKET:+ -L ${TMUX_SOCKET}} attach -t ${TMUX_SESSION}"
-cat <<MSG
-Run ${RUN_NAME} started in tmux session ${TMUX_SESSION} (windows: ${windows[*]}).
-  attach:  ${attach}
-  logs:    ${RUN_DIR}/logs/
-  stop:    scripts/stop.sh ${RUN_DIR}
-MSG
+krl_start_windows "${windows[@]}"

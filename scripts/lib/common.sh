@@ -157,6 +157,18 @@ krl_write_shell_cmd() {
   mv "${file}.tmp" "${file}"
 }
 
+# krl_write_window NAME OVERRIDE ARGV...: RUN_DIR/cmd/NAME.sh runs the shell string OVERRIDE when
+# it is set (tests, the dry run), else ARGV.
+krl_write_window() {
+  local name="$1" override="$2"
+  shift 2
+  if [[ -n "${override}" ]]; then
+    krl_write_shell_cmd "${RUN_DIR}/cmd/${name}.sh" "${override}"
+  else
+    krl_write_cmd "${RUN_DIR}/cmd/${name}.sh" "$@"
+  fi
+}
+
 # krl_env_line NAME: an "export NAME=value" line (value quoted) for KRL_CMD_ENV.
 krl_env_line() { printf 'export %s=%q' "$1" "${!1-}"; }
 
@@ -230,3 +242,89 @@ PY
 # krl_group_is_ours PGID: success if a member of the group carries this run's id, so a reused
 # process group id is never signalled.
 krl_group_is_ours() { [[ -n "$(krl_run_pids "$1")" ]]; }
+
+# ------------------------------------------------------------------ launcher steps (shared by
+# run_kbench_multiturn.sh and run_sft.sh). They read RUN_DIR, RUN_NAME, TMUX_SESSION, KRL_RUN_ID.
+
+# krl_preflight_session PORT...: tmux present, the session not running yet, the ports free.
+krl_preflight_session() {
+  command -v tmux >/dev/null || krl_die "tmux not found (apt-get install tmux)"
+  if krl_tmux has-session -t "=${TMUX_SESSION}" 2>/dev/null; then
+    krl_die "tmux session ${TMUX_SESSION} already exists: attach (tmux attach -t ${TMUX_SESSION}) or stop it (scripts/stop.sh ${RUN_DIR})"
+  fi
+  local port
+  for port in "$@"; do
+    krl_port_free 127.0.0.1 "${port}" || krl_die "port ${port} is in use (change the *_PORT setting or stop what uses it)"
+  done
+}
+
+# krl_report_resume LOAD_DIR FALLBACK: say whether slime's --load will resume (it does when
+# latest_checkpointed_iteration.txt exists there) or start from FALLBACK.
+krl_report_resume() {
+  if [[ -s "$1/latest_checkpointed_iteration.txt" ]]; then
+    krl_info "resuming from $1 iteration $(cat "$1/latest_checkpointed_iteration.txt")"
+  else
+    krl_info "no checkpoint in $1: starting from $2"
+  fi
+}
+
+# krl_init_run_dir VAR...: create RUN_DIR/{logs,pids,cmd}, forget the PID files of an earlier
+# start, write RUN_DIR/run.env (the listed variables; stop.sh reads it) and the base KRL_CMD_ENV.
+krl_init_run_dir() {
+  mkdir -p "${RUN_DIR}/logs" "${RUN_DIR}/pids" "${RUN_DIR}/cmd"
+  rm -f "${RUN_DIR}"/pids/*.pid "${RUN_DIR}"/pids/*.rc "${RUN_DIR}/stopped"
+  local var
+  for var in RUN_NAME RUN_DIR TMUX_SESSION TMUX_SOCKET KRL_RUN_ID RAY_TMPDIR "$@"; do
+    krl_env_line "${var}"
+    printf '\n'
+  done >"${RUN_DIR}/run.env.tmp"
+  mv "${RUN_DIR}/run.env.tmp" "${RUN_DIR}/run.env"
+  KRL_CMD_ENV=("$(krl_env_line KRL_RUN_ID)" "$(krl_env_line PATH)" "export PYTHONUNBUFFERED=1"
+    "export PYTHONPATH=$(printf '%q' "${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}")")
+}
+
+# krl_write_trainer_cmd ENTRY ARGS...: the trainer window's script: TRAINER_CMD when set (tests,
+# dry run), else ray_train.sh running slime's ENTRY (train.py, train_async.py) with ARGS on
+# RAY_NUM_GPUS GPUs (CUDA_VISIBLE_DEVICES=RAY_VISIBLE_DEVICES).
+krl_write_trainer_cmd() {
+  local env_lines=("${KRL_CMD_ENV[@]}")
+  KRL_CMD_ENV+=("$(krl_env_line SLIME_DIR)" "$(krl_env_line MEGATRON_DIR)" "$(krl_env_line MASTER_ADDR)"
+    "$(krl_env_line RAY_PORT)" "$(krl_env_line RAY_DASHBOARD_PORT)" "$(krl_env_line RAY_TMPDIR)"
+    "$(krl_env_line RAY_NUM_GPUS)" "export CUDA_VISIBLE_DEVICES=${RAY_VISIBLE_DEVICES}"
+    "$(krl_env_line KRL_REPO_ROOT)")
+  krl_write_window trainer "${TRAINER_CMD:-}" bash "${KRL_LIB_DIR}/ray_train.sh" "$@"
+  KRL_CMD_ENV=("${env_lines[@]}")
+}
+
+# krl_print_windows WINDOW...: show the window scripts (PRINT_ONLY=1).
+krl_print_windows() {
+  local w
+  for w in "$@"; do
+    printf '### window %s (%s)\n' "${w}" "${RUN_DIR}/cmd/${w}.sh"
+    cat "${RUN_DIR}/cmd/${w}.sh"
+  done
+}
+
+# krl_start_windows WINDOW...: open the windows in order; after each, wait for its PID file and,
+# when `krl_health_url WINDOW` (defined by the caller) names one, for its /health. On failure
+# everything started so far is stopped (scripts/stop.sh) and the script exits 1.
+krl_start_windows() {
+  local w url
+  for w in "$@"; do
+    krl_info "starting window ${w}"
+    krl_open_window "${TMUX_SESSION}" "${w}"
+    url="$(krl_health_url "${w}")"
+    if ! krl_wait_file "${RUN_DIR}/pids/${w}.pid" 60 ||
+      { [[ -n "${url}" ]] && ! krl_wait_healthy "${w}" "${url}" "${HEALTH_TIMEOUT_S:-600}" "${RUN_DIR}/pids/${w}.pid"; }; then
+      krl_info "start aborted: stopping what this run started"
+      bash "${KRL_REPO_ROOT}/scripts/stop.sh" "${RUN_DIR}" || true
+      exit 1
+    fi
+  done
+  cat <<MSG
+Run ${RUN_NAME} started in tmux session ${TMUX_SESSION} (windows: $*).
+  attach:  tmux${TMUX_SOCKET:+ -L ${TMUX_SOCKET}} attach -t ${TMUX_SESSION}
+  logs:    ${RUN_DIR}/logs/
+  stop:    scripts/stop.sh ${RUN_DIR}
+MSG
+}

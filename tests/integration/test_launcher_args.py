@@ -1,0 +1,169 @@
+"""What the launchers would run (PRINT_ONLY=1: window scripts written and printed, nothing
+started): slime argument groups, the GPU split and its overrides, colocated mode, resume from
+the latest checkpoint, the run's recipe, the SFT run; and the bad settings they refuse."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL_ARGS = "MODEL_ARGS=(--num-layers 36 --hidden-size 4096 --swiglu)\n"
+
+
+def _run(script: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "model.sh").write_text(MODEL_ARGS)
+    (tmp_path / "recipe.yaml").write_text(
+        "kernel_rl:\n  runner:\n    temperature: 0.7\n  episode:\n    max_turns: 2\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env.update(
+        PRINT_ONLY="1",
+        PYTHON=sys.executable,
+        TMUX_SOCKET=f"krl-args-{os.getpid()}",
+        RUNS_ROOT=str(tmp_path / "runs"),
+        RUN_NAME="r",
+        MODEL_ARGS_FILE=str(tmp_path / "model.sh"),
+        RECIPE=str(tmp_path / "recipe.yaml"),
+        CKPT_ROOT=str(tmp_path / "ckpt"),
+        # Ports of this test only: the real defaults may be taken on a shared machine.
+        EVAL_PORT="0",
+        BUFFER_PORT="0",
+        ROUTER_PORT="0",
+        RAY_PORT="0",
+        RAY_DASHBOARD_PORT="0",
+    )
+    env.update(extra)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / script)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _argv(run_dir: Path, window: str) -> list[str]:
+    line = [x for x in (run_dir / "cmd" / f"{window}.sh").read_text().splitlines() if x.startswith("exec ")][
+        0
+    ]
+    return shlex.split(line)[1:]
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_default_split_of_eight_gpus(tmp_path: Path) -> None:
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8")
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    trainer = _argv(run, "trainer")
+    assert trainer[:3] == ["bash", str(REPO / "scripts/lib/ray_train.sh"), "train.py"]
+    assert trainer[3:6] == ["--num-layers", "36", "--hidden-size"]  # MODEL_ARGS first
+    assert (
+        _flag(trainer, "--tensor-model-parallel-size") == "2"
+        and _flag(trainer, "--context-parallel-size") == "2"
+    )
+    assert _flag(trainer, "--actor-num-gpus-per-node") == "4" and _flag(trainer, "--rollout-num-gpus") == "2"
+    assert "--colocate" not in trainer
+    assert _flag(trainer, "--rollout-temperature") == "0.7"  # from the recipe: one source
+    assert _flag(trainer, "--rollout-function-path") == "slime_ext.slime_plugins.rollout.generate_rollout"
+    assert _flag(trainer, "--custom-config-path") == str(run / "recipe.yaml")
+    assert _flag(trainer, "--load") == str(run / "checkpoints") and _flag(trainer, "--save") == str(
+        run / "checkpoints"
+    )
+    assert _flag(trainer, "--ref-load") == str(tmp_path / "ckpt" / "Qwen3-8B_torch_dist")
+    trainer_script = (run / "cmd" / "trainer.sh").read_text()
+    assert (
+        "export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5" in trainer_script
+        and "export RAY_NUM_GPUS=6" in trainer_script
+    )
+    ev = _argv(run, "eval")
+    assert ev[1:3] == ["-m", "eval_server"] and _flag(ev, "--devices") == "6,7"
+    buf = _argv(run, "buffer")
+    assert _flag(buf, "--recipe") == str(run / "recipe.yaml") and _flag(buf, "--group-size") == "8"
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    assert recipe["episode"] == {"max_turns": 2}
+    assert recipe["runner"]["temperature"] == 0.7 and recipe["runner"]["eval_urls"] == "http://127.0.0.1:0"
+    assert recipe["plugins"]["buffer_url"] == "http://127.0.0.1:0"
+    assert "no checkpoint in" in res.stderr
+    assert "KRL_RUN_ID=" in (run / "run.env").read_text()
+
+
+def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
+    ckpt = tmp_path / "runs" / "r" / "checkpoints"
+    (ckpt / "iter_0000040").mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("40")
+    res = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path,
+        NUM_GPUS="6",
+        COLOCATE="1",
+        TRAIN_GPUS="4",
+        EVAL_GPUS="2",
+        ROLLOUT_TEMPERATURE="0.9",
+        N_SAMPLES_PER_PROMPT="4",
+        TRAIN_ENTRY="train_async.py",
+    )
+    assert res.returncode == 0, res.stderr
+    assert f"resuming from {ckpt} iteration 40" in res.stderr
+    run = tmp_path / "runs" / "r"
+    trainer = _argv(run, "trainer")
+    assert trainer[2] == "train_async.py" and "--colocate" in trainer
+    assert _flag(trainer, "--rollout-num-gpus") == "4" and _flag(trainer, "--rollout-temperature") == "0.9"
+    assert _flag(trainer, "--n-samples-per-prompt") == "4" and _flag(trainer, "--global-batch-size") == str(
+        32 * 4
+    )
+    assert _flag(_argv(run, "eval"), "--devices") == "4,5"
+    assert yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]["runner"]["temperature"] == 0.9
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"NUM_GPUS": "4"}, "needs 8 GPUs"),
+        ({"NUM_GPUS": "8", "TRAIN_GPUS": "3"}, "not a multiple of TP*CP*PP=4"),
+        ({"NUM_GPUS": "8", "MODEL_ARGS_FILE": "/nonexistent/model.sh"}, "model args not found"),
+        ({"NUM_GPUS": "8", "RECIPE": "/nonexistent/recipe.yaml"}, "recipe not found"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_reason(
+    tmp_path: Path, extra: dict[str, str], message: str
+) -> None:
+    res = _run("run_kbench_multiturn.sh", tmp_path, **extra)
+    assert res.returncode == 1 and message in res.stderr
+    assert not (tmp_path / "runs" / "r" / "cmd").exists()
+
+
+def test_recipe_without_temperature_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "r2.yaml").write_text("kernel_rl:\n  episode:\n    max_turns: 2\n")
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", RECIPE=str(tmp_path / "r2.yaml"))
+    assert res.returncode == 1 and "runner.temperature" in res.stderr
+
+
+def test_sft_run(tmp_path: Path) -> None:
+    data = tmp_path / "sft.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "x"}]}\n')
+    res = _run("run_sft.sh", tmp_path, SFT_DATA=str(data), TRAIN_GPUS="8", TP="4", CP="2")
+    assert res.returncode == 0, res.stderr
+    trainer = _argv(tmp_path / "runs" / "r", "trainer")
+    assert trainer[2] == "train_async.py"
+    assert _flag(trainer, "--rollout-function-path") == "slime.rollout.sft_rollout.generate_rollout"
+    assert _flag(trainer, "--loss-type") == "sft_loss" and _flag(trainer, "--prompt-data") == str(data)
+    assert (
+        _flag(trainer, "--tensor-model-parallel-size") == "4"
+        and _flag(trainer, "--context-parallel-size") == "2"
+    )
+    assert _flag(trainer, "--actor-num-gpus-per-node") == "8"
+    missing = _run("run_sft.sh", tmp_path, SFT_DATA=str(tmp_path / "none.jsonl"))
+    assert missing.returncode == 1 and "SFT data not found" in missing.stderr
