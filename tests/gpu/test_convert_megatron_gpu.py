@@ -3,7 +3,10 @@ Engine) loads our torch_dist checkpoint through `megatron.core.dist_checkpointin
 the logits transformers gives on the same tokens, at TP=1 and TP=2.
 
 The HF models are tiny random ones of each architecture (slime_ext/convert/tiny_models.py),
-converted on the CPU by `hf_to_megatron` with the vocabulary padded for the TP size. The model is
+converted on the CPU by `hf_to_megatron` with the vocabulary padded for the TP size. After the
+comparison each worker saves the loaded model with `dist_checkpointing.save` (megatron-core's own
+torch_dist writer and chunking at that TP size), and `megatron_to_hf` must turn that back into the
+original HF tensors bit for bit. The model is
 built from the flags `megatron_args_from_hf_config` generates (the configs/models/*.sh generator),
 parsed back into megatron-core's TransformerConfig and GPTModel arguments. The Megatron side runs
 in a `torch.distributed.run` subprocess (this file is also the worker); rank 0 also runs the HF
@@ -31,7 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 if __name__ == "__main__":  # worker: make the repository importable without installing it
     sys.path.insert(0, str(REPO))
 
-from slime_ext.convert import hf_to_megatron  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+from slime_ext.convert import hf_to_megatron, megatron_to_hf  # noqa: E402
 from slime_ext.convert.hf_io import read_hf_config  # noqa: E402
 from slime_ext.convert.megatron_args import megatron_args_from_hf_config  # noqa: E402
 from slime_ext.convert.tiny_models import write_tiny_hf_model  # noqa: E402
@@ -146,6 +151,13 @@ def worker(cases_path: Path, out_path: Path) -> None:
             err = ((logits - ref).abs().max() / ref.abs().max()).item()
             results.append({**case, "tp": world, "max_rel_err": err, "nan": bool(logits.isnan().any())})
             del hf
+        # Save the loaded model with megatron-core itself: the test converts that back to HF.
+        save_dir = Path(case["mcore_save_dir"])
+        if rank == 0:
+            save_dir.mkdir(parents=True)
+        torch.distributed.barrier()
+        dist_checkpointing.save(model.sharded_state_dict(), str(save_dir))
+        torch.distributed.barrier()
         del model, sharded, state, loaded
         torch.cuda.empty_cache()
     if rank == 0:
@@ -179,7 +191,8 @@ def test_megatron_logits_match_transformers(tmp_path: Path, tp: int) -> None:
         hf_to_megatron(hf_dir, ckpt_root, vocab_multiple=128 * tp, progress=False)
         vocab = read_hf_config(hf_dir)["vocab_size"]
         cases.append({"kind": kind, "dtype": dt, "hf_dir": str(hf_dir), "ckpt_dir": str(ckpt_root / "release"),
-                      "vocab": vocab, "padded_vocab": -(-vocab // (128 * tp)) * 128 * tp})
+                      "vocab": vocab, "padded_vocab": -(-vocab // (128 * tp)) * 128 * tp,
+                      "mcore_save_dir": str(tmp_path / f"{kind}-{dt}-mcore-saved-tp{tp}")})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     out = tmp_path / "results.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -196,6 +209,16 @@ def test_megatron_logits_match_transformers(tmp_path: Path, tp: int) -> None:
     for r in results:
         assert not r["nan"], r
         assert r["max_rel_err"] < TOLERANCE[r["dtype"]], r
+    # What megatron-core saved (its own chunking at this TP size) converts back bit-exact. A bf16
+    # model keeps its torch RMSNorm weights in fp32, so the output is cast to the HF dtype.
+    for case in cases:
+        back = tmp_path / f"{case['kind']}-{case['dtype']}-back"
+        megatron_to_hf(Path(case["mcore_save_dir"]), back, Path(case["hf_dir"]), dtype=DTYPES[case["dtype"]],
+                       progress=False)
+        want, got = load_file(Path(case["hf_dir"]) / "model.safetensors"), load_file(back / "model.safetensors")
+        assert got.keys() == want.keys(), case
+        for name, t in want.items():
+            assert got[name].dtype == t.dtype and torch.equal(got[name], t), (case["kind"], name)
 
 
 if __name__ == "__main__":
