@@ -275,9 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         if results.dropped_partial_line:
             print("results: dropped an unfinished last line (interrupted write)", file=sys.stderr)
         atomic_write(args.out / RUN_NAME, json.dumps(run, indent=1) + "\n")
+        done = results.done()
+        n_done = sum((r.instance_id, i) in done for r in problems for i in range(args.samples))
         print(
-            f"{len(problems)} problem(s) x {args.samples} sample(s), {len(results.done())} already done",
-            file=sys.stderr,
+            f"{len(problems)} problem(s) x {args.samples} sample(s), {n_done} already done", file=sys.stderr
         )
         try:
             with eval_server_urls(args) as eval_url:
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             print("interrupted: re-run the same command to resume", file=sys.stderr)
             return 130
         _report(args, run, config.max_turns)
-    except (ValidationError, ValueError, FileNotFoundError, OSError) as exc:
+    except (ValidationError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: eval server start
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(
