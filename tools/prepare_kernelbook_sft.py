@@ -188,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
         "tokenizer": args.tokenizer,
         "max_tokens": args.max_tokens,
     }
-    pairs = select_pairs(_rows(_input_files(Path(args.input)), args.limit), config, report, where=args.input)
+    rows = _rows(_input_files(Path(args.input)), args.limit)
+    pairs = select_pairs(rows, config, report, where=args.input, jobs=args.jobs)
     verified, multi = pairs, []
     if args.verify_url:
         verified, multi = asyncio.run(_evaluate_stages(args, pairs, prompt, options, report))

@@ -16,7 +16,10 @@ PromptConfig, and feedback turns by `slime_ext.prompts.feedback_message`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -44,6 +47,7 @@ __all__ = [
     "Attempt",
     "Pair",
     "SFTBuildConfig",
+    "convert_row",
     "load_attempts",
     "multi_turn_example",
     "limit_tokens",
@@ -84,39 +88,70 @@ class Attempt:
     source: str  # "attempts-file" | "mutation:flip_arithmetic"
 
 
+@dataclass(frozen=True)
+class _Converted:
+    """One row after the per-row stage: a pair and its dedup key, or why it was dropped."""
+
+    key: str
+    pair: Pair | None = None
+    digest: str = ""
+    reason: str = ""
+    detail: str = ""
+
+
+def convert_row(item: tuple[int, Mapping[str, Any]], config: SFTBuildConfig, where: str = "") -> _Converted:
+    """Everything that depends on one row alone (conversion, length, answer checks, dedup key);
+    a pure function of its arguments, so rows can be converted in worker processes."""
+    index, data = item
+    uuid = data.get("uuid")
+    key = str(uuid) if uuid is not None else f"row{index}"  # as parse_kernelbook_row names it
+    try:
+        row = parse_kernelbook_row(data, index, where)
+        reference = to_reference(row)
+        answer = to_answer(row)
+        if len(reference) > config.max_reference_chars or len(answer) > config.max_answer_chars:
+            detail = f"reference {len(reference)} chars, answer {len(answer)} chars"
+            return _Converted(key, reason="too_long", detail=detail)
+        rejection = answer_rejection(answer, allow_extern_kernels=config.allow_extern_kernels)
+        if rejection is not None:
+            raise rejection
+    except Rejected as r:
+        return _Converted(key, reason=r.reason, detail=r.detail)
+    metadata = {"entry_point": row.entry_point, **row.metadata}
+    pair = Pair(key=key, reference=reference, answer=answer, metadata=metadata)
+    return _Converted(key, pair=pair, digest=canonical_hash(reference))
+
+
 def select_pairs(
-    rows: Iterable[Mapping[str, Any]], config: SFTBuildConfig, report: FilterReport, where: str = ""
+    rows: Iterable[Mapping[str, Any]],
+    config: SFTBuildConfig,
+    report: FilterReport,
+    where: str = "",
+    *,
+    jobs: int = 1,
 ) -> list[Pair]:
-    """Convert and filter rows in order; the first of duplicate modules is kept."""
+    """Convert and filter rows in order (`jobs` > 1: the per-row stage in that many processes);
+    the first of duplicate modules is kept."""
+    convert = functools.partial(convert_row, config=config, where=where)
     pairs: list[Pair] = []
     seen: dict[str, str] = {}
-    for index, data in enumerate(rows):
-        report.rows += 1
-        uuid = data.get("uuid")
-        key = str(uuid) if uuid is not None else f"row{index}"  # as parse_kernelbook_row names it
-        try:
-            row = parse_kernelbook_row(data, index, where)
-            reference = to_reference(row)
-            answer = to_answer(row)
-            rejection = answer_rejection(answer, allow_extern_kernels=config.allow_extern_kernels)
-            if rejection is not None:
-                raise rejection
-        except Rejected as r:
-            report.drop(r.reason, key, r.detail)
-            continue
-        if len(reference) > config.max_reference_chars or len(answer) > config.max_answer_chars:
-            report.drop("too_long", key, f"reference {len(reference)} chars, answer {len(answer)} chars")
-            continue
-        digest = canonical_hash(reference)
-        if digest in config.exclude_hashes:
-            report.drop("overlaps_eval_problem", key)
-            continue
-        if config.dedup and digest in seen:
-            report.drop("duplicate", key, f"same module as row {seen[digest]}")
-            continue
-        seen[digest] = key
-        metadata = {"entry_point": row.entry_point, **row.metadata}
-        pairs.append(Pair(key=key, reference=reference, answer=answer, metadata=metadata))
+    with contextlib.ExitStack() as stack:
+        if jobs > 1:
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=jobs))
+            results: Iterable[_Converted] = pool.map(convert, enumerate(rows), chunksize=16)
+        else:
+            results = map(convert, enumerate(rows))
+        for c in results:
+            report.rows += 1
+            if c.pair is None:
+                report.drop(c.reason, c.key, c.detail)
+            elif c.digest in config.exclude_hashes:
+                report.drop("overlaps_eval_problem", c.key)
+            elif config.dedup and c.digest in seen:
+                report.drop("duplicate", c.key, f"same module as row {seen[c.digest]}")
+            else:
+                seen[c.digest] = c.key
+                pairs.append(c.pair)
     return pairs
 
 

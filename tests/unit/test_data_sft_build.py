@@ -50,6 +50,10 @@ def test_select_pairs_counts_every_reason():
     assert data["dropped_total"] == 7 and data["rows"] == 10
     table = report.table()
     assert "dropped: duplicate" in table and "rows read" in table
+    # the per-row stage in worker processes gives the same pairs in the same order
+    parallel = FilterReport()
+    assert select_pairs(kernelbook_rows(), CONFIG, parallel, jobs=2) == pairs
+    assert parallel.to_json() == report.to_json()
 
 
 def test_filters_are_configurable():
