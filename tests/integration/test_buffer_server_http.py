@@ -46,6 +46,18 @@ def record(uid: str, instance_id: str, reward: float = 0.0, version: int = 0) ->
     }
 
 
+def storm_record(uid: str) -> dict:
+    """A record of 1k response tokens whose content follows from its uid (checked after kill -9)."""
+    seed = sum(uid.encode())
+    mask = [(seed + i) % 5 != 0 for i in range(1024)]
+    return {
+        **record(uid, uid, 0.5),
+        "response_token_ids": [(seed * 7919 + i * 31) % 151_936 for i in range(1024)],
+        "loss_mask": [int(m) for m in mask],
+        "rollout_log_probs": [-((seed + i) % 97) / 64 if m else 0.0 for i, m in enumerate(mask)],
+    }
+
+
 def group(instance_id: str, n: int) -> list[dict]:
     return [record(f"{instance_id}-{i}", instance_id, float(i)) for i in range(n)]
 
@@ -258,7 +270,7 @@ def test_acknowledged_writes_survive_kill_9_mid_storm(tmp_path: Path) -> None:
         i = 0
         with httpx.Client(base_url=url, timeout=5) as http:
             while not stop.is_set():
-                batch = [record(f"w{k}-{i}-{j}", f"w{k}-{i}-{j}", 0.5) for j in range(4)]
+                batch = [storm_record(f"w{k}-{i}-{j}") for j in range(4)]
                 i += 1
                 with lock:
                     attempted.update(r["uid"] for r in batch)
@@ -296,11 +308,16 @@ def test_acknowledged_writes_survive_kill_9_mid_storm(tmp_path: Path) -> None:
 
     with buffer_server(tmp_path, db, *args) as svc:
         stats = httpx.get(f"{svc.url}/stats").json()
-        present = [r["uid"] for g in drain(svc.url) for r in g["records"]]
+        drained = [r for g in drain(svc.url) for r in g["records"]]
+        present = [r["uid"] for r in drained]
         assert len(present) == len(set(present)) == stats["records"]["total"] == rows
         assert set(acked) <= set(present)  # every acknowledged uid, exactly once
         assert set(present) <= attempted  # and nothing that was never sent
+        for r in drained:  # every body intact: what was sent, field for field
+            assert {k: v for k, v in r.items() if k not in ("created_at", "sample_index")} == storm_record(
+                r["uid"]
+            )
         retry = httpx.post(
-            f"{svc.url}/trajectories", json={"records": [record(u, u, 0.5) for u in acked[:200]]}
+            f"{svc.url}/trajectories", json={"records": [storm_record(u) for u in acked[:200]]}
         )
         assert retry.json()["duplicates"] == min(200, len(acked))

@@ -12,7 +12,14 @@ import time
 import pytest
 
 from buffer_server import codec
-from buffer_server.store import BufferStore, GroupRules, LeaseError, PolicyVersionError, StoreError
+from buffer_server.store import (
+    BufferStore,
+    GroupRules,
+    InstanceCounts,
+    LeaseError,
+    PolicyVersionError,
+    StoreError,
+)
 from slime_ext import fastjson
 from slime_ext.trajectory import TrajectoryRecord, parse_record
 
@@ -489,3 +496,96 @@ def test_group_rules_are_validated(rules, message):
 def test_min_group_size_defaults_to_two_or_the_group_size():
     assert GroupRules(group_size=8).min_group_size == 2
     assert GroupRules(group_size=1).min_group_size == 1
+
+
+# ---------------------------------------------------------------- pruning, body log, JSON cache
+
+
+def test_consumed_and_dropped_records_are_pruned_but_stay_known(tmp_path, clock):
+    store = BufferStore(
+        tmp_path / "b.sqlite", GroupRules(group_size=2, max_staleness=0), clock=clock, segment_bytes=1
+    )  # one segment per put: pruning shows in the files
+    try:
+        store.put(group("done", 2))
+        store.put(group("flat", 2, rewards=[1.0, 1.0]))  # zero variance: dropped when complete
+        store.put(group("kept", 1))
+        store.ack(store.lease(5).lease_id)
+        store.put(group("old", 1, version=0))
+        store.set_policy_version(1)  # "old" and "kept" are stale now
+        with sqlite3.connect(store.path) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM records").fetchone()[0] == 0
+        assert store._bodies.segments() == [store._bodies.active]  # every other segment deleted
+        assert bodies_match_states(store)
+        retry = store.put(group("done", 2) + group("flat", 2) + group("kept", 1) + group("old", 1))
+        assert (retry.accepted, retry.duplicates) == (0, 6)  # pruned uids are still duplicates
+        assert store.uids_with_prefix("done-") == {"done-0", "done-1"}  # the runner's resume
+        counts = store.instance_counts()
+        assert counts["done"] == InstanceCounts(accepted=2, consumed=2, dropped=0, groups_consumed=1)
+        assert counts["flat"] == InstanceCounts(accepted=2, consumed=0, dropped=2, groups_consumed=0)
+        assert counts["kept"].dropped == 1 and counts["old"].dropped == 1
+        assert all(c.held == 0 for c in counts.values())
+        assert list(store.instance_counts(["old", "nope", "old"])) == ["old"]
+        stats = store.stats()
+        assert stats["records"]["total"] == 6 and stats["records"]["stored"] == 0
+        assert stats["storage"]["body_segments"] == 1
+    finally:
+        store.close()
+
+
+def test_arrival_order_survives_pruning(open_store):
+    """seq is never reused after the rows holding the highest ones were deleted."""
+    store = open_store(group_size=2)
+    store.put(group("a", 2))
+    store.ack(store.lease(1).lease_id)
+    store.put(group("b", 2))
+    store.put(group("c", 2))
+    assert list(uids(store.lease(5))) == ["b", "c"]
+    with sqlite3.connect(store.path) as conn:
+        assert min(s for (s,) in conn.execute("SELECT seq FROM records")) > 2
+
+
+def test_prepared_json_is_served_and_matches_the_records(open_store):
+    store = open_store(group_size=2)
+    records = group("p0", 2) + group("p1", 2)
+    store.put(records)
+    deadline = time.monotonic() + 10
+    while store.stats()["json_cache"]["records"] < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lease = store.lease(5)
+    assert [r for g in lease.groups for r in g.decoded()] == [r.to_json() for r in records]
+    assert store.stats()["json_cache"]["hits"] == 4
+    store.release(lease.lease_id)  # released records are encoded again on demand
+    again = store.lease(5)
+    assert [r for g in again.groups for r in g.decoded()] == [r.to_json() for r in records]
+
+
+def test_without_a_json_cache_reads_encode_on_demand(tmp_path):
+    with BufferStore(tmp_path / "b.sqlite", GroupRules(group_size=2), json_cache_bytes=0) as store:
+        store.put(group("p0", 2))
+        assert uids(store.lease(1)) == {"p0": ["p0-0", "p0-1"]}
+        assert store.stats()["json_cache"]["misses"] == 2
+
+
+def test_a_crash_between_body_append_and_commit_leaves_nothing_visible(tmp_path):
+    def open_store() -> BufferStore:  # one segment per append
+        return BufferStore(tmp_path / "b.sqlite", GroupRules(group_size=2), segment_bytes=1)
+
+    store = open_store()
+    store.put(group("p0", 2))
+    orphan = store._bodies.append([codec.encode(rec("ghost", "p9")).body])  # its row never committed
+    store.close()
+    with open_store() as reopened:
+        assert orphan[0][0] not in reopened._bodies.segments()  # the orphan segment was collected
+        assert uids(reopened.lease(5)) == {"p0": ["p0-0", "p0-1"]}
+        assert reopened.put([rec("ghost", "p9")]).accepted == 1  # never acknowledged: not known
+
+
+def test_a_database_of_another_schema_is_refused_untouched(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL)")
+        conn.execute("INSERT INTO meta VALUES ('schema_version', 1)")
+    with pytest.raises(StoreError, match="schema version 1"):
+        BufferStore(path)
+    with sqlite3.connect(path) as conn:
+        assert [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["meta"]

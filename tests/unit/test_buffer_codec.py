@@ -1,0 +1,142 @@
+"""Unit tests of buffer_server.codec: the packed body gives back, byte for byte, the JSON of the
+record it was made from (the served wire format), for every log-prob encoding it chooses, and
+it refuses arrays that break the record's per-token invariants."""
+
+from __future__ import annotations
+
+import array
+import random
+
+import numpy as np
+import pytest
+
+from buffer_server import codec
+from slime_ext import fastjson
+from slime_ext.trajectory import parse_record
+
+pytestmark = pytest.mark.unit
+
+
+def make(n: int = 64, *, seed: int = 0, **overrides) -> dict:
+    rng = random.Random(seed)
+    mask = [rng.randrange(2) for _ in range(n)]
+    # float32-valued, as SGLang returns them
+    logps = array.array("f", [-abs(rng.gauss(0, 2)) if m else 0.0 for m in mask]).tolist()
+    data = {
+        "uid": f"u-{seed}",
+        "instance_id": "level1/19_ReLU",
+        "policy_version": 3,
+        "prompt_token_ids": [rng.randrange(151_936) for _ in range(17)],
+        "response_token_ids": [rng.randrange(151_936) for _ in range(n)],
+        "loss_mask": mask,
+        "rollout_log_probs": logps,
+        "turn_rewards": [0.0, 1.25],
+        "turn_eval_results": [None, {"status": "ok", "feedback": "Status: ok. é ✓", "trials": [{"seed": 1}]}],
+        "reward": 0.75,
+        "status": "completed",
+        "metadata": {"gen_s": [1.5, 2.0], "nested": {"a": [1, 2, {"b": None}]}},
+        "created_at": 1_800_000_000.25,
+        "sample_index": 2,
+    }
+    data.update(overrides)
+    return data
+
+
+def roundtrip(data: dict) -> tuple[bytes, codec.EncodedRecord]:
+    record = parse_record(data)
+    packed = codec.encode(record)
+    assert codec.to_json(packed.body) == fastjson.dumps(record.to_json())
+    assert codec.decode(packed.body) == record
+    return packed.body, packed
+
+
+def kind(body: bytes) -> int:
+    return body[4]
+
+
+def test_float32_log_probs_are_packed_small_and_come_back_exactly() -> None:
+    body, packed = roundtrip(make(4096))
+    assert kind(body) == codec.LP_SAMPLED_F32
+    assert len(body) < len(fastjson.dumps(make(4096))) / 2.5
+    assert (packed.uid, packed.instance_id, packed.policy_version, packed.reward) == (
+        "u-0",
+        "level1/19_ReLU",
+        3,
+        0.75,
+    )
+
+
+def test_float64_log_probs_are_kept_in_full() -> None:
+    data = make(32)
+    data["rollout_log_probs"] = [-0.1 if m else 0.0 for m in data["loss_mask"]]  # 0.1 is no float32
+    body, _ = roundtrip(data)
+    assert kind(body) == codec.LP_SAMPLED_F64
+
+
+def test_minus_zero_where_the_mask_is_zero_survives() -> None:
+    data = make(8)
+    data["loss_mask"] = [1, 0, 1, 0, 1, 1, 0, 1]
+    data["rollout_log_probs"] = [-0.5, -0.0, -0.25, 0.0, -0.0, -1.0, -0.0, -2.0]
+    body, _ = roundtrip(data)
+    assert kind(body) == codec.LP_ALL_F64
+    assert b'"rollout_log_probs":[-0.5,-0.0,-0.25,0.0,-0.0,-1.0,-0.0,-2.0]' in codec.to_json(body)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"response_token_ids": [], "loss_mask": [], "rollout_log_probs": []},
+        {"loss_mask": [0] * 64, "rollout_log_probs": [0.0] * 64},
+        {
+            "rollout_log_probs": [-3.4028234663852886e38 if i % 2 else 0.0 for i in range(64)],
+            "loss_mask": [i % 2 for i in range(64)],
+        },  # fmt: skip
+        {"prompt_token_ids": [0, 2**32 - 1]},
+        {"metadata": {}, "turn_rewards": [], "turn_eval_results": []},
+    ],
+)
+def test_edge_records_round_trip(overrides: dict) -> None:
+    roundtrip(make(64, **overrides))
+
+
+def test_integer_log_probs_and_rewards_are_served_as_floats_like_parse_record_makes_them() -> None:
+    data = make(4, loss_mask=[1, 0, 1, 1], rollout_log_probs=[-1, 0, -2, -3], reward=1, turn_rewards=[0, 1])
+    body, _ = roundtrip(data)
+    assert b'"rollout_log_probs":[-1.0,0.0,-2.0,-3.0]' in codec.to_json(body)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("prompt", [-1, 2]),
+        ("prompt", [2**32]),
+        ("prompt", []),
+        ("response", [5, -3, 1]),
+        ("mask", [1, 2, 0]),
+        ("mask", [1, 0]),
+        ("log_probs", [-1.0, 0.5, -1.0]),  # non-zero where the mask is 0
+        ("log_probs", [-1.0, 0.0, float("nan")]),
+    ],
+)
+def test_arrays_that_break_the_invariants_are_refused(field: str, value: list) -> None:
+    arrays = {
+        "prompt": [1, 2],
+        "response": [5, 6, 7],
+        "mask": [1, 0, 1],
+        "log_probs": [-1.0, 0.0, -2.0],
+        field: value,
+    }
+    fields = {k: v for k, v in make(3).items() if k not in codec._ARRAY_FIELDS}
+    with pytest.raises(ValueError):
+        codec.encode_arrays(
+            fields,
+            np.array(arrays["prompt"], dtype=np.int64),
+            np.array(arrays["response"], dtype=np.int64),
+            np.array(arrays["mask"], dtype=np.int64),
+            np.array(arrays["log_probs"], dtype=np.float64),
+        )
+
+
+def test_a_foreign_body_is_refused() -> None:
+    with pytest.raises(ValueError, match="magic"):
+        codec.to_json(b"{" * 64)
