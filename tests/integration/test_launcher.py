@@ -145,7 +145,9 @@ def test_windows_logs_health_order_and_clean_stop(tmp_path: Path, runner_inputs:
         assert f"attach:  tmux -L {env['TMUX_SOCKET']} attach -t t" in res.stdout
 
         procs = _run_processes(run_dir)
-        assert len(procs) >= 6  # 3 window shells + eval server (+ worker) + buffer server + sleep
+        leaders = {int(p.read_text().split()[0]) for p in (run_dir / "pids").glob("*.pid")}
+        assert leaders <= procs  # eval server, buffer server, trainer shell: all running
+        assert any(psutil.Process(p).cmdline() == ["sleep", "600"] for p in procs)  # the trainer's child
         # A second launch of the same run is refused while it runs.
         again = _launch(env)
         assert again.returncode != 0 and "already exists" in again.stderr
