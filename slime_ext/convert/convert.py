@@ -102,7 +102,8 @@ def hf_to_megatron(
         ckpt = root / checkpoint_subdir(iteration)
         ckpt.mkdir()
         writer = DcpWriter(ckpt, max_file_bytes)
-        total = sum(_tensor_nbytes(mt.global_shape(spec.num_layers), dtype or torch.bfloat16) for mt in tensors)
+        total = sum(_tensor_nbytes(mt.global_shape(spec.num_layers),
+                                   dtype or reader.dtype(mt.hf_for_layer(0)[0]) or torch.float32) for mt in tensors)
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="hf->torch_dist", disable=not progress)
         try:
             for mt in tensors:

@@ -95,6 +95,10 @@ class HFReader:
     def names(self) -> list[str]:
         return list(self._entries)
 
+    def dtype(self, name: str) -> torch.dtype | None:
+        """The stored dtype of a tensor (None for a dtype the reader does not support)."""
+        return _DTYPES_BY_CODE.get(self._entries[name][2]["dtype"]) if name in self._entries else None
+
     def get(self, name: str) -> torch.Tensor:
         if name not in self._entries:
             raise ConvertError(f"tensor {name!r} is missing from {self.dir}")
