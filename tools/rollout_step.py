@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from slime_ext.data.files import atomic_write_jsonl, atomic_write_text
 from slime_ext.trajectory import TrajectoryRecord, parse_record
 
 __all__ = ["consume_step", "format_summary", "main", "summarize"]
@@ -138,18 +138,6 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tools.rollout_step",
@@ -171,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     except StepError as exc:
         print(f"rollout_step: {exc}", file=sys.stderr)
         return 1
-    _write_atomic(args.trajectories, "".join(json.dumps(r.to_json()) + "\n" for r in records))
+    atomic_write_jsonl(args.trajectories, (r.to_json() for r in records))
     summary = summarize(records)
-    _write_atomic(args.summary, json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(args.summary, json.dumps(summary, indent=2) + "\n")
     print(format_summary(summary), flush=True)
     return 0
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from slime_ext.data.files import atomic_write_text
 from slime_ext.recipe import ROOT_KEY, episode_config_from_dict, load_recipe, recipe_section
 from slime_ext.validation import ValidationError
 
@@ -70,18 +69,6 @@ def validate(recipe: dict[str, Any]) -> None:
         runner_config_from_dict(recipe_section(recipe, "runner"))
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tools.run_recipe",
@@ -116,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         # Other top-level keys are slime's (--custom-config-path setattrs them): keep them.
         full = yaml.safe_load(Path(args.recipe).read_text(encoding="utf-8"))
         full[ROOT_KEY] = updated
-        _write_atomic(Path(args.out), yaml.safe_dump(full, sort_keys=False))
+        atomic_write_text(Path(args.out), yaml.safe_dump(full, sort_keys=False))
         return 0
     except (FileNotFoundError, ValidationError) as exc:
         print(f"run_recipe: {exc}", file=sys.stderr)

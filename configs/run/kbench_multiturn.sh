@@ -12,7 +12,6 @@
 : "${MAX_CONTEXT_LEN:=32768}"      # prompt + all turns
 : "${LR:=1e-6}"
 : "${SAVE_INTERVAL:=20}"
-: "${MAX_TOKENS_PER_GPU:=16384}"
 
 # slime plug-ins of this project (dotted paths, importable in Ray workers: the project is
 # pip-installed in the image and its root is on PYTHONPATH of the Ray job).
@@ -48,18 +47,6 @@ EVAL_ARGS=(
   --eval-max-response-len "${MAX_RESPONSE_LEN}"
 )
 
-PERF_ARGS=(
-  --tensor-model-parallel-size "${TP}"
-  --sequence-parallel
-  --pipeline-model-parallel-size "${PP}"
-  --context-parallel-size "${CP}"
-  --recompute-granularity full
-  --recompute-method uniform
-  --recompute-num-layers 1
-  --use-dynamic-batch-size
-  --max-tokens-per-gpu "${MAX_TOKENS_PER_GPU}"
-)
-
 GRPO_ARGS=(
   --advantage-estimator grpo
   --disable-grpo-std-normalization
@@ -87,15 +74,6 @@ SGLANG_ARGS=(
   --sglang-router-port "${ROUTER_PORT}"   # slime starts its router on this port at the node IP
 )
 
-WANDB_ARGS=()
-if [[ -n "${WANDB_PROJECT}" ]]; then
-  WANDB_ARGS=(--use-wandb --wandb-project "${WANDB_PROJECT}" --wandb-group "${WANDB_GROUP}")
-fi
-
-MISC_ARGS=(
-  --attention-dropout 0.0
-  --hidden-dropout 0.0
-  --accumulate-allreduce-grads-in-fp32
-  --attention-softmax-in-fp32
-  --attention-backend flash
-)
+# PERF_ARGS, WANDB_ARGS, MISC_ARGS: shared with the other runs.
+# shellcheck source=shared_args.sh
+source "${KRL_REPO_ROOT}/configs/run/shared_args.sh"

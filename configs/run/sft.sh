@@ -9,7 +9,6 @@
 : "${SFT_NUM_EPOCH:=2}"
 : "${SFT_LR:=1e-5}"
 : "${SFT_SAVE_INTERVAL:=200}"
-: "${MAX_TOKENS_PER_GPU:=16384}"
 : "${LOSS_MASK_TYPE:=qwen3}"
 
 CKPT_ARGS=(
@@ -35,18 +34,6 @@ SFT_ARGS=(
   --debug-train-only
 )
 
-PERF_ARGS=(
-  --tensor-model-parallel-size "${TP}"
-  --sequence-parallel
-  --pipeline-model-parallel-size "${PP}"
-  --context-parallel-size "${CP}"
-  --recompute-granularity full
-  --recompute-method uniform
-  --recompute-num-layers 1
-  --use-dynamic-batch-size
-  --max-tokens-per-gpu "${MAX_TOKENS_PER_GPU}"
-)
-
 OPTIMIZER_ARGS=(
   --optimizer adam
   --lr "${SFT_LR}"
@@ -58,15 +45,6 @@ OPTIMIZER_ARGS=(
   --adam-beta2 0.95
 )
 
-WANDB_ARGS=()
-if [[ -n "${WANDB_PROJECT}" ]]; then
-  WANDB_ARGS=(--use-wandb --wandb-project "${WANDB_PROJECT}" --wandb-group "${WANDB_GROUP}")
-fi
-
-MISC_ARGS=(
-  --attention-dropout 0.0
-  --hidden-dropout 0.0
-  --accumulate-allreduce-grads-in-fp32
-  --attention-softmax-in-fp32
-  --attention-backend flash
-)
+# PERF_ARGS, WANDB_ARGS, MISC_ARGS: shared with the other runs.
+# shellcheck source=shared_args.sh
+source "${KRL_REPO_ROOT}/configs/run/shared_args.sh"

@@ -1,0 +1,31 @@
+# shellcheck shell=bash
+# slime argument groups shared by the main run and the SFT run (sourced by
+# configs/run/kbench_multiturn.sh and configs/run/sft.sh): parallelism and batching, W&B, misc.
+# shellcheck disable=SC2034  # the arrays are used by the script that sources this file
+
+: "${MAX_TOKENS_PER_GPU:=16384}"
+
+PERF_ARGS=(
+  --tensor-model-parallel-size "${TP}"
+  --sequence-parallel
+  --pipeline-model-parallel-size "${PP}"
+  --context-parallel-size "${CP}"
+  --recompute-granularity full
+  --recompute-method uniform
+  --recompute-num-layers 1
+  --use-dynamic-batch-size
+  --max-tokens-per-gpu "${MAX_TOKENS_PER_GPU}"
+)
+
+WANDB_ARGS=()
+if [[ -n "${WANDB_PROJECT}" ]]; then
+  WANDB_ARGS=(--use-wandb --wandb-project "${WANDB_PROJECT}" --wandb-group "${WANDB_GROUP}")
+fi
+
+MISC_ARGS=(
+  --attention-dropout 0.0
+  --hidden-dropout 0.0
+  --accumulate-allreduce-grads-in-fp32
+  --attention-softmax-in-fp32
+  --attention-backend flash
+)
