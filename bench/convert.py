@@ -47,13 +47,16 @@ def hf_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     s = spec_from_hf_config(config)
     h, d = s.hidden_size, s.head_dim
     per_layer = {
-        "input_layernorm.weight": (h,), "post_attention_layernorm.weight": (h,),
+        "input_layernorm.weight": (h,),
+        "post_attention_layernorm.weight": (h,),
         "self_attn.q_proj.weight": (s.num_attention_heads * d, h),
         "self_attn.k_proj.weight": (s.num_query_groups * d, h),
         "self_attn.v_proj.weight": (s.num_query_groups * d, h),
         "self_attn.o_proj.weight": (h, s.num_attention_heads * d),
-        "self_attn.q_norm.weight": (d,), "self_attn.k_norm.weight": (d,),
-        "mlp.gate_proj.weight": (s.ffn_hidden_size, h), "mlp.up_proj.weight": (s.ffn_hidden_size, h),
+        "self_attn.q_norm.weight": (d,),
+        "self_attn.k_norm.weight": (d,),
+        "mlp.gate_proj.weight": (s.ffn_hidden_size, h),
+        "mlp.up_proj.weight": (s.ffn_hidden_size, h),
         "mlp.down_proj.weight": (h, s.ffn_hidden_size),
     }
     shapes = {}
@@ -78,7 +81,7 @@ def build_hf(out: Path, config: dict, seed: int) -> int:
         start = int(torch.randint(0, POOL_ELEMS, (1,), generator=gen))
         reps = -(-(start + numel) // POOL_ELEMS)
         src = pool.repeat(reps) if reps > 1 else pool
-        writer.write(t.name, src[start:start + numel].reshape(t.shape))
+        writer.write(t.name, src[start : start + numel].reshape(t.shape))
         del src
     writer.close()
     return writer.total_bytes
@@ -135,7 +138,9 @@ def spot_check(a: Path, b: Path, names: list[str]) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scratch", type=Path, required=True, help="empty or absent directory on the disk to test")
+    p.add_argument(
+        "--scratch", type=Path, required=True, help="empty or absent directory on the disk to test"
+    )
     p.add_argument("--layers", type=int, default=QWEN3_8B["num_hidden_layers"], help="fewer for a quick try")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None)
@@ -149,8 +154,12 @@ def main() -> int:
     if free < need:
         p.error(f"{a.scratch}: {free / 1e9:.0f} GB free, the bench needs ~{need / 1e9:.0f} GB")
     hf, mg, back = a.scratch / "hf", a.scratch / "torch_dist", a.scratch / "hf_back"
-    result: dict = {"machine": f"{platform.node()} {os.cpu_count()} cpus", "torch": torch.__version__,
-                    "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "layers": a.layers}
+    result: dict = {
+        "machine": f"{platform.node()} {os.cpu_count()} cpus",
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "layers": a.layers,
+    }
     try:
         t0 = time.perf_counter()
         result["hf_bytes"] = build_hf(hf, config, a.seed)
@@ -159,24 +168,61 @@ def main() -> int:
 
         copy_s, copied = plain_copy(sorted(hf.glob("*.safetensors")), a.scratch / "copy1")
         conv_s, rss = run_tool(["tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", str(mg)], mg)
-        result["hf_to_megatron"] = {"copy_s": round(copy_s, 1), "copy_GBps": round(copied / copy_s / 1e9, 3),
-                                    "convert_s": round(conv_s, 1), "convert_GBps": round(copied / conv_s / 1e9, 3),
-                                    "fraction_of_copy": round(copy_s / conv_s, 3), "peak_rss_GB": round(rss, 2)}
+        result["hf_to_megatron"] = {
+            "copy_s": round(copy_s, 1),
+            "copy_GBps": round(copied / copy_s / 1e9, 3),
+            "convert_s": round(conv_s, 1),
+            "convert_GBps": round(copied / conv_s / 1e9, 3),
+            "fraction_of_copy": round(copy_s / conv_s, 3),
+            "peak_rss_GB": round(rss, 2),
+        }
         print("hf->torch_dist", result["hf_to_megatron"], flush=True)
 
         data = sorted((mg / "release").glob("__0_*.distcp"))
         copy_s, copied = plain_copy(data, a.scratch / "copy2")
-        conv_s, rss = run_tool(["tools.convert_megatron_to_hf", "--input", str(mg), "--hf-config-dir", str(hf),
-                                "--out", str(back)], back)
-        result["megatron_to_hf"] = {"copy_s": round(copy_s, 1), "copy_GBps": round(copied / copy_s / 1e9, 3),
-                                    "convert_s": round(conv_s, 1), "convert_GBps": round(copied / conv_s / 1e9, 3),
-                                    "fraction_of_copy": round(copy_s / conv_s, 3), "peak_rss_GB": round(rss, 2)}
+        conv_s, rss = run_tool(
+            [
+                "tools.convert_megatron_to_hf",
+                "--input",
+                str(mg),
+                "--hf-config-dir",
+                str(hf),
+                "--out",
+                str(back),
+            ],
+            back,
+        )
+        result["megatron_to_hf"] = {
+            "copy_s": round(copy_s, 1),
+            "copy_GBps": round(copied / copy_s / 1e9, 3),
+            "convert_s": round(conv_s, 1),
+            "convert_GBps": round(copied / conv_s / 1e9, 3),
+            "fraction_of_copy": round(copy_s / conv_s, 3),
+            "peak_rss_GB": round(rss, 2),
+        }
         print("torch_dist->hf", result["megatron_to_hf"], flush=True)
         last = a.layers - 1
-        spot_check(hf, back, ["model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
-                              *[f"model.layers.{i}.{n}" for i in (0, last) for n in
-                                ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                                 "mlp.gate_proj.weight", "mlp.up_proj.weight", "self_attn.q_norm.weight")]])
+        spot_check(
+            hf,
+            back,
+            [
+                "model.embed_tokens.weight",
+                "lm_head.weight",
+                "model.norm.weight",
+                *[
+                    f"model.layers.{i}.{n}"
+                    for i in (0, last)
+                    for n in (
+                        "self_attn.q_proj.weight",
+                        "self_attn.k_proj.weight",
+                        "self_attn.v_proj.weight",
+                        "mlp.gate_proj.weight",
+                        "mlp.up_proj.weight",
+                        "self_attn.q_norm.weight",
+                    )
+                ],
+            ],
+        )
         with safe_open(sorted(back.glob("*.safetensors"))[0], framework="pt") as f:
             result["hf_back_first_shard_tensors"] = len(list(f.keys()))
         result["spot_check"] = "bit-exact"

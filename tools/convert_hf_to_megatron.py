@@ -23,17 +23,29 @@ from slime_ext.convert.hf_io import DTYPES
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hf-dir", type=Path, required=True, help="HF model directory (config.json + safetensors)")
+    p.add_argument(
+        "--hf-dir", type=Path, required=True, help="HF model directory (config.json + safetensors)"
+    )
     p.add_argument("--out", type=Path, required=True, help="checkpoint root to create (must not exist)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size the vocab is padded for (default 1)")
-    p.add_argument("--make-vocab-size-divisible-by", type=int, default=128,
-                   help="Megatron's flag of the same name (default 128); padding multiple = this x TP")
+    p.add_argument(
+        "--tp", type=int, default=1, help="tensor-parallel size the vocab is padded for (default 1)"
+    )
+    p.add_argument(
+        "--make-vocab-size-divisible-by",
+        type=int,
+        default=128,
+        help="Megatron's flag of the same name (default 128); padding multiple = this x TP",
+    )
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="cast weights (default: keep)")
-    p.add_argument("--iteration", type=int, default=None,
-                   help="write iter_XXXXXXX with this number instead of release/")
-    p.add_argument("--no-te-extra-state", action="store_true",
-                   help="omit the Transformer Engine _extra_state objects (TE-spec models then need "
-                        "--dist-ckpt-strictness log_all to load)")
+    p.add_argument(
+        "--iteration", type=int, default=None, help="write iter_XXXXXXX with this number instead of release/"
+    )
+    p.add_argument(
+        "--no-te-extra-state",
+        action="store_true",
+        help="omit the Transformer Engine _extra_state objects (TE-spec models then need "
+        "--dist-ckpt-strictness log_all to load)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
@@ -42,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         stats = hf_to_megatron(
-            a.hf_dir, a.out,
+            a.hf_dir,
+            a.out,
             vocab_multiple=a.make_vocab_size_divisible_by * a.tp,
             dtype=DTYPES[a.dtype] if a.dtype else None,
             iteration=a.iteration,
@@ -53,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConvertError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {a.out}: {stats.tensors} tensors, {stats.bytes_written / 1e9:.2f} GB "
-          f"in {time.monotonic() - start:.1f} s")
+    print(
+        f"wrote {a.out}: {stats.tensors} tensors, {stats.bytes_written / 1e9:.2f} GB "
+        f"in {time.monotonic() - start:.1f} s"
+    )
     return 0
 
 

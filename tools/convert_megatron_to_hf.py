@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         stats = megatron_to_hf(
-            a.input, a.out, a.hf_config_dir,
+            a.input,
+            a.out,
+            a.hf_config_dir,
             vocab_size=a.vocab_size,
             dtype=DTYPES[a.dtype] if a.dtype else None,
             max_shard_bytes=int(a.max_shard_gb * 1e9),
@@ -46,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConvertError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {a.out}: {stats.tensors} tensors, {stats.bytes_written / 1e9:.2f} GB "
-          f"in {time.monotonic() - start:.1f} s")
+    print(
+        f"wrote {a.out}: {stats.tensors} tensors, {stats.bytes_written / 1e9:.2f} GB "
+        f"in {time.monotonic() - start:.1f} s"
+    )
     return 0
 
 

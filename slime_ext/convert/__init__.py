@@ -7,4 +7,11 @@ from slime_ext.convert.arch import ModelSpec, spec_from_hf_config
 from slime_ext.convert.convert import ConvertStats, hf_to_megatron, megatron_to_hf
 from slime_ext.convert.errors import ConvertError
 
-__all__ = ["ConvertError", "ConvertStats", "ModelSpec", "hf_to_megatron", "megatron_to_hf", "spec_from_hf_config"]
+__all__ = [
+    "ConvertError",
+    "ConvertStats",
+    "ModelSpec",
+    "hf_to_megatron",
+    "megatron_to_hf",
+    "spec_from_hf_config",
+]

@@ -97,7 +97,9 @@ def spec_from_hf_config(config: Mapping[str, Any]) -> ModelSpec:
         raise ConvertError(f"config.json must name exactly one architecture, got {archs!r}")
     arch = archs[0]
     if arch not in ARCHITECTURES:
-        raise ConvertError(f"unsupported architecture {arch!r}; supported: {', '.join(sorted(ARCHITECTURES))}")
+        raise ConvertError(
+            f"unsupported architecture {arch!r}; supported: {', '.join(sorted(ARCHITECTURES))}"
+        )
     family, qkv_bias, qk_norm = ARCHITECTURES[arch]
     if config.get("hidden_act", "silu") != "silu":
         raise ConvertError(f"hidden_act {config.get('hidden_act')!r} is not supported (only 'silu')")
@@ -169,33 +171,58 @@ def megatron_tensors(spec: ModelSpec, padded_vocab: int) -> list[MegatronTensor]
     h, d, g, f = spec.hidden_size, spec.head_dim, spec.num_query_groups, spec.ffn_hidden_size
     qkv_rows = (spec.num_attention_heads + 2 * g) * d
     hl = f"model.layers.{LAYER}."
-    out = [MegatronTensor("embedding.word_embeddings.weight", ("model.embed_tokens.weight",), "vocab",
-                          (padded_vocab, h), False)]
+    out = [
+        MegatronTensor(
+            "embedding.word_embeddings.weight",
+            ("model.embed_tokens.weight",),
+            "vocab",
+            (padded_vocab, h),
+            False,
+        )
+    ]
     layer = [
         ("self_attention.linear_qkv.layer_norm_weight", ("input_layernorm.weight",), "copy", (h,)),
-        ("self_attention.linear_qkv.weight",
-         tuple(f"self_attn.{p}_proj.weight" for p in "qkv"), "qkv", (qkv_rows, h)),
+        (
+            "self_attention.linear_qkv.weight",
+            tuple(f"self_attn.{p}_proj.weight" for p in "qkv"),
+            "qkv",
+            (qkv_rows, h),
+        ),
     ]
     if spec.qkv_bias:
-        layer.append(("self_attention.linear_qkv.bias",
-                      tuple(f"self_attn.{p}_proj.bias" for p in "qkv"), "qkv", (qkv_rows,)))
+        layer.append(
+            (
+                "self_attention.linear_qkv.bias",
+                tuple(f"self_attn.{p}_proj.bias" for p in "qkv"),
+                "qkv",
+                (qkv_rows,),
+            )
+        )
     if spec.qk_layernorm:
         layer += [
             ("self_attention.q_layernorm.weight", ("self_attn.q_norm.weight",), "copy", (d,)),
             ("self_attention.k_layernorm.weight", ("self_attn.k_norm.weight",), "copy", (d,)),
         ]
     layer += [
-        ("self_attention.linear_proj.weight", ("self_attn.o_proj.weight",), "copy",
-         (h, spec.num_attention_heads * d)),
+        (
+            "self_attention.linear_proj.weight",
+            ("self_attn.o_proj.weight",),
+            "copy",
+            (h, spec.num_attention_heads * d),
+        ),
         ("mlp.linear_fc1.layer_norm_weight", ("post_attention_layernorm.weight",), "copy", (h,)),
         ("mlp.linear_fc1.weight", ("mlp.gate_proj.weight", "mlp.up_proj.weight"), "gate_up", (2 * f, h)),
         ("mlp.linear_fc2.weight", ("mlp.down_proj.weight",), "copy", (h, f)),
     ]
-    out += [MegatronTensor(f"decoder.layers.{k}", tuple(hl + n for n in names), kind, shape, True)
-            for k, names, kind, shape in layer]
+    out += [
+        MegatronTensor(f"decoder.layers.{k}", tuple(hl + n for n in names), kind, shape, True)
+        for k, names, kind, shape in layer
+    ]
     out.append(MegatronTensor("decoder.final_layernorm.weight", ("model.norm.weight",), "copy", (h,), False))
     if not spec.tie_word_embeddings:
-        out.append(MegatronTensor("output_layer.weight", ("lm_head.weight",), "vocab", (padded_vocab, h), False))
+        out.append(
+            MegatronTensor("output_layer.weight", ("lm_head.weight",), "vocab", (padded_vocab, h), False)
+        )
     return out
 
 
@@ -224,23 +251,27 @@ def hf_tensor_names(spec: ModelSpec) -> list[str]:
 def to_megatron(spec: ModelSpec, mt: MegatronTensor, parts: Sequence[torch.Tensor]) -> torch.Tensor:
     """Build one Megatron tensor (one layer's slice for per-layer tensors) from its HF parts."""
     if mt.kind == "qkv":
-        out = fuse_qkv(parts[0], parts[1], parts[2], spec.num_attention_heads, spec.num_query_groups,
-                       spec.head_dim)
+        out = fuse_qkv(
+            parts[0], parts[1], parts[2], spec.num_attention_heads, spec.num_query_groups, spec.head_dim
+        )
     elif mt.kind == "gate_up":
         out = fuse_gate_up(parts[0], parts[1])
     elif mt.kind == "vocab":
         src = parts[0]
         if tuple(src.shape) != (spec.vocab_size, spec.hidden_size):
-            raise ConvertError(f"{mt.hf_names[0]}: expected shape {(spec.vocab_size, spec.hidden_size)}, "
-                               f"got {tuple(src.shape)}")
+            raise ConvertError(
+                f"{mt.hf_names[0]}: expected shape {(spec.vocab_size, spec.hidden_size)}, "
+                f"got {tuple(src.shape)}"
+            )
         out = torch.empty(mt.shape, dtype=src.dtype)
         out[: spec.vocab_size].copy_(src)
-        out[spec.vocab_size:].zero_()  # padding rows are zero, as Megatron initialises them for loading
+        out[spec.vocab_size :].zero_()  # padding rows are zero, as Megatron initialises them for loading
     else:
         out = parts[0]
     if tuple(out.shape) != mt.shape:
-        raise ConvertError(f"{mt.key}: HF tensors {mt.hf_names} give shape {tuple(out.shape)}, "
-                           f"expected {mt.shape}")
+        raise ConvertError(
+            f"{mt.key}: HF tensors {mt.hf_names} give shape {tuple(out.shape)}, expected {mt.shape}"
+        )
     return out
 
 

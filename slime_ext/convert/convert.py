@@ -43,8 +43,10 @@ __all__ = ["ConvertStats", "hf_to_megatron", "megatron_to_hf", "HF_SIDE_FILES_SK
 # Tensors an HF checkpoint may carry that have no Megatron counterpart (recomputed buffers).
 _IGNORED_HF = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
 # Weight files of the source HF dir that megatron_to_hf does not copy beside the new weights.
-HF_SIDE_FILES_SKIPPED = re.compile(r".*\.(safetensors|bin|pt|pth|ckpt|h5|msgpack)$|model\.safetensors\.index\.json$|"
-                                   r"pytorch_model\.bin\.index\.json$")
+HF_SIDE_FILES_SKIPPED = re.compile(
+    r".*\.(safetensors|bin|pt|pth|ckpt|h5|msgpack)$|model\.safetensors\.index\.json$|"
+    r"pytorch_model\.bin\.index\.json$"
+)
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,16 @@ def _check_hf_names(spec: ModelSpec, reader: HFReader, tensors: list[MegatronTen
     if missing:
         more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
         raise ConvertError(f"{reader.dir}: tensors missing for {spec.architecture}: {missing[:5]}{more}")
-    extra = sorted(n for n in present - expected if not _IGNORED_HF.fullmatch(n)
-                   and not (spec.tie_word_embeddings and n == "lm_head.weight"))
+    extra = sorted(
+        n
+        for n in present - expected
+        if not _IGNORED_HF.fullmatch(n) and not (spec.tie_word_embeddings and n == "lm_head.weight")
+    )
     if extra:
-        raise ConvertError(f"{reader.dir}: unexpected tensors for {spec.architecture} "
-                           f"(tie_word_embeddings={spec.tie_word_embeddings}): {extra[:5]}")
+        raise ConvertError(
+            f"{reader.dir}: unexpected tensors for {spec.architecture} "
+            f"(tie_word_embeddings={spec.tie_word_embeddings}): {extra[:5]}"
+        )
 
 
 def hf_to_megatron(
@@ -102,8 +109,13 @@ def hf_to_megatron(
         ckpt = root / checkpoint_subdir(iteration)
         ckpt.mkdir()
         writer = DcpWriter(ckpt, max_file_bytes)
-        total = sum(_tensor_nbytes(mt.global_shape(spec.num_layers),
-                                   dtype or reader.dtype(mt.hf_for_layer(0)[0]) or torch.float32) for mt in tensors)
+        total = sum(
+            _tensor_nbytes(
+                mt.global_shape(spec.num_layers),
+                dtype or reader.dtype(mt.hf_for_layer(0)[0]) or torch.float32,
+            )
+            for mt in tensors
+        )
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="hf->torch_dist", disable=not progress)
         try:
             for mt in tensors:
@@ -111,8 +123,9 @@ def hf_to_megatron(
                     parts = [reader.get(n) for n in mt.hf_for_layer(layer)]
                     target = dtype or parts[0].dtype
                     if dtype is None and any(p.dtype != target for p in parts):
-                        raise ConvertError(f"{mt.hf_for_layer(layer)} mix dtypes {[p.dtype for p in parts]}; "
-                                           f"pass a dtype")
+                        raise ConvertError(
+                            f"{mt.hf_for_layer(layer)} mix dtypes {[p.dtype for p in parts]}; pass a dtype"
+                        )
                     value = to_megatron(spec, mt, [p.to(target) for p in parts])
                     if layer == 0 or layer is None:
                         writer.declare(mt.key, mt.global_shape(spec.num_layers), target)
@@ -153,8 +166,10 @@ def _check_checkpoint(spec: ModelSpec, reader: DcpReader, tensors: list[Megatron
     for mt in tensors:
         shape = reader.shape(mt.key)
         if shape != mt.global_shape(spec.num_layers):
-            raise ConvertError(f"{mt.key}: checkpoint shape {shape} does not match the HF config "
-                               f"({spec.architecture}): expected {mt.global_shape(spec.num_layers)}")
+            raise ConvertError(
+                f"{mt.key}: checkpoint shape {shape} does not match the HF config "
+                f"({spec.architecture}): expected {mt.global_shape(spec.num_layers)}"
+            )
 
 
 def megatron_to_hf(
@@ -199,8 +214,9 @@ def megatron_to_hf(
     written = 0
     with atomic_output_dir(out_dir, overwrite) as tmp:
         writer = SafetensorsWriter(tmp, plan, max_shard_bytes)
-        bar = tqdm(total=writer.total_bytes, unit="B", unit_scale=True, desc="torch_dist->hf",
-                   disable=not progress)
+        bar = tqdm(
+            total=writer.total_bytes, unit="B", unit_scale=True, desc="torch_dist->hf", disable=not progress
+        )
         try:
             for mt, layer in steps:
                 if layer is None:

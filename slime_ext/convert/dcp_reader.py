@@ -62,7 +62,9 @@ class DcpReader:
         self._storage = self.metadata.storage_data or {}
 
     def tensor_keys(self) -> list[str]:
-        return [k for k, v in self.metadata.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)]
+        return [
+            k for k, v in self.metadata.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)
+        ]
 
     def _md(self, key: str) -> TensorStorageMetadata:
         md = self.metadata.state_dict_metadata.get(key)
@@ -87,34 +89,46 @@ class DcpReader:
             raise ConvertError(f"{key}: stored with transforms {info.transform_descriptors}, not supported")
         with open(path, "rb") as fh:
             try:
-                return torch.load(_FileSlice(fh, info.offset, info.length), map_location="cpu", weights_only=True)
+                return torch.load(
+                    _FileSlice(fh, info.offset, info.length), map_location="cpu", weights_only=True
+                )
             except RuntimeError as exc:
-                raise ConvertError(f"{info.relative_path}: cannot read the chunk of {key} at "
-                                   f"{tuple(offsets)}: {exc}") from exc
+                raise ConvertError(
+                    f"{info.relative_path}: cannot read the chunk of {key} at {tuple(offsets)}: {exc}"
+                ) from exc
 
     def read(self, key: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> torch.Tensor:
         """The region [offsets, offsets + sizes) of a global tensor."""
         md = self._md(key)
-        if len(offsets) != len(md.size) or any(o + s > g for o, s, g in zip(offsets, sizes, md.size, strict=True)):
+        if len(offsets) != len(md.size) or any(
+            o + s > g for o, s, g in zip(offsets, sizes, md.size, strict=True)
+        ):
             raise ConvertError(f"{key}: region {sizes} at {offsets} is outside {tuple(md.size)}")
         for chunk in md.chunks:  # the region is exactly one chunk: no assembly copy
             if tuple(chunk.offsets) == tuple(offsets) and tuple(chunk.sizes) == tuple(sizes):
                 data = self._load_chunk(key, chunk.offsets)
                 if tuple(data.shape) != tuple(sizes):
-                    raise ConvertError(f"{key}: chunk at {tuple(offsets)} holds {tuple(data.shape)}, "
-                                       f"metadata says {tuple(sizes)}")
+                    raise ConvertError(
+                        f"{key}: chunk at {tuple(offsets)} holds {tuple(data.shape)}, "
+                        f"metadata says {tuple(sizes)}"
+                    )
                 return data
         out = torch.empty(sizes, dtype=md.properties.dtype)
         filled = 0
         for chunk in md.chunks:
             lo = [max(o, c) for o, c in zip(offsets, chunk.offsets, strict=True)]
-            hi = [min(o + s, c + cs) for o, s, c, cs in zip(offsets, sizes, chunk.offsets, chunk.sizes, strict=True)]
+            hi = [
+                min(o + s, c + cs)
+                for o, s, c, cs in zip(offsets, sizes, chunk.offsets, chunk.sizes, strict=True)
+            ]
             if any(a >= b for a, b in zip(lo, hi, strict=True)):
                 continue
             data = self._load_chunk(key, chunk.offsets)
             if tuple(data.shape) != tuple(chunk.sizes):
-                raise ConvertError(f"{key}: chunk at {tuple(chunk.offsets)} holds {tuple(data.shape)}, "
-                                   f"metadata says {tuple(chunk.sizes)}")
+                raise ConvertError(
+                    f"{key}: chunk at {tuple(chunk.offsets)} holds {tuple(data.shape)}, "
+                    f"metadata says {tuple(chunk.sizes)}"
+                )
             src = data[tuple(slice(a - c, b - c) for a, b, c in zip(lo, hi, chunk.offsets, strict=True))]
             out[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, offsets, strict=True))] = src
             filled += src.numel()

@@ -89,10 +89,14 @@ class DcpWriter:
             raise ConvertError(f"DCP key {key!r} written before it was declared")
         if chunk.dtype != md.properties.dtype:
             raise ConvertError(f"{key}: chunk dtype {chunk.dtype}, declared {md.properties.dtype}")
-        if len(offsets) != len(md.size) or chunk.dim() != len(md.size) or any(
-            o < 0 or o + s > g for o, s, g in zip(offsets, chunk.shape, md.size, strict=True)
+        if (
+            len(offsets) != len(md.size)
+            or chunk.dim() != len(md.size)
+            or any(o < 0 or o + s > g for o, s, g in zip(offsets, chunk.shape, md.size, strict=True))
         ):
-            raise ConvertError(f"{key}: chunk {tuple(chunk.shape)} at {offsets} does not fit {tuple(md.size)}")
+            raise ConvertError(
+                f"{key}: chunk {tuple(chunk.shape)} at {offsets} does not fit {tuple(md.size)}"
+            )
         # torch.save writes a tensor's whole storage: make the chunk compact first.
         chunk = chunk.contiguous()
         if chunk.untyped_storage().nbytes() != chunk.numel() * chunk.element_size():

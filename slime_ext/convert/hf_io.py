@@ -20,7 +20,15 @@ import torch
 
 from slime_ext.convert.errors import ConvertError
 
-__all__ = ["DTYPES", "HFReader", "SafetensorsWriter", "TensorPlan", "read_hf_config", "read_safetensors_header", "tensor_bytes"]
+__all__ = [
+    "DTYPES",
+    "HFReader",
+    "SafetensorsWriter",
+    "TensorPlan",
+    "read_hf_config",
+    "read_safetensors_header",
+    "tensor_bytes",
+]
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -90,7 +98,9 @@ class HFReader:
                 self._entries[name] = (fname, start, entry)
         absent = sorted(set(weight_map) - set(self._entries))
         if absent:
-            raise ConvertError(f"{self.dir}: tensors listed in the index are not in their files: {absent[:5]}")
+            raise ConvertError(
+                f"{self.dir}: tensors listed in the index are not in their files: {absent[:5]}"
+            )
 
     def names(self) -> list[str]:
         return list(self._entries)
@@ -153,8 +163,11 @@ def _header(shard: Sequence[TensorPlan]) -> bytes:
     for t in shard:
         if t.dtype not in _ST_DTYPES:
             raise ConvertError(f"{t.name}: dtype {t.dtype} cannot be written to safetensors here")
-        entries[t.name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape),
-                           "data_offsets": [offset, offset + t.nbytes]}
+        entries[t.name] = {
+            "dtype": _ST_DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + t.nbytes],
+        }
         offset += t.nbytes
     raw = json.dumps(entries, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned, as safetensors writes it
@@ -177,7 +190,9 @@ class SafetensorsWriter:
         self.dir = Path(out_dir)
         self.shards = _shards(plan, max_shard_bytes)
         n = len(self.shards)
-        self.files = [SINGLE_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        self.files = (
+            [SINGLE_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        )
         self._order: Iterator[tuple[int, TensorPlan]] = (
             (i, t) for i, shard in enumerate(self.shards) for t in shard
         )
@@ -198,8 +213,10 @@ class SafetensorsWriter:
         except StopIteration:
             raise ConvertError(f"tensor {name!r} was not planned") from None
         if name != expect.name or tensor.dtype != expect.dtype or tuple(tensor.shape) != expect.shape:
-            raise ConvertError(f"writing {name} {tensor.dtype} {tuple(tensor.shape)}, planned "
-                               f"{expect.name} {expect.dtype} {expect.shape}")
+            raise ConvertError(
+                f"writing {name} {tensor.dtype} {tuple(tensor.shape)}, planned "
+                f"{expect.name} {expect.dtype} {expect.shape}"
+            )
         if shard != self._shard:
             self._open_shard(shard)
         assert self._fh is not None
@@ -213,8 +230,10 @@ class SafetensorsWriter:
         if leftover is not None:
             raise ConvertError(f"tensor {leftover[1].name!r} was planned but never written")
         if len(self.files) > 1:
-            index = {"metadata": {"total_size": self.total_bytes},
-                     "weight_map": {t.name: self.files[i] for i, s in enumerate(self.shards) for t in s}}
+            index = {
+                "metadata": {"total_size": self.total_bytes},
+                "weight_map": {t.name: self.files[i] for i, s in enumerate(self.shards) for t in s},
+            }
             (self.dir / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
 
     def abort(self) -> None:

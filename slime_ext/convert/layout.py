@@ -35,8 +35,12 @@ __all__ = [
 
 TRACKER = "latest_checkpointed_iteration.txt"
 CHECKPOINT_VERSION = 3.0
-SHARDED_CONFIG = {"sharded_backend": "torch_dist", "sharded_backend_version": 1,
-                  "common_backend": "torch", "common_backend_version": 1}
+SHARDED_CONFIG = {
+    "sharded_backend": "torch_dist",
+    "sharded_backend_version": 1,
+    "common_backend": "torch",
+    "common_backend_version": 1,
+}
 
 
 def checkpoint_subdir(iteration: int | None) -> str:
@@ -50,7 +54,9 @@ def checkpoint_subdir(iteration: int | None) -> str:
 
 def write_checkpoint_files(root: Path, ckpt_dir: Path, iteration: int | None) -> None:
     """common.pt, metadata.json and the tracker file around a finished DCP directory."""
-    torch.save({"checkpoint_version": CHECKPOINT_VERSION, "iteration": iteration or 0}, ckpt_dir / "common.pt")
+    torch.save(
+        {"checkpoint_version": CHECKPOINT_VERSION, "iteration": iteration or 0}, ckpt_dir / "common.pt"
+    )
     (ckpt_dir / "metadata.json").write_text(json.dumps(SHARDED_CONFIG))
     (root / TRACKER).write_text("release" if iteration is None else str(iteration))
 

@@ -27,7 +27,9 @@ def fuse_qkv(
 ) -> torch.Tensor:
     """[heads*d, ...], [G*d, ...], [G*d, ...] -> [G*(n+2)*d, ...] in per-group order (weights or biases)."""
     if num_heads % num_groups:
-        raise ConvertError(f"num_attention_heads {num_heads} is not a multiple of num_query_groups {num_groups}")
+        raise ConvertError(
+            f"num_attention_heads {num_heads} is not a multiple of num_query_groups {num_groups}"
+        )
     trailing = tuple(q.shape[1:])
     _check("q", q, num_heads * head_dim, trailing)
     _check("k", k, num_groups * head_dim, trailing)
@@ -49,7 +51,9 @@ def split_qkv(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Inverse of fuse_qkv; returns contiguous q, k, v."""
     if num_heads % num_groups:
-        raise ConvertError(f"num_attention_heads {num_heads} is not a multiple of num_query_groups {num_groups}")
+        raise ConvertError(
+            f"num_attention_heads {num_heads} is not a multiple of num_query_groups {num_groups}"
+        )
     n = num_heads // num_groups
     trailing = tuple(qkv.shape[1:])
     _check("linear_qkv", qkv, num_groups * (n + 2) * head_dim, trailing)

@@ -145,7 +145,9 @@ def worker(cases_path: Path, out_path: Path) -> None:
         with torch.no_grad():
             logits = model(tokens, positions, attention_mask=None).float()[..., : case["vocab"]]
         if rank == 0:
-            hf = AutoModelForCausalLM.from_pretrained(case["hf_dir"], dtype=dtype, attn_implementation="eager")
+            hf = AutoModelForCausalLM.from_pretrained(
+                case["hf_dir"], dtype=dtype, attn_implementation="eager"
+            )
             with torch.no_grad():
                 ref = hf.cuda().eval()(tokens).logits.float()
             err = ((logits - ref).abs().max() / ref.abs().max()).item()
@@ -175,8 +177,14 @@ def _need(ngpu: int) -> None:
 
 
 CASES = {
-    1: [("qwen3", "fp32"), ("qwen3_tied", "fp32"), ("qwen2", "fp32"), ("llama", "fp32"), ("qwen3", "bf16"),
-        ("qwen2", "bf16")],
+    1: [
+        ("qwen3", "fp32"),
+        ("qwen3_tied", "fp32"),
+        ("qwen2", "fp32"),
+        ("llama", "fp32"),
+        ("qwen3", "bf16"),
+        ("qwen2", "bf16"),
+    ],
     2: [("qwen3", "fp32"), ("qwen3_tied", "fp32"), ("qwen2", "fp32"), ("llama", "fp32"), ("qwen3", "bf16")],
 }
 
@@ -190,16 +198,37 @@ def test_megatron_logits_match_transformers(tmp_path: Path, tp: int) -> None:
         ckpt_root = tmp_path / f"{kind}-{dt}-tp{tp}"
         hf_to_megatron(hf_dir, ckpt_root, vocab_multiple=128 * tp, progress=False)
         vocab = read_hf_config(hf_dir)["vocab_size"]
-        cases.append({"kind": kind, "dtype": dt, "hf_dir": str(hf_dir), "ckpt_dir": str(ckpt_root / "release"),
-                      "vocab": vocab, "padded_vocab": -(-vocab // (128 * tp)) * 128 * tp,
-                      "mcore_save_dir": str(tmp_path / f"{kind}-{dt}-mcore-saved-tp{tp}")})
+        cases.append(
+            {
+                "kind": kind,
+                "dtype": dt,
+                "hf_dir": str(hf_dir),
+                "ckpt_dir": str(ckpt_root / "release"),
+                "vocab": vocab,
+                "padded_vocab": -(-vocab // (128 * tp)) * 128 * tp,
+                "mcore_save_dir": str(tmp_path / f"{kind}-{dt}-mcore-saved-tp{tp}"),
+            }
+        )
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     out = tmp_path / "results.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={tp}", __file__,
-         "--cases", str(tmp_path / "cases.json"), "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={tp}",
+            __file__,
+            "--cases",
+            str(tmp_path / "cases.json"),
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     results = json.loads(out.read_text())
@@ -213,9 +242,17 @@ def test_megatron_logits_match_transformers(tmp_path: Path, tp: int) -> None:
     # model keeps its torch RMSNorm weights in fp32, so the output is cast to the HF dtype.
     for case in cases:
         back = tmp_path / f"{case['kind']}-{case['dtype']}-back"
-        megatron_to_hf(Path(case["mcore_save_dir"]), back, Path(case["hf_dir"]), dtype=DTYPES[case["dtype"]],
-                       progress=False)
-        want, got = load_file(Path(case["hf_dir"]) / "model.safetensors"), load_file(back / "model.safetensors")
+        megatron_to_hf(
+            Path(case["mcore_save_dir"]),
+            back,
+            Path(case["hf_dir"]),
+            dtype=DTYPES[case["dtype"]],
+            progress=False,
+        )
+        want, got = (
+            load_file(Path(case["hf_dir"]) / "model.safetensors"),
+            load_file(back / "model.safetensors"),
+        )
         assert got.keys() == want.keys(), case
         for name, t in want.items():
             assert got[name].dtype == t.dtype and torch.equal(got[name], t), (case["kind"], name)

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_hf_model("qwen3", tmp_path_factory.mktemp("hf") / "m", torch.bfloat16,
-                               max_shard_size="100KB")
+    return write_tiny_hf_model(
+        "qwen3", tmp_path_factory.mktemp("hf") / "m", torch.bfloat16, max_shard_size="100KB"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +95,9 @@ def test_existing_output_is_refused(tmp_path: Path, hf_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("direction", ["hf_to_megatron", "megatron_to_hf"])
-def test_failure_midway_leaves_nothing(tmp_path: Path, hf_dir: Path, mg_dir: Path, direction: str,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_midway_leaves_nothing(
+    tmp_path: Path, hf_dir: Path, mg_dir: Path, direction: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Die after some tensors were written: neither the output nor a partial directory remains."""
     calls = {"n": 0}
     name = "to_megatron" if direction == "hf_to_megatron" else "to_hf"
@@ -140,14 +142,47 @@ def test_truncated_data_file(tmp_path: Path, hf_dir: Path, mg_dir: Path) -> None
     assert leftovers(tmp_path) == ["bad"]
 
 
-def test_clis_report_errors_and_succeed(tmp_path: Path, hf_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert convert_hf_to_megatron.main(["--hf-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "o"),
-                                        "--no-progress"]) == 2
+def test_clis_report_errors_and_succeed(
+    tmp_path: Path, hf_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        convert_hf_to_megatron.main(
+            ["--hf-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--no-progress"]
+        )
+        == 2
+    )
     assert "no config.json" in capsys.readouterr().err
-    assert convert_hf_to_megatron.main(["--hf-dir", str(hf_dir), "--out", str(tmp_path / "mg"), "--tp", "2",
-                                        "--dtype", "fp32", "--no-progress"]) == 0
-    assert convert_megatron_to_hf.main(["--input", str(tmp_path / "mg" / "release"), "--hf-config-dir",
-                                        str(hf_dir), "--out", str(tmp_path / "hf"), "--dtype", "bf16",
-                                        "--no-progress"]) == 0
+    assert (
+        convert_hf_to_megatron.main(
+            [
+                "--hf-dir",
+                str(hf_dir),
+                "--out",
+                str(tmp_path / "mg"),
+                "--tp",
+                "2",
+                "--dtype",
+                "fp32",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    assert (
+        convert_megatron_to_hf.main(
+            [
+                "--input",
+                str(tmp_path / "mg" / "release"),
+                "--hf-config-dir",
+                str(hf_dir),
+                "--out",
+                str(tmp_path / "hf"),
+                "--dtype",
+                "bf16",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "wrote" in capsys.readouterr().out
     assert (tmp_path / "hf" / "model.safetensors").is_file()

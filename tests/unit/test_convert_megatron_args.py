@@ -14,8 +14,17 @@ from tools import gen_model_args
 pytestmark = pytest.mark.unit
 
 MODELS = Path(__file__).resolve().parents[2] / "configs" / "models"
-EXPECTED_MODELS = {"qwen3-0.6B", "qwen3-1.7B", "qwen3-4B", "qwen3-8B", "qwen3-14B", "qwen3-32B",
-                   "qwen2.5-coder-1.5B", "qwen2.5-coder-7B", "llama3.1-8B"}
+EXPECTED_MODELS = {
+    "qwen3-0.6B",
+    "qwen3-1.7B",
+    "qwen3-4B",
+    "qwen3-8B",
+    "qwen3-14B",
+    "qwen3-32B",
+    "qwen2.5-coder-1.5B",
+    "qwen2.5-coder-7B",
+    "llama3.1-8B",
+}
 
 
 def hf_config(name: str) -> dict:
@@ -57,11 +66,19 @@ def test_qwen3_8b_flags_match_slime_reference() -> None:
     """The flag values of slime's scripts/models/qwen3-8B.sh (see shared/slime_interfaces.md §6)."""
     f = flags(megatron_args_from_hf_config(hf_config("qwen3-8B")))
     assert f["--num-layers"] == "36" and f["--hidden-size"] == "4096" and f["--ffn-hidden-size"] == "12288"
-    assert f["--num-attention-heads"] == "32" and f["--num-query-groups"] == "8" and f["--kv-channels"] == "128"
+    assert (
+        f["--num-attention-heads"] == "32" and f["--num-query-groups"] == "8" and f["--kv-channels"] == "128"
+    )
     assert f["--rotary-base"] == "1000000" and float(f["--norm-epsilon"]) == 1e-6
     assert f["--vocab-size"] == "151936" and f["--normalization"] == "RMSNorm"
-    for flag in ("--swiglu", "--group-query-attention", "--qk-layernorm", "--disable-bias-linear",
-                 "--untie-embeddings-and-output-weights", "--use-rotary-position-embeddings"):
+    for flag in (
+        "--swiglu",
+        "--group-query-attention",
+        "--qk-layernorm",
+        "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights",
+        "--use-rotary-position-embeddings",
+    ):
         assert flag in f
     assert "--add-qkv-bias" not in f
 

@@ -31,31 +31,44 @@ def load_hf(d: Path) -> dict[str, torch.Tensor]:
 def dcp_state(ckpt: Path) -> dict[str, torch.Tensor]:
     """Read every tensor with torch.distributed.checkpoint itself (no process group)."""
     meta = DcpReader(ckpt).metadata.state_dict_metadata
-    sd = {k: torch.full(tuple(v.size), float("nan"), dtype=v.properties.dtype)
-          for k, v in meta.items() if hasattr(v, "size")}
+    sd = {
+        k: torch.full(tuple(v.size), float("nan"), dtype=v.properties.dtype)
+        for k, v in meta.items()
+        if hasattr(v, "size")
+    }
     with pytest.warns(UserWarning, match="single process"):
         dcp.load(sd, checkpoint_id=str(ckpt), no_dist=True)
     return sd
 
 
-def expected_qkv(hf: dict[str, torch.Tensor], layer: int, heads: int, groups: int, d: int, what: str) -> torch.Tensor:
+def expected_qkv(
+    hf: dict[str, torch.Tensor], layer: int, heads: int, groups: int, d: int, what: str
+) -> torch.Tensor:
     """Per-group order built head by head: group g = its q heads, then k head g, then v head g."""
     q, k, v = (hf[f"model.layers.{layer}.self_attn.{p}_proj.{what}"] for p in "qkv")
     n = heads // groups
     rows = []
     for g in range(groups):
-        rows += [q[(g * n + i) * d:(g * n + i + 1) * d] for i in range(n)]
-        rows += [k[g * d:(g + 1) * d], v[g * d:(g + 1) * d]]
+        rows += [q[(g * n + i) * d : (g * n + i + 1) * d] for i in range(n)]
+        rows += [k[g * d : (g + 1) * d], v[g * d : (g + 1) * d]]
     return torch.cat(rows)
 
 
-CASES = [("qwen3", torch.bfloat16, 1), ("qwen3_tied", torch.bfloat16, 2), ("qwen2", torch.bfloat16, 1),
-         ("llama", torch.bfloat16, 4), ("qwen3", torch.float32, 2), ("qwen2", torch.float32, 1)]
+CASES = [
+    ("qwen3", torch.bfloat16, 1),
+    ("qwen3_tied", torch.bfloat16, 2),
+    ("qwen2", torch.bfloat16, 1),
+    ("llama", torch.bfloat16, 4),
+    ("qwen3", torch.float32, 2),
+    ("qwen2", torch.float32, 1),
+]
 
 
 @pytest.mark.parametrize("kind,dtype,tp", CASES, ids=[f"{k}-{str(d)[6:]}-tp{t}" for k, d, t in CASES])
 def test_round_trip_bit_exact(tmp_path: Path, kind: str, dtype: torch.dtype, tp: int) -> None:
-    hf_dir = write_tiny_hf_model(kind, tmp_path / "hf", dtype, max_shard_size="100KB" if kind == "qwen2" else None)
+    hf_dir = write_tiny_hf_model(
+        kind, tmp_path / "hf", dtype, max_shard_size="100KB" if kind == "qwen2" else None
+    )
     hf = load_hf(hf_dir)
     config = json.loads((hf_dir / "config.json").read_text())
     spec = spec_from_hf_config(config)
@@ -77,23 +90,35 @@ def test_round_trip_bit_exact(tmp_path: Path, kind: str, dtype: torch.dtype, tp:
     emb = sd["embedding.word_embeddings.weight"]
     assert emb.shape == (padded, H) and emb.dtype == dtype
     assert torch.equal(emb[: spec.vocab_size], hf["model.embed_tokens.weight"])
-    assert not emb[spec.vocab_size:].any()
+    assert not emb[spec.vocab_size :].any()
     assert ("output_layer.weight" in sd) == (kind != "qwen3_tied")
     for layer in range(L):
         qkv = sd["decoder.layers.self_attention.linear_qkv.weight"][layer]
-        assert torch.equal(qkv, expected_qkv(hf, layer, spec.num_attention_heads, spec.num_query_groups,
-                                             spec.head_dim, "weight"))
+        assert torch.equal(
+            qkv,
+            expected_qkv(hf, layer, spec.num_attention_heads, spec.num_query_groups, spec.head_dim, "weight"),
+        )
         if kind == "qwen2":
-            assert torch.equal(sd["decoder.layers.self_attention.linear_qkv.bias"][layer],
-                               expected_qkv(hf, layer, spec.num_attention_heads, spec.num_query_groups,
-                                            spec.head_dim, "bias"))
+            assert torch.equal(
+                sd["decoder.layers.self_attention.linear_qkv.bias"][layer],
+                expected_qkv(
+                    hf, layer, spec.num_attention_heads, spec.num_query_groups, spec.head_dim, "bias"
+                ),
+            )
         fc1 = sd["decoder.layers.mlp.linear_fc1.weight"][layer]
-        gate, up = hf[f"model.layers.{layer}.mlp.gate_proj.weight"], hf[f"model.layers.{layer}.mlp.up_proj.weight"]
+        gate, up = (
+            hf[f"model.layers.{layer}.mlp.gate_proj.weight"],
+            hf[f"model.layers.{layer}.mlp.up_proj.weight"],
+        )
         assert torch.equal(fc1, torch.cat([gate, up]))
-        assert torch.equal(sd["decoder.layers.self_attention.linear_qkv.layer_norm_weight"][layer],
-                           hf[f"model.layers.{layer}.input_layernorm.weight"])
-        assert torch.equal(sd["decoder.layers.mlp.linear_fc1.layer_norm_weight"][layer],
-                           hf[f"model.layers.{layer}.post_attention_layernorm.weight"])
+        assert torch.equal(
+            sd["decoder.layers.self_attention.linear_qkv.layer_norm_weight"][layer],
+            hf[f"model.layers.{layer}.input_layernorm.weight"],
+        )
+        assert torch.equal(
+            sd["decoder.layers.mlp.linear_fc1.layer_norm_weight"][layer],
+            hf[f"model.layers.{layer}.post_attention_layernorm.weight"],
+        )
     assert ("decoder.layers.self_attention.q_layernorm.weight" in sd) == kind.startswith("qwen3")
     for mt in megatron_tensors(spec, padded):
         assert tuple(sd[mt.key].shape) == mt.global_shape(L)
@@ -115,7 +140,9 @@ def test_round_trip_bit_exact(tmp_path: Path, kind: str, dtype: torch.dtype, tp:
 def test_dtype_cast_and_iteration_dir(tmp_path: Path) -> None:
     hf_dir = write_tiny_hf_model("llama", tmp_path / "hf", torch.float32)
     hf = load_hf(hf_dir)
-    hf_to_megatron(hf_dir, tmp_path / "mg", dtype=torch.bfloat16, iteration=42, te_extra_state=False, progress=False)
+    hf_to_megatron(
+        hf_dir, tmp_path / "mg", dtype=torch.bfloat16, iteration=42, te_extra_state=False, progress=False
+    )
     assert (tmp_path / "mg" / "latest_checkpointed_iteration.txt").read_text() == "42"
     ckpt = tmp_path / "mg" / "iter_0000042"
     assert torch.load(ckpt / "common.pt", weights_only=True)["iteration"] == 42
@@ -130,10 +157,17 @@ def test_dtype_cast_and_iteration_dir(tmp_path: Path) -> None:
 
 def _tp_chunks(key: str, shape: tuple[int, ...], tp: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(offsets, sizes) of the chunks Megatron saves at tensor-parallel size tp for one key."""
+
     def split(axis: int, frags: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         step = shape[axis] // frags
-        return [(tuple(i * step if a == axis else 0 for a in range(len(shape))),
-                 tuple(step if a == axis else s for a, s in enumerate(shape))) for i in range(frags)]
+        return [
+            (
+                tuple(i * step if a == axis else 0 for a in range(len(shape))),
+                tuple(step if a == axis else s for a, s in enumerate(shape)),
+            )
+            for i in range(frags)
+        ]
+
     if key.endswith(("linear_proj.weight", "linear_fc2.weight")):
         return split(len(shape) - 1, tp)  # row-parallel: input dim
     if key.endswith("linear_fc1.weight"):
@@ -169,7 +203,9 @@ def test_reads_tensor_parallel_chunking(tmp_path: Path) -> None:
                     writer.write_chunk(key, (layer, *offs), full[layer][index].unsqueeze(0).clone())
     writer.finish()
     write_checkpoint_files(tmp_path / "tp2", out, 7)
-    assert len(DcpReader(out).metadata.state_dict_metadata["decoder.layers.mlp.linear_fc1.weight"].chunks) == 8
+    assert (
+        len(DcpReader(out).metadata.state_dict_metadata["decoder.layers.mlp.linear_fc1.weight"].chunks) == 8
+    )
     megatron_to_hf(tmp_path / "tp2", tmp_path / "hf2", hf_dir, progress=False)
     hf, back = load_hf(hf_dir), load_hf(tmp_path / "hf2")
     assert back.keys() == hf.keys()
