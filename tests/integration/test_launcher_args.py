@@ -4,6 +4,7 @@ the latest checkpoint, the run's recipe, the SFT run; and the bad settings they 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -167,3 +168,54 @@ def test_sft_run(tmp_path: Path) -> None:
     assert _flag(trainer, "--actor-num-gpus-per-node") == "8"
     missing = _run("run_sft.sh", tmp_path, SFT_DATA=str(tmp_path / "none.jsonl"))
     assert missing.returncode == 1 and "SFT data not found" in missing.stderr
+
+
+def test_ray_train_command_line(tmp_path: Path) -> None:
+    """scripts/lib/ray_train.sh with a TEST DOUBLE of the `ray` CLI on PATH (Ray and slime cannot
+    run here): the double only records its arguments, so this checks what the trainer window
+    would run: a Ray head on this run's ports and temp dir, then the slime job with Megatron-LM
+    and this repository on PYTHONPATH and the run id in its environment."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.jsonl"
+    fake = bin_dir / "ray"
+    fake.write_text(
+        f"#!{sys.executable}\n# TEST DOUBLE of the ray CLI: records argv, does nothing.\n"
+        f"import json, sys\nopen({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+    )
+    fake.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "MASTER_ADDR": "127.0.0.1",
+        "RAY_PORT": "6390",
+        "RAY_DASHBOARD_PORT": "8270",
+        "RAY_NUM_GPUS": "6",
+        "RAY_TMPDIR": str(tmp_path / "ray"),
+        "SLIME_DIR": "/opt/slime",
+        "MEGATRON_DIR": "/opt/megatron",
+        "KRL_REPO_ROOT": str(REPO),
+        "KRL_RUN_ID": "run-1",
+    }
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts/lib/ray_train.sh"), "train.py", "--lr", "1e-6", "--x", "a b"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    start, submit = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert start[:2] == ["start", "--head"]
+    assert _flag(start, "--port") == "6390" and _flag(start, "--num-gpus") == "6"
+    assert _flag(start, "--temp-dir") == str(tmp_path / "ray") and _flag(start, "--dashboard-port") == "8270"
+    assert submit[:2] == ["job", "submit"] and _flag(submit, "--address") == "http://127.0.0.1:8270"
+    runtime = json.loads(_flag(submit, "--runtime-env-json"))["env_vars"]
+    assert runtime["PYTHONPATH"] == f"/opt/megatron:{REPO}" and runtime["KRL_RUN_ID"] == "run-1"
+    assert submit[submit.index("--") + 1 :] == [
+        "python3",
+        "/opt/slime/train.py",
+        "--lr",
+        "1e-6",
+        "--x",
+        "a b",
+    ]
