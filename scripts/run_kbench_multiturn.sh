@@ -57,11 +57,15 @@ krl_gpu_split() {
       krl_die "ROLLOUT_GPUS=${ROLLOUT_GPUS} is not a multiple of ROLLOUT_GPUS_PER_ENGINE=${ROLLOUT_GPUS_PER_ENGINE}"
     RAY_NUM_GPUS=$((TRAIN_GPUS + ROLLOUT_GPUS))
   fi
-  need=$((RAY_NUM_GPUS + EVAL_GPUS))
+  # GPUs needed: Ray's, plus the eval server's unless EVAL_DEVICES names them (e.g. cpu); none
+  # when TRAINER_CMD replaces the trainer and the eval server runs on EVAL_DEVICES (tests, dry run).
+  need=0
+  [[ -z "${TRAINER_CMD}" ]] && need=${RAY_NUM_GPUS}
+  [[ -z "${EVAL_DEVICES:-}" ]] && need=$((RAY_NUM_GPUS + EVAL_GPUS))
   total="${NUM_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
+  ((total >= need)) || krl_die "the split needs ${need} GPUs (train ${TRAIN_GPUS}, rollout ${ROLLOUT_GPUS}," \
+    "eval ${EVAL_GPUS}, colocate=${COLOCATE}) but ${total} are visible; set TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS or COLOCATE=1"
   if [[ -z "${EVAL_DEVICES:-}" ]]; then
-    ((total >= need)) || krl_die "the split needs ${need} GPUs (train ${TRAIN_GPUS}, rollout ${ROLLOUT_GPUS}," \
-      "eval ${EVAL_GPUS}${COLOCATE:+, colocate=${COLOCATE}}) but ${total} are visible; set TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS"
     EVAL_DEVICES="$(seq -s, "${RAY_NUM_GPUS}" $((need - 1)))"
     [[ -n "${EVAL_DEVICES}" ]] || krl_die "EVAL_GPUS=0: set EVAL_DEVICES (e.g. cpu, or GPU ids shared with training)"
   fi

@@ -219,3 +219,11 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
         "--x",
         "a b",
     ]
+
+
+def test_eval_on_cpu_still_needs_the_ray_gpus(tmp_path: Path) -> None:
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="4", EVAL_DEVICES="cpu")
+    assert res.returncode == 1 and "needs 6 GPUs" in res.stderr
+    ok = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="6", EVAL_DEVICES="cpu")
+    assert ok.returncode == 0, ok.stderr
+    assert _flag(_argv(tmp_path / "runs" / "r", "eval"), "--devices") == "cpu"
