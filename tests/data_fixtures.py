@@ -387,3 +387,16 @@ def kernelbook_rows(device: str = "cpu") -> list[dict]:
             SCALED_RELU_TRITON.replace("    return buf0,", "    return torch.relu(buf0),"),
         ),  # static:static.torch_compute
     ]
+
+
+def write_word_tokenizer(path: Path) -> str:
+    """A real (tiny) HF tokenizer dir: one token per word or punctuation run, a plain chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(vocab={"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    fast.chat_template = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}"
+    fast.save_pretrained(path)
+    return str(path)

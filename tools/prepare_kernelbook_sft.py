@@ -34,15 +34,12 @@ from slime_ext.data.sft_build import (
     Attempt,
     SFTBuildConfig,
     limit_tokens,
-    load_attempts,
-    multi_turn_examples,
-    mutation_attempts,
     select_pairs,
     single_turn_example,
     token_counter,
-    verify_pairs,
 )
 from slime_ext.data.sft_format import SFTExample, write_sft_jsonl
+from slime_ext.data.sft_verify import load_attempts, multi_turn_examples, mutation_attempts, verify_pairs
 from slime_ext.episode import EpisodeConfig
 from slime_ext.eval_client import EvalClient, EvalClientError
 from slime_ext.problems import load_prompt_records
@@ -82,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--verify-url", default=None, help="eval server URL(s), comma-separated: keep passing answers"
     )
+    p.add_argument("--jobs", type=int, default=1, help="processes for the per-row conversion and checks (1)")
     p.add_argument("--concurrency", type=int, default=4, help="evaluations in flight (4)")
     p.add_argument("--correctness-trials", type=int, default=None, help="override the eval options' trials")
     p.add_argument("--eval-timeout", type=float, default=600.0, help="seconds to wait for one evaluation")

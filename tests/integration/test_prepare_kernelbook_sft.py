@@ -11,9 +11,10 @@ import pytest
 
 from eval_server.launch import free_port
 from slime_ext.data.kernelbook import parse_kernelbook_row, to_answer, to_reference
+from slime_ext.data.sft_build import token_counter
 from slime_ext.data.sft_format import load_sft_jsonl
 from slime_ext.problems import PromptRecord, write_prompt_records
-from tests.data_fixtures import kernelbook_rows
+from tests.data_fixtures import kernelbook_rows, write_word_tokenizer
 from tools.prepare_kernelbook_sft import main
 
 pytestmark = pytest.mark.integration
@@ -108,6 +109,23 @@ def test_without_server_recipe_and_exclusions(kb_parquet, tmp_path):
     assert examples[0].messages[0] == {"role": "system", "content": "Be brief."}
     assert "Example of the expected answer format" in examples[0].messages[1]["content"]
     assert json.loads((tmp_path / "r.json").read_text())["dropped"]["overlaps_eval_problem"] == 1
+
+
+def test_token_limit_and_jobs(kb_parquet, tmp_path):
+    out = tmp_path / "sft.jsonl"
+    tok = write_word_tokenizer(tmp_path / "tok")
+    assert main(["--input", str(kb_parquet), "--output", str(out), "--jobs", "2", *LIMITS]) == 0
+    examples = load_sft_jsonl(out)
+    assert sorted(e.metadata["key"] for e in examples) == ["1", "2", "7"]
+    sizes = sorted(token_counter(tok)(e) for e in examples)
+    limit = str(sizes[1])  # the longest example is over it
+    rc = main(
+        ["--input", str(kb_parquet), "--output", str(out), "--tokenizer", tok, "--max-tokens", limit, *LIMITS]
+    )
+    assert rc == 0 and len(load_sft_jsonl(out)) == 2
+    report = json.loads((tmp_path / "sft.report.json").read_text())
+    assert report["dropped"]["too_many_tokens"] == 1 and report["kept_single_turn"] == 2
+    assert main(["--input", str(kb_parquet), "--output", str(out), "--tokenizer", tok]) == 2
 
 
 def test_refusals_write_nothing(kb_parquet, tmp_path, capsys):

@@ -15,16 +15,15 @@ from slime_ext.data.sft_build import (
     Attempt,
     SFTBuildConfig,
     limit_tokens,
-    load_attempts,
     multi_turn_example,
-    mutation_attempts,
     select_pairs,
     single_turn_example,
     token_counter,
 )
+from slime_ext.data.sft_verify import load_attempts, mutation_attempts
 from slime_ext.prompts import PromptConfig, build_messages, feedback_text
 from slime_ext.validation import ValidationError
-from tests.data_fixtures import kernelbook_rows
+from tests.data_fixtures import kernelbook_rows, write_word_tokenizer
 
 pytestmark = pytest.mark.unit
 
@@ -133,19 +132,6 @@ def test_load_attempts(tmp_path):
         load_attempts(str(path))
 
 
-def _word_tokenizer(path):
-    """A real (tiny) HF tokenizer dir: one token per word or punctuation run, a plain chat template."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel(vocab={"[UNK]": 0}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
-    fast.chat_template = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}"
-    fast.save_pretrained(path)
-    return str(path)
-
-
 def test_token_limit_counts_the_rendered_conversation(tmp_path):
     import re
 
@@ -153,7 +139,7 @@ def test_token_limit_counts_the_rendered_conversation(tmp_path):
     examples = [single_turn_example(p, PromptConfig()) for p in pairs]
     result = EvalResult(status="incorrect", feedback="wrong")
     examples.append(multi_turn_example(pairs[0], Attempt(pairs[0].key, "bad", "x"), result, PromptConfig()))
-    count = token_counter(_word_tokenizer(tmp_path / "tok"))
+    count = token_counter(write_word_tokenizer(tmp_path / "tok"))
     expected = [
         len(re.findall(r"\w+|[^\w\s]+", "".join(f"<{m['role']}> {m['content']}\n" for m in e.messages)))
         for e in examples
