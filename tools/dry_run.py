@@ -202,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         if run_dir.exists() and any(run_dir.iterdir()):
             raise DryRunError(f"{run_dir} exists and is not empty: choose another --run-dir")
         run_dir.mkdir(parents=True, exist_ok=True)
+        from transformers.utils import logging as hf_logging
+
         from slime_ext.tiny_model import write_model_dir
+
+        hf_logging.disable_progress_bar()
 
         print(
             f"[1/4] tiny model (random weights, local tokenizer) -> {write_model_dir(run_dir / 'model')}",

@@ -4,7 +4,7 @@
 # and configs/models/${MODEL}.sh.
 # shellcheck disable=SC2034  # the arrays are used by the script that sources this file
 
-: "${SFT_DATA:=${DATA_DIR}/kernelbook_sft.jsonl}"
+: "${SFT_DATA:=${DATA_DIR}/sft.jsonl}"          # python -m tools.prepare_kernelbook_sft --output
 : "${SFT_BATCH_SIZE:=128}"
 : "${SFT_NUM_EPOCH:=2}"
 : "${SFT_LR:=1e-5}"
