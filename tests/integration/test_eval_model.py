@@ -3,12 +3,18 @@ labelled test doubles for the policy endpoints: the OpenAI-compatible chat TEST 
 (tests/openai_double.py) answering canned candidates from eval_server/samples/candidates, and the
 SGLang TEST DOUBLE (tests/sglang_double.py) in scripted mode. Covers an interrupted run (the chat
 endpoint fails mid-run) resumed by re-running the same command, the metrics of the resulting
-report, the train-split refusal (split field and split manifest), --report-only, and tools/compare_runs on the two result files."""
+report, a run killed with SIGKILL and resumed, the train-split refusal (split field and split
+manifest), --report-only, and tools/compare_runs on the two result files."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +32,7 @@ from tools import compare_runs, eval_model
 
 pytestmark = pytest.mark.integration
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 F = "```"
 NO_CODE = "I am not sure how to write this kernel."
 
@@ -238,3 +245,46 @@ def test_sglang_backend_and_compare(
     assert "# scripted-chat (B) vs scripted-sglang (A)" in text
     assert "Paired problems: 1 (only in A: 0, only in B: 2)" in text
     assert "| all | correct | 1 | 100.0% | 100.0% | +0.0 pp |" in text
+
+
+def test_killed_run_resumes(tmp_path: Path) -> None:
+    """SIGKILL the tool mid-run (a real process, killed by its PID); the same command resumes:
+    every sample ends up in the file exactly once and only the missing ones are asked for.
+    The script answers without code, so no evaluation is needed (the eval URL is never called)."""
+
+    def slow_no_code(messages: list[dict[str, str]], body: dict[str, Any]) -> str:
+        time.sleep(0.3)  # slow enough that the kill lands mid-run
+        return NO_CODE
+
+    double = OpenAIChatDouble(slow_no_code)
+    url = double.start()
+    out = tmp_path / "killed"
+    args = [
+        "--prompts", str(prompts_file(tmp_path)), "--out", str(out), "--eval-url", "http://127.0.0.1:9",
+        "--backend", "chat", "--url", url, "--model", "no-code", "-k", "4", "--max-turns", "1",
+        "--concurrency", "2", "--no-plots", "--no-progress",
+    ]  # fmt: skip
+    results = out / "results.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "tools.eval_model", *args], cwd=REPO_ROOT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (results.is_file() and results.read_bytes().count(b"\n") >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it was killed"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        written = len(load_results(results))
+        asked = len(double.requests)
+        assert 3 <= written < 12
+        assert eval_model.main(args) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        double.stop()
+    records = load_results(results)
+    keys = [(r.instance_id, r.sample) for r in records]
+    assert len(keys) == len(set(keys)) == 12  # nothing lost, nothing twice
+    # the resumed run asked for the missing samples only (in-flight ones at the kill are redone)
+    assert len(double.requests) - asked == 12 - written
