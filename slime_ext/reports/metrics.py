@@ -40,6 +40,7 @@ __all__ = [
     "group_summary",
     "outcome_at_turn",
     "pass_at_k",
+    "per_problem",
     "summarize",
 ]
 
@@ -197,3 +198,25 @@ def summarize(
     out = {str(level): group_summary(levels[level], **kw) for level in sorted(levels)}
     out["all"] = group_summary(list(samples), **kw)
     return out
+
+
+def per_problem(samples: Sequence[SampleResult]) -> list[dict[str, Any]]:
+    """One row per problem (final outcomes, aborted samples left out): samples, correct rate,
+    fast_1, the best speedup of a correct sample, and the outcome statuses."""
+    rows = []
+    for iid, ss in sorted(_by_problem(s for s in samples if not s.aborted).items()):
+        outs = [outcome_at_turn(s) for s in ss]
+        speedups = [o.speedup for o in outs if o.correct and o.speedup is not None]
+        rows.append(
+            {
+                "instance_id": iid,
+                "problem_id": ss[0].problem_id,
+                "level": ss[0].level,
+                "samples": len(ss),
+                "correct_rate": fast_p(outs, 0.0),
+                "fast_1": fast_p(outs, 1.0),
+                "best_speedup": max(speedups, default=None),
+                "status": dict(sorted(Counter(o.status for o in outs).items())),
+            }
+        )
+    return rows

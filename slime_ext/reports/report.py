@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slime_ext.reports.metrics import FAST_P_THRESHOLDS, NO_RESPONSE, summarize
+from slime_ext.reports.metrics import FAST_P_THRESHOLDS, NO_RESPONSE, per_problem, summarize
 from slime_ext.reports.results import TURN_STATUSES, SampleResult, latest_results
 
 __all__ = [
@@ -61,13 +61,15 @@ def build_summary(
     ks: Sequence[int] | None = None,
     max_turns: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON summary: the run's settings and the metrics of the latest record per sample."""
+    """The JSON summary: the run's settings, the metrics of the latest record per sample (per
+    level, per turn) and one row per problem."""
     samples = latest_results(records)
     return {
         "run": dict(run),
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "thresholds": list(thresholds),
         "metrics": summarize(samples, thresholds=thresholds, ks=ks, max_turns=max_turns),
+        "problems": per_problem(samples),
     }
 
 
@@ -104,7 +106,7 @@ def _status_columns(metrics: Mapping[str, Any]) -> list[str]:
 
 
 def render_markdown(summary: Mapping[str, Any]) -> str:
-    """Tables: final metrics per level, metrics per turn, status breakdowns."""
+    """Tables: final metrics per level, metrics per turn, status breakdowns, per problem."""
     run = summary["run"]
     metrics = summary["metrics"]
     thresholds = summary["thresholds"]
@@ -169,6 +171,22 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
                 [_level_label(key), i + 1, sum(counts.values()), *(counts.get(c, 0) for c in columns)]
             )
     out += [markdown_table(["level", "turn", "attempts", *columns], rows), ""]
+
+    out += ["## Per problem (best of all turns)", ""]
+    rows = [
+        [
+            p["instance_id"],
+            f"L{p['level']}",
+            p["samples"],
+            fmt_rate(p["correct_rate"]),
+            fmt_rate(p["fast_1"]),
+            _fmt_speedup(p["best_speedup"]),
+            ", ".join(f"{k} {v}" for k, v in p["status"].items()),
+        ]
+        for p in summary.get("problems", [])
+    ]
+    header = ["problem", "level", "samples", "correct", "fast_1", "best speedup", "outcomes"]
+    out += [markdown_table(header, rows), ""]
     return "\n".join(out)
 
 

@@ -7,7 +7,15 @@ import math
 
 import pytest
 
-from slime_ext.reports.metrics import fast_p, geomean, group_summary, outcome_at_turn, pass_at_k, summarize
+from slime_ext.reports.metrics import (
+    fast_p,
+    geomean,
+    group_summary,
+    outcome_at_turn,
+    pass_at_k,
+    per_problem,
+    summarize,
+)
 from tests.reports_fixtures import sample
 
 pytestmark = pytest.mark.unit
@@ -137,3 +145,19 @@ def test_max_turns_sets_the_turn_columns_and_empty_groups() -> None:
     assert g["per_turn"][2]["correct_rate"] == g["final"]["correct_rate"]
     empty = group_summary([sample("x", 0, [("ok", 1.0)], status="aborted")])
     assert empty["problems"] == 0 and "final" not in empty
+
+
+def test_per_problem_rows() -> None:
+    rows = {r["instance_id"]: r for r in per_problem(fixture_run())}
+    assert rows["a"] == {
+        "instance_id": "a",
+        "problem_id": "a",
+        "level": 1,
+        "samples": 2,
+        "correct_rate": 1.0,
+        "fast_1": 0.5,
+        "best_speedup": 2.0,
+        "status": {"ok": 2},
+    }
+    assert rows["b"]["samples"] == 2 and rows["b"]["status"] == {"compile_error": 1, "ok": 1}
+    assert rows["c"]["best_speedup"] is None and rows["c"]["correct_rate"] == 0.5

@@ -48,6 +48,9 @@ def test_markdown_tables() -> None:
     assert "| level | ok | compile_error | incorrect | no_code |" in md  # statuses in their defined order
     assert "| L2 | 0 | 1 | 0 | 0 |" in md  # outcome of b/0: compile_error (its latest turn)
     assert "| L1 | 1 | 2 | 1 | 0 | 1 | 0 |" in md  # attempts at turn 1 of level 1
+    assert "| problem | level | samples | correct | fast_1 | best speedup | outcomes |" in md
+    assert "| a | L1 | 2 | 100.0% | 50.0% | 2.00x | ok 2 |" in md
+    assert "| b | L2 | 1 | 0.0% | 0.0% | - | compile_error 1 |" in md
 
 
 def test_write_report_files(tmp_path: Path) -> None:
