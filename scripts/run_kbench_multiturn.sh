@@ -32,6 +32,9 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${ENGINE_CMD:=}"
 : "${ENGINE_HEALTH_URL:=}"
 : "${TRAIN_ENTRY:=train.py}"   # train_async.py overlaps rollout and training (not with COLOCATE=1)
+# Weights that sampled rollout N: N with train.py, N-1 with train_async.py (one step behind).
+if [[ "${TRAIN_ENTRY}" == train_async.py ]]; then POLICY_VERSION_LAG=1; else POLICY_VERSION_LAG=0; fi
+[[ "${TRAIN_ENTRY}" == train_async.py && "${COLOCATE}" == 1 ]] && krl_die "train_async.py cannot run with COLOCATE=1 (slime forbids it)"
 
 # --- the recipe: one source for the multi-turn settings and the rollout temperature ----------
 [[ -f "${RECIPE}" ]] || krl_die "recipe not found: ${RECIPE} (set RECIPE=...)"
@@ -120,7 +123,8 @@ krl_init_run_dir EVAL_PORT BUFFER_PORT ROUTER_HOST ROUTER_PORT RAY_PORT RAY_DASH
   --set "runner.sglang_url=${SGLANG_URL}" --set "runner.eval_urls=http://127.0.0.1:${EVAL_PORT}" \
   --set "runner.prompt_data=${PROMPT_DATA}" --set "runner.tokenizer=${TOKENIZER}" \
   --set "runner.temperature=${ROLLOUT_TEMPERATURE}" \
-  --set "plugins.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "plugins.eval_urls=[http://127.0.0.1:${EVAL_PORT}]" ||
+  --set "plugins.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "plugins.eval_urls=[http://127.0.0.1:${EVAL_PORT}]" \
+  --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}" ||
   krl_die "could not write the run's recipe from ${RECIPE} (see the message above)"
 
 windows=()

@@ -16,6 +16,7 @@
 # slime plug-ins of this project (dotted paths, importable in Ray workers: the project is
 # pip-installed in the image and its root is on PYTHONPATH of the Ray job).
 : "${ROLLOUT_FUNCTION_PATH:=slime_ext.slime_plugins.rollout.generate_rollout}"
+: "${EVAL_PROMPT_DATA:=${PROMPT_DATA}}"   # the plug-ins evaluate its holdout records (docs/SLIME_PLUGINS.md)
 
 CKPT_ARGS=(
   --hf-checkpoint "${HF_CKPT}"
@@ -28,6 +29,9 @@ CKPT_ARGS=(
 ROLLOUT_ARGS=(
   --rollout-function-path "${ROLLOUT_FUNCTION_PATH}"
   --custom-config-path "${RUN_RECIPE}"
+  --custom-reward-post-process-path slime_ext.slime_plugins.reward_post.post_process
+  --custom-rollout-log-function-path slime_ext.slime_plugins.rollout_log.log_rollout
+  --custom-eval-rollout-log-function-path slime_ext.slime_plugins.rollout_log.log_eval_rollout
   --prompt-data "${PROMPT_DATA}"
   --input-key reference
   --rollout-shuffle
@@ -43,6 +47,7 @@ ROLLOUT_ARGS=(
 
 EVAL_ARGS=(
   --eval-interval 20
+  --eval-prompt-data kernelbench_holdout "${EVAL_PROMPT_DATA}"
   --n-samples-per-eval-prompt 1
   --eval-max-response-len "${MAX_RESPONSE_LEN}"
 )

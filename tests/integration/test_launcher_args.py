@@ -80,6 +80,14 @@ def test_default_split_of_eight_gpus(tmp_path: Path) -> None:
     assert _flag(trainer, "--rollout-temperature") == "0.7"  # from the recipe: one source
     assert _flag(trainer, "--rollout-function-path") == "slime_ext.slime_plugins.rollout.generate_rollout"
     assert _flag(trainer, "--custom-config-path") == str(run / "recipe.yaml")
+    assert (
+        _flag(trainer, "--custom-reward-post-process-path")
+        == "slime_ext.slime_plugins.reward_post.post_process"
+    )
+    assert trainer[trainer.index("--eval-prompt-data") + 1 : trainer.index("--eval-prompt-data") + 3] == [
+        "kernelbench_holdout",
+        str(REPO / "data" / "kernelbench.jsonl"),
+    ]
     assert _flag(trainer, "--load") == str(run / "checkpoints") and _flag(trainer, "--save") == str(
         run / "checkpoints"
     )
@@ -101,6 +109,20 @@ def test_default_split_of_eight_gpus(tmp_path: Path) -> None:
     assert "KRL_RUN_ID=" in (run / "run.env").read_text()
 
 
+def test_async_training_runs_one_policy_version_behind(tmp_path: Path) -> None:
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", TRAIN_ENTRY="train_async.py")
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    assert _argv(run, "trainer")[2] == "train_async.py"
+    assert (
+        yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]["plugins"]["policy_version_lag"] == 1
+    )
+    refused = _run(
+        "run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", TRAIN_ENTRY="train_async.py", COLOCATE="1"
+    )
+    assert refused.returncode == 1 and "cannot run with COLOCATE=1" in refused.stderr
+
+
 def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
     ckpt = tmp_path / "runs" / "r" / "checkpoints"
     (ckpt / "iter_0000040").mkdir(parents=True)
@@ -114,13 +136,12 @@ def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
         EVAL_GPUS="2",
         ROLLOUT_TEMPERATURE="0.9",
         N_SAMPLES_PER_PROMPT="4",
-        TRAIN_ENTRY="train_async.py",
     )
     assert res.returncode == 0, res.stderr
     assert f"resuming from {ckpt} iteration 40" in res.stderr
     run = tmp_path / "runs" / "r"
     trainer = _argv(run, "trainer")
-    assert trainer[2] == "train_async.py" and "--colocate" in trainer
+    assert trainer[2] == "train.py" and "--colocate" in trainer
     assert _flag(trainer, "--rollout-num-gpus") == "4" and _flag(trainer, "--rollout-temperature") == "0.9"
     assert _flag(trainer, "--n-samples-per-prompt") == "4" and _flag(trainer, "--global-batch-size") == str(
         32 * 4
