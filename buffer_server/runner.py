@@ -362,6 +362,7 @@ class AgentRunner:
         # loop state
         self._active: dict[str, GroupTask] = {}  # instance_id -> running group
         self._in_flight = 0  # episodes holding a slot
+        self._writing = 0  # groups being written
         self._queued = 0  # episodes waiting for a slot
         self._waiting_retry = 0
         self._pause_until = 0.0  # monotonic; set by aborts (outage backoff)
@@ -491,8 +492,9 @@ class AgentRunner:
                     await self._idle(cfg.poll_s)
                     continue
                 ready, _partial = await asyncio.to_thread(self.store.pending_groups)
-                self._ready_groups = len(ready)
-                self._backpressure = len(ready) >= cfg.max_ready_groups
+                # groups whose episodes are done but whose write is under way count as ready
+                self._ready_groups = len(ready) + self._writing
+                self._backpressure = self._ready_groups >= cfg.max_ready_groups
                 if self._backpressure:
                     self.counters.backpressure_waits += 1
                     await self._idle(cfg.poll_s)
@@ -509,10 +511,18 @@ class AgentRunner:
                 group = asyncio.create_task(self._run_group(task, sampler, clients))
                 groups.add(group)
                 group.add_done_callback(groups.discard)
+                group.add_done_callback(self._group_done)
                 await asyncio.sleep(0)  # let the group's episodes take their slots
             await self._drain(groups)
         await asyncio.to_thread(self._save_curriculum, sampler)
         log.info("agent runner stopped (%s)", "finished" if self._finished else "stop requested")
+
+    def _group_done(self, group: asyncio.Task[None]) -> None:
+        """A group task that raised is a bug: report it (the runner goes on with other groups)."""
+        if not group.cancelled() and group.exception() is not None:
+            exc = group.exception()
+            self._last_error = f"group failed: {type(exc).__name__}: {exc}"
+            log.error("group task failed", exc_info=exc)
 
     async def _idle(self, timeout_s: float) -> None:
         """Sleep until something happens (an episode ends, a stop request) or the timeout."""
@@ -551,7 +561,11 @@ class AgentRunner:
             )
             records = [r for k in sorted(results) for r in results[k]]
             if records:
-                await self._write(records)
+                self._writing += 1
+                try:
+                    await self._write(records)
+                finally:
+                    self._writing -= 1
             self.counters.groups_written += 1
             if len(results) < len(task.samples):
                 self.counters.groups_short += 1

@@ -22,6 +22,7 @@ from buffer_server.store import BufferStore, GroupRules
 from slime_ext.episode import Episode, EpisodeConfig, Turn
 from slime_ext.problems import PromptRecord, write_prompt_records
 from slime_ext.rewards import RewardConfig
+from slime_ext.sglang_client import SGLangUnavailableError
 from slime_ext.validation import ValidationError
 from tests.tiny_qwen3 import tiny_tokenizer
 
@@ -192,8 +193,10 @@ def test_aborted_episodes_are_retried_never_written_and_given_up(tmp_path: Path,
     def plan(iid: str, k: int, call: int) -> Any:
         if iid == "p0" and k == 1:
             return "abort"  # always: given up after max_episode_attempts
-        if iid == "p1" and call < 2:
-            return "abort" if call == 0 else RuntimeError("boom")  # then succeeds on the third attempt
+        if iid == "p1" and call < 2:  # then succeeds on the third attempt
+            return "abort" if call == 0 else SGLangUnavailableError("http://e:1/generate: could not connect")
+        if iid == "p2" and k == 0 and call == 0:
+            return RuntimeError("boom")
         return [0.1, 0.3]
 
     script = Script(plan)
@@ -201,9 +204,10 @@ def test_aborted_episodes_are_retried_never_written_and_given_up(tmp_path: Path,
     stats, records = run_to_end(runner, store)
     ep = stats["episodes"]
     assert ep["given_up"] == 1 and ep["completed"] == 5
-    assert ep["aborted"] == 3 + 2 * 2  # p0/s1 three times, p1's two samples twice each
-    assert ep["retried"] == 2 + 2 * 2
-    assert stats["aborts_by_reason"] == {"eval_unavailable": 5, "error": 2}
+    assert ep["aborted"] == 3 + 2 * 2 + 1  # p0/s1 three times, p1's two samples twice each, p2/s0 once
+    assert ep["retried"] == 2 + 2 * 2 + 1
+    assert stats["aborts_by_reason"] == {"eval_unavailable": 5, "generate_error": 2, "error": 1}
+    assert stats["last_error"] is None and stats["records"]["lost"] == 0
     assert stats["groups"] == {"scheduled": 3, "written": 3, "short": 1, "in_flight": 0}
     assert script.calls[("p0", 1)] == 3
     written = store.uids_with_prefix("t:")
@@ -220,16 +224,23 @@ def test_aborted_episodes_are_retried_never_written_and_given_up(tmp_path: Path,
 
 def test_backpressure_waits_for_the_trainer(tmp_path: Path, store: BufferStore) -> None:
     runner = make_runner(
-        tmp_path, store, Script(lambda *a: [0.1, 0.3]), max_ready_groups=1, n_prompts=5, concurrency=2
+        tmp_path,
+        store,
+        Script(lambda *a: [0.1, 0.3], delay_s=0.05),
+        max_ready_groups=1,
+        n_prompts=5,
+        concurrency=2,
     )
     assert runner.start()
-    wait_for(lambda: runner.stats()["backpressure"]["waits"] > 3)
-    # groups already started when the first one became ready still finish; nothing new starts
-    written = runner.stats()["groups"]["written"]
+    # groups already started when the first one became ready still finish; then nothing starts
+    wait_for(
+        lambda: runner.stats()["backpressure"]["waits"] > 3 and runner.stats()["groups"]["in_flight"] == 0
+    )
+    scheduled = runner.stats()["groups"]["scheduled"]
     time.sleep(0.3)
     stats = runner.stats()
-    assert stats["groups"]["written"] == stats["groups"]["scheduled"] == written <= 2 and runner.running
-    assert stats["backpressure"]["waiting"] and stats["backpressure"]["ready_groups"] == written
+    assert stats["groups"]["written"] == stats["groups"]["scheduled"] == scheduled <= 3 and runner.running
+    assert stats["backpressure"]["waiting"] and stats["backpressure"]["ready_groups"] == scheduled
     while runner.running or store.pending_groups()[0]:
         lease = store.lease(1, timeout_s=1.0)
         if lease.lease_id:
