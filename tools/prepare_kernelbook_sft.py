@@ -79,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--verify-url", default=None, help="eval server URL(s), comma-separated: keep passing answers"
     )
+    p.add_argument(
+        "--min-speedup",
+        type=float,
+        default=None,
+        help="with --verify-url: keep answers at least this fast (timed)",
+    )
     p.add_argument("--jobs", type=int, default=1, help="processes for the per-row conversion and checks (1)")
     p.add_argument("--concurrency", type=int, default=4, help="evaluations in flight (4)")
     p.add_argument("--correctness-trials", type=int, default=None, help="override the eval options' trials")
@@ -121,6 +127,8 @@ def _settings(args: argparse.Namespace) -> tuple[PromptConfig, EvalOptions, dict
     options = episode.eval_options
     if args.correctness_trials is not None:
         options = dataclasses.replace(options, correctness_trials=args.correctness_trials)
+    if args.min_speedup is not None:
+        options = dataclasses.replace(options, timing=True)  # a speedup needs the answer timed
     template_kwargs = dict(episode.chat_template_kwargs or {})
     if episode.enable_thinking is not None:
         template_kwargs["enable_thinking"] = episode.enable_thinking
@@ -135,7 +143,13 @@ async def _evaluate_stages(
         args.verify_url, timeout_s=args.eval_timeout, max_retries=args.eval_retries
     ) as client:
         verified = await verify_pairs(
-            pairs, client, options, report, concurrency=args.concurrency, progress=not args.no_progress
+            pairs,
+            client,
+            options,
+            report,
+            min_speedup=args.min_speedup,
+            concurrency=args.concurrency,
+            progress=not args.no_progress,
         )
         if args.mutate:
             attempts += mutation_attempts(verified)
@@ -155,6 +169,8 @@ async def _evaluate_stages(
 def run(args: argparse.Namespace) -> int:
     if (args.tokenizer is None) != (args.max_tokens is None):
         raise ValidationError("--tokenizer and --max-tokens go together")
+    if args.min_speedup is not None and not args.verify_url:
+        raise ValidationError("--min-speedup needs --verify-url (a GPU eval server times the answers)")
     if (args.attempts or args.mutate) and not args.verify_url:
         raise ValidationError(
             "--attempts/--mutate need --verify-url: multi-turn feedback must come from the evaluator"
@@ -181,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         "excluded_problems": len(exclude),
         "verify_url": args.verify_url,
         "eval_options": dataclasses.asdict(options) if args.verify_url else None,
+        "min_speedup": args.min_speedup,
         "mutate": args.mutate,
         "attempts": args.attempts,
         "tokenizer": args.tokenizer,

@@ -13,6 +13,7 @@ timeout raises (EvalClientError): it says nothing about the data.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -71,10 +72,15 @@ async def verify_pairs(
     options: EvalOptions,
     report: FilterReport,
     *,
+    min_speedup: float | None = None,
     concurrency: int = 4,
     progress: bool = False,
 ) -> list[Pair]:
-    """The pairs whose answer evaluates `ok` against their reference, in order."""
+    """The pairs whose answer evaluates `ok` against their reference, in order. With
+    `min_speedup`, also at least that fast against the reference (timed on the server's GPU):
+    slower answers are `verify:slow`, results without timing (a CPU server) `verify:no_timing`."""
+    if min_speedup is not None:
+        options = dataclasses.replace(options, timing=True)
 
     async def check(pair: Pair) -> EvalResult | str:
         return await _evaluate(client, pair.reference, pair.answer, options, pair.key)
@@ -86,6 +92,10 @@ async def verify_pairs(
             report.drop("verify:refused", pair.key, result)
         elif result.status != STATUS_OK:
             report.drop(f"verify:{result.status}", pair.key, result.feedback)
+        elif min_speedup is not None and result.speedup is None:
+            report.drop("verify:no_timing", pair.key, f"no timing from {result.device or 'the server'}")
+        elif min_speedup is not None and result.speedup < min_speedup:
+            report.drop("verify:slow", pair.key, f"speedup {result.speedup:.3g} < {min_speedup}")
         else:
             kept.append(pair)
     return kept

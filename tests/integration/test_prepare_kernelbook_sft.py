@@ -86,6 +86,26 @@ def test_verify_and_multi_turn(cpu_server, kb_parquet, tmp_path):
     assert report["settings"]["eval_options"]["correctness_trials"] == 2
 
 
+def test_min_speedup_needs_timing(cpu_server, kb_parquet, tmp_path):
+    """The CPU server reports no timing, so no answer can prove a speedup: all are dropped."""
+    out = tmp_path / "sft.jsonl"
+    args = [
+        "--input",
+        str(kb_parquet),
+        "--output",
+        str(out),
+        "--verify-url",
+        cpu_server,
+        "--min-speedup",
+        "1.0",
+    ]
+    assert main([*args, "--correctness-trials", "1", *LIMITS]) == 1
+    report = json.loads((tmp_path / "sft.report.json").read_text())
+    assert report["dropped"]["verify:no_timing"] == 2 and report["dropped"]["verify:incorrect"] == 1
+    assert report["settings"]["eval_options"]["timing"] is True and not out.exists()
+    assert main(["--input", str(kb_parquet), "--output", str(out), "--min-speedup", "1.0"]) == 2
+
+
 def test_without_server_recipe_and_exclusions(kb_parquet, tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("kernel_rl:\n  episode:\n    prompt:\n      system: Be brief.\n      one_shot: true\n")
