@@ -259,6 +259,12 @@ def main() -> None:
     p.add_argument("--db-dir", default=None, help="where the database goes (default: a temp dir)")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="extra flag for the server, e.g. --server-arg=--ingest-workers=2",
+    )
+    p.add_argument(
         "--server-env",
         action="append",
         default=[],
@@ -283,7 +289,14 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(dir=args.db_dir) as tmp:
         db = Path(tmp) / "bench.sqlite"
-        server_args = ["--db", str(db), "--group-size", str(args.group_size), "--no-drop-zero-variance"]
+        server_args = [
+            "--db",
+            str(db),
+            "--group-size",
+            str(args.group_size),
+            "--no-drop-zero-variance",
+            *args.server_arg,
+        ]
         with running_service("buffer_server", server_args, Path(tmp), env=env, startup_timeout_s=60) as svc:
             health = httpx.get(f"{svc.url}/health").json()
             write_batched = write_phase(svc.url, batched, args.clients, args.seconds)
@@ -297,7 +310,8 @@ def main() -> None:
                 )
             ]
             stats = httpx.get(f"{svc.url}/stats").json()
-        db_mb = sum(f.stat().st_size for f in Path(tmp).glob("bench.sqlite*")) / 1e6
+        store_files = [*Path(tmp).glob("bench.sqlite*"), *Path(tmp).glob("bench.sqlite.bodies/*")]
+        db_mb = sum(f.stat().st_size for f in store_files if f.is_file()) / 1e6
 
     result = {
         "machine": {
@@ -311,8 +325,10 @@ def main() -> None:
         "write_batched": {"records_per_post": args.batch, **write_batched},
         "write_single": {"records_per_post": 1, **write_single},
         "reads": reads,
-        "db_mb_after": round(db_mb, 1),
+        "db_mb_after": round(db_mb, 1),  # database and body files, with the backlog still stored
         "records_stored": stats["records"]["total"],
+        "records_held": stats["records"]["stored"],
+        "server_stats": {k: stats[k] for k in ("storage", "json_cache") if k in stats},
     }
     print(f"record: {PROMPT_TOKENS} prompt + {RESPONSE_TOKENS} response tokens, {record_bytes / 1e3:.0f} kB JSON; "
           f"server JSON backend {health['json_backend']}; {os.cpu_count()} CPUs shared by client and server")  # fmt: skip
@@ -327,6 +343,10 @@ def main() -> None:
             f"p50 {rd['p50_ms']} ms, p95 {rd['p95_ms']} ms, max {rd['max_ms']} ms"
         )
     print(f"client JSON decode of one reply ({fastjson.BACKEND}): p50 {reads[1]['client_decode_p50_ms']} ms")
+    print(
+        f"on disk after the run: {result['db_mb_after']} MB for {result['records_held']} records still held "
+        f"({result['records_stored']} written); server {result['server_stats']}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
 
