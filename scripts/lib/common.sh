@@ -17,13 +17,27 @@ krl_die() {
   exit 1
 }
 
-# krl_tmux ARGS...: tmux on this run's server (TMUX_SOCKET names a private one; empty = default).
+# krl_tmux ARGS...: tmux on this run's server. TMUX_SOCKET names a private server (-L NAME), or
+# is its socket path when it contains a slash (-S PATH); empty = the default server.
 krl_tmux() {
-  if [[ -n "${TMUX_SOCKET:-}" ]]; then
+  if [[ "${TMUX_SOCKET:-}" == */* ]]; then
+    tmux -S "${TMUX_SOCKET}" "$@"
+  elif [[ -n "${TMUX_SOCKET:-}" ]]; then
     tmux -L "${TMUX_SOCKET}" "$@"
   else
     tmux "$@"
   fi
+}
+
+# krl_attach_command: how to attach to this run's session.
+krl_attach_command() {
+  local flag=""
+  if [[ "${TMUX_SOCKET:-}" == */* ]]; then
+    flag=" -S ${TMUX_SOCKET}"
+  elif [[ -n "${TMUX_SOCKET:-}" ]]; then
+    flag=" -L ${TMUX_SOCKET}"
+  fi
+  printf 'tmux%s attach -t %s' "${flag}" "${TMUX_SESSION}"
 }
 
 # krl_port_free HOST PORT: success if nothing listens on HOST:PORT (a bind test).
@@ -323,7 +337,7 @@ krl_start_windows() {
   done
   cat <<MSG
 Run ${RUN_NAME} started in tmux session ${TMUX_SESSION} (windows: $*).
-  attach:  tmux${TMUX_SOCKET:+ -L ${TMUX_SOCKET}} attach -t ${TMUX_SESSION}
+  attach:  $(krl_attach_command)
   logs:    ${RUN_DIR}/logs/
   stop:    scripts/stop.sh ${RUN_DIR}
 MSG

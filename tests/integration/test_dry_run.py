@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _dry_run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, str]]:
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
-    env["TMUX_SOCKET"] = f"krl-dry-{os.getpid()}-{tmp_path.name}"
+    env["TMUX_SOCKET"] = str(tmp_path / "tmux.sock")  # a private tmux server, removed with tmp_path
     cmd = [
         sys.executable,
         "-m",
@@ -87,7 +87,7 @@ def test_dry_run_with_the_embedded_engine(tmp_path: Path) -> None:
     assert "tiny_engine serving" in (run_dir / "logs" / "engine.log").read_text()
     assert (run_dir / "stopped").is_file()
     assert _run_processes(run_dir) == []
-    assert subprocess.run(["tmux", "-L", env["TMUX_SOCKET"], "has-session", "-t", "run"]).returncode != 0
+    assert subprocess.run(["tmux", "-S", env["TMUX_SOCKET"], "has-session", "-t", "run"]).returncode != 0
 
 
 def test_dry_run_with_an_external_engine_url(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def _env(tmp_path: Path, inputs: dict[str, str] | None = None, **extra: str) -> 
     recipe.write_text("kernel_rl:\n  runner:\n    temperature: 0.8\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
     env.update(
-        TMUX_SOCKET=f"krl-test-{os.getpid()}-{tmp_path.name}",
+        TMUX_SOCKET=str(tmp_path / "tmux.sock"),  # a private tmux server, removed with tmp_path
         RUNS_ROOT=str(tmp_path / "runs"),
         RUN_NAME="t",
         RECIPE=str(recipe),
@@ -82,7 +82,7 @@ def _stop(run_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str
 
 
 def _tmux(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["tmux", "-L", env["TMUX_SOCKET"], *args], capture_output=True, text=True)
+    return subprocess.run(["tmux", "-S", env["TMUX_SOCKET"], *args], capture_output=True, text=True)
 
 
 def _run_processes(run_dir: Path) -> set[int]:
@@ -142,7 +142,7 @@ def test_windows_logs_health_order_and_clean_stop(tmp_path: Path, runner_inputs:
         assert "buffer_server listening" in _read(run_dir / "logs" / "buffer.log")
         assert (run_dir / "logs" / "eval.log").stat().st_size > 0
         assert {p.name for p in (run_dir / "pids").glob("*.pid")} == {"eval.pid", "buffer.pid", "trainer.pid"}
-        assert f"attach:  tmux -L {env['TMUX_SOCKET']} attach -t t" in res.stdout
+        assert f"attach:  tmux -S {env['TMUX_SOCKET']} attach -t t" in res.stdout
 
         procs = _run_processes(run_dir)
         leaders = {int(p.read_text().split()[0]) for p in (run_dir / "pids").glob("*.pid")}
@@ -203,3 +203,42 @@ def test_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
 
 def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_ctrl_c_in_a_window_stops_its_command_and_keeps_the_log(tmp_path: Path) -> None:
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "health").write_text("ok")  # a static /health that answers 200
+    env = _env(tmp_path)
+    serve = f"{sys.executable} -m http.server --bind 127.0.0.1 --directory {www}"
+    env.update(
+        EVAL_CMD=f"{serve} {env['EVAL_PORT']}",
+        BUFFER_CMD=f"{serve} {env['BUFFER_PORT']}",
+        TRAINER_CMD="trap 'echo terminated; exit 5' TERM; echo ready; while true; do sleep 0.1; done",
+    )
+    run_dir = tmp_path / "runs" / "t"
+    try:
+        res = _launch(env)
+        assert res.returncode == 0, res.stderr
+        log = run_dir / "logs" / "trainer.log"
+        deadline = time.monotonic() + 30
+        while "ready" not in _read(log) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _tmux(env, "send-keys", "-t", "t:trainer", "C-c")
+        rc = run_dir / "pids" / "trainer.rc"
+        deadline = time.monotonic() + 30
+        while not rc.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert rc.read_text().strip() == "5"
+        deadline = time.monotonic() + 5
+        while "command exited with code 5" not in _read(log) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "terminated" in _read(log) and "command exited with code 5" in _read(log)
+        # The other windows are untouched; the ended one stays open with its last lines.
+        assert _tmux(env, "list-windows", "-t", "t", "-F", "#{window_name}").stdout.split() == [
+            "eval",
+            "buffer",
+            "trainer",
+        ]
+    finally:
+        _stop(run_dir, env)

@@ -29,7 +29,7 @@ def _run(script: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProce
     env.update(
         PRINT_ONLY="1",
         PYTHON=sys.executable,
-        TMUX_SOCKET=f"krl-args-{os.getpid()}",
+        TMUX_SOCKET=str(tmp_path / "tmux.sock"),
         RUNS_ROOT=str(tmp_path / "runs"),
         RUN_NAME="r",
         MODEL_ARGS_FILE=str(tmp_path / "model.sh"),
