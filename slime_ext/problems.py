@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eval_server.schema import problem_hash
+from slime_ext.fileio import atomic_output
 from slime_ext.validation import ValidationError, check_type, reject_unknown
 
 __all__ = [
@@ -141,19 +141,9 @@ def load_prompt_records(path: str | os.PathLike[str]) -> list[PromptRecord]:
 
 def write_prompt_records(path: str | os.PathLike[str], records: Iterable[PromptRecord]) -> int:
     """Write jsonl atomically (temporary file + rename): a failed run leaves no partial file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for r in records:
-                f.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
-                n += 1
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as f:
+        for r in records:
+            f.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+            n += 1
     return n

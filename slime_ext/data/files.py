@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from slime_ext.fileio import atomic_write
 from slime_ext.validation import ValidationError
 
 __all__ = ["TABLE_SUFFIXES", "atomic_write_jsonl", "atomic_write_text", "iter_jsonl", "read_rows"]
@@ -23,18 +23,7 @@ TABLE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write `text` to `path` via a temporary file + rename (same folder, fsynced)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text)
 
 
 def atomic_write_jsonl(path: str | os.PathLike[str], rows: Iterable[dict[str, Any]]) -> int:

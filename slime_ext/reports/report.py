@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slime_ext.fileio import atomic_write
 from slime_ext.reports.metrics import FAST_P_THRESHOLDS, NO_RESPONSE, per_problem, summarize
 from slime_ext.reports.results import TURN_STATUSES, SampleResult, latest_results
 
 __all__ = [
     "REPORT_FILES",
-    "atomic_write",
     "build_summary",
     "fmt_rate",
     "markdown_table",
@@ -34,23 +33,6 @@ REPORT_FILES = {
     "fast_p_plot": "fast_p.png",
     "turns_plot": "turns.png",
 }
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Write `data` to `path` through a temporary file in the same folder and a rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def build_summary(
