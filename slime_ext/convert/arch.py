@@ -9,20 +9,23 @@ name under `decoder.layers.`, with the layer index as a prepended axis 0 of the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from slime_ext.convert.errors import ConvertError
-from slime_ext.convert.qkv import fuse_gate_up, fuse_qkv, split_gate_up, split_qkv
+from slime_ext.convert.qkv import RowPiece, gate_up_row_pieces, qkv_row_pieces, split_gate_up, split_qkv
 
 __all__ = [
     "ARCHITECTURES",
     "ModelSpec",
     "MegatronTensor",
+    "fill_megatron",
+    "hf_part_shapes",
     "hf_tensor_names",
+    "row_pieces",
     "megatron_tensors",
     "padded_vocab_size",
     "spec_from_hf_config",
@@ -248,31 +251,57 @@ def hf_tensor_names(spec: ModelSpec) -> list[str]:
     return names
 
 
-def to_megatron(spec: ModelSpec, mt: MegatronTensor, parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Build one Megatron tensor (one layer's slice for per-layer tensors) from its HF parts."""
+def row_pieces(spec: ModelSpec, mt: MegatronTensor) -> list[RowPiece]:
+    """Where each HF part's rows go in the Megatron tensor (rows not covered are vocab padding)."""
     if mt.kind == "qkv":
-        out = fuse_qkv(
-            parts[0], parts[1], parts[2], spec.num_attention_heads, spec.num_query_groups, spec.head_dim
-        )
-    elif mt.kind == "gate_up":
-        out = fuse_gate_up(parts[0], parts[1])
-    elif mt.kind == "vocab":
-        src = parts[0]
-        if tuple(src.shape) != (spec.vocab_size, spec.hidden_size):
-            raise ConvertError(
-                f"{mt.hf_names[0]}: expected shape {(spec.vocab_size, spec.hidden_size)}, "
-                f"got {tuple(src.shape)}"
-            )
-        out = torch.empty(mt.shape, dtype=src.dtype)
-        out[: spec.vocab_size].copy_(src)
-        out[spec.vocab_size :].zero_()  # padding rows are zero, as Megatron initialises them for loading
-    else:
-        out = parts[0]
+        return qkv_row_pieces(spec.num_attention_heads, spec.num_query_groups, spec.head_dim)
+    if mt.kind == "gate_up":
+        return gate_up_row_pieces(spec.ffn_hidden_size)
+    rows = spec.vocab_size if mt.kind == "vocab" else mt.shape[0]
+    return [(0, 0, rows, 0)]
+
+
+def hf_part_shapes(spec: ModelSpec, mt: MegatronTensor) -> list[tuple[int, ...]]:
+    """The shape of each HF tensor in `mt.hf_names` order."""
+    pieces = row_pieces(spec, mt)
+    return [
+        (sum(rows for p, _, rows, _ in pieces if p == part), *mt.shape[1:])
+        for part in range(len(mt.hf_names))
+    ]
+
+
+def fill_megatron(
+    spec: ModelSpec,
+    mt: MegatronTensor,
+    out: torch.Tensor,
+    read_rows: Callable[[int, int, torch.Tensor], None],
+) -> torch.Tensor:
+    """Fill `out` (one layer's Megatron tensor) piece by piece; `read_rows(part, first_row, dest)`
+    fills the contiguous `dest` with rows of HF part `part`. Padding rows are zeroed, as
+    Megatron initialises them for loading. Lets the converter read straight from the file into
+    a reused buffer: no intermediate tensors, no fresh pages per layer."""
     if tuple(out.shape) != mt.shape:
-        raise ConvertError(
-            f"{mt.key}: HF tensors {mt.hf_names} give shape {tuple(out.shape)}, expected {mt.shape}"
-        )
+        raise ConvertError(f"{mt.key}: buffer shape {tuple(out.shape)}, expected {mt.shape}")
+    covered = 0
+    for part, src, rows, dst in row_pieces(spec, mt):
+        read_rows(part, src, out[dst : dst + rows])
+        covered += rows
+    if covered < mt.shape[0]:
+        out[covered:].zero_()
     return out
+
+
+def to_megatron(spec: ModelSpec, mt: MegatronTensor, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Build one Megatron tensor (one layer's slice for per-layer tensors) from in-memory HF parts."""
+    for name, part, shape in zip(mt.hf_names, parts, hf_part_shapes(spec, mt), strict=True):
+        if tuple(part.shape) != shape:
+            raise ConvertError(f"{name}: expected shape {shape}, got {tuple(part.shape)}")
+    if mt.kind == "copy":
+        return parts[0]
+    out = torch.empty(mt.shape, dtype=parts[0].dtype)
+    return fill_megatron(
+        spec, mt, out, lambda part, src, dest: dest.copy_(parts[part][src : src + len(dest)])
+    )
 
 
 def to_hf(spec: ModelSpec, mt: MegatronTensor, tensor: torch.Tensor) -> list[torch.Tensor]:

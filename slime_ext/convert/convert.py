@@ -20,12 +20,13 @@ from tqdm import tqdm
 from slime_ext.convert.arch import (
     MegatronTensor,
     ModelSpec,
+    fill_megatron,
+    hf_part_shapes,
     megatron_tensors,
     padded_vocab_size,
     spec_from_hf_config,
     te_extra_state_keys,
     to_hf,
-    to_megatron,
 )
 from slime_ext.convert.dcp_reader import DcpReader
 from slime_ext.convert.dcp_writer import DcpWriter
@@ -82,6 +83,32 @@ def _check_hf_names(spec: ModelSpec, reader: HFReader, tensors: list[MegatronTen
         )
 
 
+def _read_megatron_tensor(
+    spec: ModelSpec,
+    mt: MegatronTensor,
+    layer: int | None,
+    reader: HFReader,
+    buffers: dict[tuple[tuple[int, ...], torch.dtype], torch.Tensor],
+) -> torch.Tensor:
+    """One layer's Megatron tensor, read from the HF files straight into a buffer reused across
+    layers (and shared by tensors of one shape, e.g. embedding and lm_head)."""
+    names = mt.hf_for_layer(layer)
+    for name, shape in zip(names, hf_part_shapes(spec, mt), strict=True):
+        if reader.shape(name) != shape:
+            raise ConvertError(
+                f"{name}: expected shape {shape} for {spec.architecture}, got {reader.shape(name)}"
+            )
+    dtypes = {reader.dtype(n) for n in names}
+    if len(dtypes) != 1 or None in dtypes:
+        raise ConvertError(f"{names}: mixed or unsupported dtypes {sorted(map(str, dtypes))}")
+    key = (mt.shape, dtypes.pop())
+    if key not in buffers:
+        buffers[key] = torch.empty(key[0], dtype=key[1])
+    return fill_megatron(
+        spec, mt, buffers[key], lambda part, first, dest: reader.read_rows(names[part], first, dest)
+    )
+
+
 def hf_to_megatron(
     hf_dir: Path,
     out_dir: Path,
@@ -118,24 +145,21 @@ def hf_to_megatron(
         )
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="hf->torch_dist", disable=not progress)
         try:
+            buffers: dict[tuple[tuple[int, ...], torch.dtype], torch.Tensor] = {}
             for mt in tensors:
                 for layer in _layers(spec, mt):
-                    parts = [reader.get(n) for n in mt.hf_for_layer(layer)]
-                    target = dtype or parts[0].dtype
-                    if dtype is None and any(p.dtype != target for p in parts):
-                        raise ConvertError(
-                            f"{mt.hf_for_layer(layer)} mix dtypes {[p.dtype for p in parts]}; pass a dtype"
-                        )
-                    value = to_megatron(spec, mt, [p.to(target) for p in parts])
+                    value = _read_megatron_tensor(spec, mt, layer, reader, buffers)
+                    target = dtype or value.dtype
                     if layer == 0 or layer is None:
                         writer.declare(mt.key, mt.global_shape(spec.num_layers), target)
+                    value = value.to(target)
                     if layer is None:
                         writer.write_chunk(mt.key, (0,) * value.dim(), value)
                     else:
                         writer.write_chunk(mt.key, (layer,) + (0,) * value.dim(), value.unsqueeze(0))
                     written += value.numel() * value.element_size()
                     bar.update(value.numel() * value.element_size())
-                    del parts, value
+                    del value
             if te_extra_state:
                 # TE modules serialise "no FP8 state" as None; Megatron stores ShardedObjects as
                 # torch.save([data, ...]) under `<key>/shard_<offset>_<shape>`.
@@ -209,7 +233,7 @@ def megatron_to_hf(
     plan: list[TensorPlan] = []
     for mt, layer in steps:
         names = mt.hf_for_layer(layer)
-        shapes = [tuple(t.shape) for t in to_hf(spec, mt, torch.empty(mt.shape, device="meta"))]
+        shapes = hf_part_shapes(spec, mt)
         plan += [TensorPlan(n, out_dtype(mt), s) for n, s in zip(names, shapes, strict=True)]
     written = 0
     with atomic_output_dir(out_dir, overwrite) as tmp:

@@ -109,23 +109,44 @@ class HFReader:
         """The stored dtype of a tensor (None for a dtype the reader does not support)."""
         return _DTYPES_BY_CODE.get(self._entries[name][2]["dtype"]) if name in self._entries else None
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name not in self._entries:
+            raise ConvertError(f"tensor {name!r} is missing from {self.dir}")
+        return tuple(self._entries[name][2]["shape"])
+
     def get(self, name: str) -> torch.Tensor:
+        dtype = self.dtype(name)
+        if dtype is None:
+            raise ConvertError(f"{name}: missing from {self.dir} or of an unsupported dtype")
+        out = torch.empty(self.shape(name), dtype=dtype)
+        if out.numel():
+            self.read_rows(name, 0, out)
+        return out
+
+    def read_rows(self, name: str, first_row: int, out: torch.Tensor) -> None:
+        """Read rows [first_row, first_row + len(out)) of a stored tensor straight into `out`."""
         if name not in self._entries:
             raise ConvertError(f"tensor {name!r} is missing from {self.dir}")
         fname, start, entry = self._entries[name]
-        dtype = _DTYPES_BY_CODE.get(entry["dtype"])
+        shape, dtype = tuple(entry["shape"]), _DTYPES_BY_CODE.get(entry["dtype"])
         if dtype is None:
             raise ConvertError(f"{name}: safetensors dtype {entry['dtype']} is not supported")
         begin, end = entry["data_offsets"]
-        out = torch.empty(entry["shape"], dtype=dtype)
-        if out.numel() * dtype.itemsize != end - begin:
-            raise ConvertError(f"{fname}: {name} has {end - begin} bytes for shape {entry['shape']}")
+        row_bytes = int(torch.Size(shape[1:]).numel()) * dtype.itemsize
+        if row_bytes * (shape[0] if shape else 1) != end - begin:
+            raise ConvertError(f"{fname}: {name} has {end - begin} bytes for shape {list(shape)}")
+        if out.dtype != dtype or tuple(out.shape[1:]) != shape[1:] or first_row + out.shape[0] > shape[0]:
+            raise ConvertError(
+                f"{name}: stored {dtype} {list(shape)}, asked for rows {first_row}..{first_row + out.shape[0]} "
+                f"as {out.dtype} {list(out.shape)}"
+            )
+        if not out.is_contiguous():
+            raise ConvertError(f"{name}: destination of a row read must be contiguous")
         with open(self.dir / fname, "rb") as fh:
-            fh.seek(start + begin)
-            got = fh.readinto(tensor_bytes(out)) if out.numel() else 0
-        if got != end - begin:
+            fh.seek(start + begin + first_row * row_bytes)
+            got = fh.readinto(tensor_bytes(out))
+        if got != out.numel() * dtype.itemsize:
             raise ConvertError(f"{fname} is truncated (tensor {name})")
-        return out
 
     def close(self) -> None:
         self._entries.clear()

@@ -14,7 +14,15 @@ import torch
 
 from slime_ext.convert.errors import ConvertError
 
-__all__ = ["fuse_gate_up", "fuse_qkv", "split_gate_up", "split_qkv"]
+__all__ = [
+    "RowPiece",
+    "fuse_gate_up",
+    "fuse_qkv",
+    "gate_up_row_pieces",
+    "qkv_row_pieces",
+    "split_gate_up",
+    "split_qkv",
+]
 
 
 def _check(name: str, t: torch.Tensor, rows: int, trailing: tuple[int, ...]) -> None:
@@ -22,48 +30,59 @@ def _check(name: str, t: torch.Tensor, rows: int, trailing: tuple[int, ...]) -> 
         raise ConvertError(f"{name}: expected shape {(rows, *trailing)}, got {tuple(t.shape)}")
 
 
-def fuse_qkv(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, num_groups: int, head_dim: int
-) -> torch.Tensor:
-    """[heads*d, ...], [G*d, ...], [G*d, ...] -> [G*(n+2)*d, ...] in per-group order (weights or biases)."""
+# (HF part index, first source row, number of rows, first destination row in the fused tensor)
+RowPiece = tuple[int, int, int, int]
+
+
+def qkv_row_pieces(num_heads: int, num_groups: int, head_dim: int) -> list[RowPiece]:
+    """Where the rows of q (part 0), k (1) and v (2) go in the fused per-group tensor."""
     if num_heads % num_groups:
         raise ConvertError(
             f"num_attention_heads {num_heads} is not a multiple of num_query_groups {num_groups}"
         )
+    n, d = num_heads // num_groups, head_dim
+    pieces: list[RowPiece] = []
+    for g in range(num_groups):
+        base = g * (n + 2) * d
+        pieces += [
+            (0, g * n * d, n * d, base),
+            (1, g * d, d, base + n * d),
+            (2, g * d, d, base + (n + 1) * d),
+        ]
+    return pieces
+
+
+def gate_up_row_pieces(ffn_hidden_size: int) -> list[RowPiece]:
+    """gate (part 0) fills the first half of fc1, up (part 1) the second."""
+    return [(0, 0, ffn_hidden_size, 0), (1, 0, ffn_hidden_size, ffn_hidden_size)]
+
+
+def fuse_qkv(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, num_groups: int, head_dim: int
+) -> torch.Tensor:
+    """[heads*d, ...], [G*d, ...], [G*d, ...] -> [G*(n+2)*d, ...] in per-group order (weights or biases)."""
+    pieces = qkv_row_pieces(num_heads, num_groups, head_dim)
     trailing = tuple(q.shape[1:])
     _check("q", q, num_heads * head_dim, trailing)
     _check("k", k, num_groups * head_dim, trailing)
     _check("v", v, num_groups * head_dim, trailing)
-    n = num_heads // num_groups
-    fused = torch.cat(
-        [
-            q.reshape(num_groups, n, head_dim, *trailing),
-            k.reshape(num_groups, 1, head_dim, *trailing),
-            v.reshape(num_groups, 1, head_dim, *trailing),
-        ],
-        dim=1,
-    )
-    return fused.reshape(num_groups * (n + 2) * head_dim, *trailing)
+    parts = (q, k, v)
+    fused = torch.empty(((num_heads + 2 * num_groups) * head_dim, *trailing), dtype=q.dtype)
+    for part, src, rows, dst in pieces:
+        fused[dst : dst + rows] = parts[part][src : src + rows]
+    return fused
 
 
 def split_qkv(
     qkv: torch.Tensor, num_heads: int, num_groups: int, head_dim: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Inverse of fuse_qkv; returns contiguous q, k, v."""
-    if num_heads % num_groups:
-        raise ConvertError(
-            f"num_attention_heads {num_heads} is not a multiple of num_query_groups {num_groups}"
-        )
-    n = num_heads // num_groups
-    trailing = tuple(qkv.shape[1:])
-    _check("linear_qkv", qkv, num_groups * (n + 2) * head_dim, trailing)
-    grouped = qkv.reshape(num_groups, n + 2, head_dim, *trailing)
-    q, k, v = torch.split(grouped, [n, 1, 1], dim=1)
-    return (
-        q.reshape(num_heads * head_dim, *trailing).contiguous(),
-        k.reshape(num_groups * head_dim, *trailing).contiguous(),
-        v.reshape(num_groups * head_dim, *trailing).contiguous(),
+    pieces = qkv_row_pieces(num_heads, num_groups, head_dim)
+    _check("linear_qkv", qkv, (num_heads + 2 * num_groups) * head_dim, tuple(qkv.shape[1:]))
+    q, k, v = (
+        torch.cat([qkv[dst : dst + rows] for p, _, rows, dst in pieces if p == part]) for part in range(3)
     )
+    return q, k, v
 
 
 def fuse_gate_up(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -100,7 +100,7 @@ def test_failure_midway_leaves_nothing(
 ) -> None:
     """Die after some tensors were written: neither the output nor a partial directory remains."""
     calls = {"n": 0}
-    name = "to_megatron" if direction == "hf_to_megatron" else "to_hf"
+    name = "fill_megatron" if direction == "hf_to_megatron" else "to_hf"
     real = getattr(convert_mod, name)
 
     def dying(*args: object) -> object:
