@@ -16,6 +16,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 
 from buffer_server.runner import AgentRunner, RunnerError, build_runner
@@ -192,7 +193,11 @@ def main(argv: list[str] | None = None) -> None:
         store,
         max_body_bytes=max_body,
         max_wait_s=args.max_wait_s,
-        info={"service": "buffer_server"},
+        info={
+            "service": "buffer_server",
+            "fast_ingest": ingest.AVAILABLE,
+            "ingest_workers": args.ingest_workers,
+        },
         runner=runner,
         encode_body=pool.encode_body if pool is not None else ingest.encode_body,
     )
@@ -209,6 +214,10 @@ def main(argv: list[str] | None = None) -> None:
         outbuf_overflow=64 << 20,
         recv_bytes=1 << 18,
     )
+    # waitress sends at most SO_SNDBUF bytes per send() (default 16 kB: ~1900 Python-level sends
+    # for a 30 MB batch reply); accepted connections inherit the listener's 4 MB.
+    for listener in [server] if hasattr(server, "socket") else list(getattr(server, "map", {}).values()):
+        listener.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
 
     def _stop(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt

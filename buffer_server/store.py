@@ -83,7 +83,6 @@ DROP_REASONS: tuple[str, ...] = (DROP_STALE, DROP_ZERO_VARIANCE, DROP_GROUP_TIME
 WAIT_POLL_S = 0.25
 WRITE_RATE_WINDOW_S = 10.0
 DEFAULT_JSON_CACHE_BYTES = 256 << 20  # prepared reply JSON (~2000 records of 4k tokens)
-PREPARE_CHUNK = 32  # records the preparer reads per query
 
 _SCHEMA = """
 -- Every uid ever accepted, also after its record was consumed or dropped and its rows deleted:
@@ -783,38 +782,46 @@ class BufferStore:
         return AckResult(lease_id, groups, records, already=False)
 
     def _prepare_loop(self) -> None:
-        """Fill the JSON cache with the reply JSON of ready records, oldest first (jsoncache.py)."""
-        last_seq = 0  # records up to here were prepared (or skipped: full cache, deleted)
+        """Keep the JSON cache filled with the reply JSON of complete groups (jsoncache.py)."""
         while not self._closing:
             with self._wake:
                 gen = self._write_gen
-            progressed = False
             try:
-                if self._cache.has_room():
-                    with self._db_lock:
-                        rows = self._conn.execute(
-                            "SELECT seq, segment, offset, length FROM records "
-                            "WHERE state = 'ready' AND seq > ? ORDER BY seq LIMIT ?",
-                            (last_seq, PREPARE_CHUNK),
-                        ).fetchall()
-                    for seq, segment, offset, length in rows:
-                        if self._closing:
-                            return
-                        try:
-                            data = codec.to_json(self._bodies.read(segment, offset, length))
-                        except (OSError, ValueError):  # deleted meanwhile: nothing to prepare
-                            data = None
-                        if data is not None and not self._cache.put(seq, data):
-                            break  # full: retry this record when a lease has made room
-                        last_seq, progressed = seq, True
-                else:
-                    self._purge_cache()
+                self._prepare_some()
             except Exception:  # never let the preparer die; reads encode on demand meanwhile
                 log.exception("JSON preparer")
-            if not progressed:
-                with self._wake:
-                    if self._write_gen == gen and not self._closing:
-                        self._wake.wait(WAIT_POLL_S)
+            with self._wake:
+                if self._write_gen == gen and not self._closing:
+                    self._wake.wait(WAIT_POLL_S)
+
+    def _prepare_some(self) -> None:
+        """Prepare the ready records of complete groups, oldest first, until the cache is full.
+
+        Only complete groups: records of partial groups may wait long (or be dropped) and would
+        hold the cache's room; a group handed out by its timeout is encoded on demand."""
+        if not self._cache.has_room():
+            self._purge_cache()
+            if not self._cache.has_room():
+                return
+        with self._db_lock:
+            rows = self._conn.execute(
+                "SELECT seq, segment, offset, length FROM records WHERE state = 'ready' AND instance_id IN "
+                "(SELECT instance_id FROM records WHERE state = 'ready' GROUP BY instance_id HAVING COUNT(*) >= ?) "
+                "ORDER BY seq",
+                (self.rules.group_size,),
+            ).fetchall()
+        prepared = set(self._cache.keys())
+        for seq, segment, offset, length in rows:
+            if self._closing:
+                return
+            if seq in prepared:
+                continue
+            try:
+                data = codec.to_json(self._bodies.read(segment, offset, length))
+            except (OSError, ValueError):  # deleted meanwhile: nothing to prepare
+                continue
+            if not self._cache.put(seq, data):
+                return  # full: the next lease makes room
 
     def _purge_cache(self) -> None:
         """Drop prepared JSON of records no longer ready (deleted while being prepared)."""
