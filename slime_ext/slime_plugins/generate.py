@@ -24,6 +24,7 @@ from typing import Any
 
 from slime_ext.slime_plugins.config import episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, problem_info, run_problem
+from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples
 from slime_ext.trajectory import STATUS_ABORTED
 
@@ -58,6 +59,12 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
         )
     cfg = plugin_config(args)
     episode = episode_config(args)
+    if not evaluation and episode.reward.credit == "per_turn" and needs_group_hook(args):
+        raise ValueError(
+            "per_turn credit returns several samples per prompt sample; slime's default reward "
+            f"normalisation would then treat the whole batch as one group: add --custom-reward-post-process-path "
+            f"{HOOK_PATH}"
+        )
     temperature = sampling_params.get("temperature", getattr(args, "rollout_temperature", None))
     if temperature is None:
         raise ValueError("no sampling temperature (sampling_params and args.rollout_temperature unset)")

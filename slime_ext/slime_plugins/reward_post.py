@@ -27,11 +27,28 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["NORMALISED_ESTIMATORS", "STD_ESTIMATORS", "normalise_groups", "post_process"]
+__all__ = [
+    "HOOK_PATH",
+    "NORMALISED_ESTIMATORS",
+    "STD_ESTIMATORS",
+    "needs_group_hook",
+    "normalise_groups",
+    "post_process",
+]
 
+HOOK_PATH = "slime_ext.slime_plugins.reward_post.post_process"
 NORMALISED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
 EPS = 1e-6
+
+
+def needs_group_hook(args: Any) -> bool:
+    """True when slime will normalise rewards and this hook is not its post-process: then only
+    groups of exactly --n-samples-per-prompt samples, without fan-out, are normalised correctly."""
+    active = getattr(args, "advantage_estimator", "grpo") in NORMALISED_ESTIMATORS and getattr(
+        args, "rewards_normalization", True
+    )
+    return active and getattr(args, "custom_reward_post_process_path", None) != HOOK_PATH
 
 
 def normalise_groups(

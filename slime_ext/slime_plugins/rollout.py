@@ -38,7 +38,7 @@ from slime_ext.problems import PromptRecord, load_prompt_records
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
 from slime_ext.slime_plugins.config import PluginConfig, episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, run_problem
-from slime_ext.slime_plugins.reward_post import NORMALISED_ESTIMATORS
+from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples, group_to_samples
 from slime_ext.slime_plugins.slime_api import eval_output, sample_class, train_output
 from slime_ext.trajectory import parse_record
@@ -47,7 +47,7 @@ __all__ = ["evaluate", "generate_rollout", "reset_state"]
 
 log = logging.getLogger(__name__)
 
-POST_PROCESS_PATH = "slime_ext.slime_plugins.reward_post.post_process"
+POST_PROCESS_PATH = HOOK_PATH
 
 
 @dataclass
@@ -82,16 +82,8 @@ def reset_state() -> None:
         _states.clear()
 
 
-def _normalisation_needs_hook(args: Any) -> bool:
-    """True when slime would normalise rewards and our group-aware hook is not configured."""
-    active = getattr(args, "advantage_estimator", "grpo") in NORMALISED_ESTIMATORS and getattr(
-        args, "rewards_normalization", True
-    )
-    return active and getattr(args, "custom_reward_post_process_path", None) != POST_PROCESS_PATH
-
-
 def _check_group_shape(args: Any, instance_id: str, trajectories: int, per_turn: bool) -> None:
-    if not _normalisation_needs_hook(args):
+    if not needs_group_hook(args):
         return
     n = getattr(args, "n_samples_per_prompt", None)
     if per_turn or trajectories != n:

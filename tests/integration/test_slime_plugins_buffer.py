@@ -6,11 +6,10 @@ slime is the labelled TEST DOUBLE in tests/slime_double; records are fed through
 
 from __future__ import annotations
 
-import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
@@ -24,7 +23,7 @@ from slime.observability.rollout_data_utils import validate_rollout_id_annotated
 from slime.rollout.base_types import RolloutFnTrainOutput, call_rollout_fn  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
 
-from slime_ext.service import running_service  # noqa: E402
+from slime_ext.service import free_port, running_service  # noqa: E402
 from slime_ext.slime_plugins.buffer_client import BufferError  # noqa: E402
 from slime_ext.slime_plugins.rollout import POST_PROCESS_PATH, generate_rollout, reset_state  # noqa: E402
 from slime_ext.slime_plugins.samples import TRAJECTORY_KEY, check_sample  # noqa: E402
@@ -32,12 +31,26 @@ from slime_ext.slime_plugins.samples import TRAJECTORY_KEY, check_sample  # noqa
 pytestmark = pytest.mark.integration
 
 
-@contextlib.contextmanager
-def buffer(tmp_path: Path, group_size: int) -> Iterator[str]:
-    args = ["--db", str(tmp_path / "b.sqlite"), "--group-size", str(group_size), "--max-wait-s", "30"]
-    with running_service("buffer_server", args, tmp_path, startup_timeout_s=60) as svc:
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One buffer server (groups of 2 records) for the module; every test drains what it writes."""
+    tmp = tmp_path_factory.mktemp("buffer")
+    args = ["--db", str(tmp / "b.sqlite"), "--group-size", "2", "--max-wait-s", "30"]
+    with running_service("buffer_server", args, tmp, startup_timeout_s=60) as svc:
         yield svc.url
     reset_state()
+
+
+_versions = itertools.count(10)
+
+
+def next_rollout_id(url: str) -> int:
+    """Policy versions only go up on one server: every step uses a fresh, larger rollout id, and
+    the server is at that version before records of it are written (as with the real runner)."""
+    rid = next(_versions)
+    r = httpx.post(f"{url}/policy_version", json={"version": rid}, timeout=10)
+    assert r.status_code == 200, r.text
+    return rid
 
 
 def record(uid: str, iid: str, reward: float, *, version: int = 0, **kw) -> dict:
@@ -70,7 +83,13 @@ def args_for(
         custom_reward_post_process_path=POST_PROCESS_PATH if hook else None,
         kernel_rl={
             "episode": {"reward": {"credit": credit}},
-            "plugins": {"buffer_url": url, "start_runner": False, "batch_wait_s": 5, **plugins},
+            "plugins": {
+                "buffer_url": url,
+                "start_runner": False,
+                "batch_wait_s": 5,
+                "max_wait_s": 30,
+                **plugins,
+            },
         },
     )
 
@@ -79,81 +98,89 @@ def stats(url: str) -> dict:
     return httpx.get(f"{url}/stats", timeout=10).json()
 
 
-def test_whole_groups_acked_and_policy_version_reported(tmp_path: Path) -> None:
-    with buffer(tmp_path, 2) as url:
-        post(url, [record(f"g{g}-{i}", f"g{g}", 0.1 * i, version=5) for g in range(3) for i in range(2)])
-        args = args_for(url, batch=2, n=2)
-        out = call_rollout_fn(generate_rollout, args, 5, None, evaluation=False)
-        assert isinstance(out, RolloutFnTrainOutput)
-        assert [len(g) for g in out.samples] == [2, 2]
-        validate_rollout_id_annotated(out.samples)
-        for g, group in enumerate(out.samples):
-            assert {s.label for s in group} == {group[0].label}  # one instance per group
-            for s in group:
-                check_sample(s)
-                assert s.group_index == g and s.status == Sample.Status.COMPLETED
-                assert s.tokens[-s.response_length :] == s.tokens[3:] and s.loss_mask == [1, 1, 0, 0, 1]
-        assert sorted(s.reward for g in out.samples for s in g) == pytest.approx([0.0, 0.0, 0.1, 0.1])
-        assert len({s.index for g in out.samples for s in g}) == 4
-        st = stats(url)
-        assert st["policy_version"] == 5
-        assert st["records"]["consumed"] == 4 and st["records"]["leased"] == 0
-        assert out.metrics["rollout/buffer/groups"] == 2 and out.metrics["rollout/buffer/policy_version"] == 5
+def test_whole_groups_acked_and_policy_version_reported(url: str) -> None:
+    rid = next_rollout_id(url)
+    before = stats(url)["records"]["consumed"]
+    post(url, [record(f"g{g}-{i}", f"g{g}", 0.1 * i, version=rid) for g in range(3) for i in range(2)])
+    args = args_for(url, batch=2, n=2)
+    out = call_rollout_fn(generate_rollout, args, rid, None, evaluation=False)
+    assert isinstance(out, RolloutFnTrainOutput)
+    assert [len(g) for g in out.samples] == [2, 2]
+    validate_rollout_id_annotated(out.samples)
+    for group in out.samples:
+        assert {s.label for s in group} == {group[0].label}  # one instance per group
+        assert len({s.group_index for s in group}) == 1
+        for s in group:
+            check_sample(s)
+            assert s.status == Sample.Status.COMPLETED
+            assert s.tokens[-s.response_length :] == s.tokens[3:] and s.loss_mask == [1, 1, 0, 0, 1]
+    assert out.samples[0][0].group_index != out.samples[1][0].group_index
+    assert sorted(s.reward for g in out.samples for s in g) == pytest.approx([0.0, 0.0, 0.1, 0.1])
+    first_indices = {s.index for g in out.samples for s in g}
+    assert len(first_indices) == 4
+    st = stats(url)
+    assert st["policy_version"] == rid
+    assert st["records"]["consumed"] - before == 4 and st["records"]["leased"] == 0
+    assert out.metrics["rollout/buffer/groups"] == 2 and out.metrics["rollout/buffer/policy_version"] == rid
 
-        # next step: one group is ready, the other arrives while the rollout function long-polls
-        later = threading.Timer(
-            1.0, post, (url, [record(f"h-{i}", "h", 0.5 * i, version=6) for i in range(2)])
-        )
-        later.start()
-        started = time.monotonic()
-        out2 = generate_rollout(args, 6, None)
-        later.join()
-        assert time.monotonic() - started >= 0.9
-        assert sorted(g[0].label for g in out2.samples) == ["g2", "h"]
-        assert stats(url)["policy_version"] == 6
-        assert out2.metrics["rollout/buffer/staleness_max"] == 1.0  # g2 was sampled with version 5
-        # indices keep growing across steps (slime sorts and identifies samples by them)
-        assert min(s.index for g in out2.samples for s in g) == 4
-
-
-def test_unusable_group_is_released_not_lost(tmp_path: Path) -> None:
-    with buffer(tmp_path, 2) as url:
-        post(url, [record(f"a-{i}", "a", float(i)) for i in range(2)])
-        # slime's default normalisation needs n=3 samples per group; the group has 2
-        with pytest.raises(ValueError, match="custom-reward-post-process-path"):
-            generate_rollout(args_for(url, batch=1, n=3), 0, None)
-        st = stats(url)
-        assert st["records"]["leased"] == 0 and st["records"]["ready"] == 2 and st["records"]["consumed"] == 0
-        out = generate_rollout(args_for(url, batch=1, n=3, hook=True), 0, None)  # group-aware hook: fine
-        assert len(out.samples[0]) == 2 and stats(url)["records"]["consumed"] == 2
+    # next step: one group is ready, the other arrives while the rollout function long-polls
+    rid2 = next_rollout_id(url)
+    later = threading.Timer(
+        1.0, post, (url, [record(f"h-{i}", "h", 0.5 * i, version=rid2) for i in range(2)])
+    )
+    later.start()
+    started = time.monotonic()
+    out2 = generate_rollout(args, rid2, None)
+    later.join()
+    assert time.monotonic() - started >= 0.9
+    assert sorted(g[0].label for g in out2.samples) == ["g2", "h"]
+    assert stats(url)["policy_version"] == rid2
+    assert out2.metrics["rollout/buffer/staleness_max"] == rid2 - rid  # g2 was sampled with version rid
+    # indices keep growing across steps (slime sorts and identifies samples by them)
+    assert min(s.index for g in out2.samples for s in g) > max(first_indices)
 
 
-def test_per_turn_records_fan_out(tmp_path: Path) -> None:
+def test_unusable_group_is_released_not_lost(url: str) -> None:
+    before = stats(url)["records"]
+    rid = next_rollout_id(url)
+    post(url, [record(f"a-{i}", "a", float(i), version=rid) for i in range(2)])
+    # slime's default normalisation needs n=3 samples per group; the group has 2
+    with pytest.raises(ValueError, match="custom-reward-post-process-path"):
+        generate_rollout(args_for(url, batch=1, n=3), rid, None)
+    st = stats(url)["records"]
+    assert st["leased"] == 0 and st["ready"] == 2 and st["consumed"] == before["consumed"]
+    out = generate_rollout(args_for(url, batch=1, n=3, hook=True), rid, None)  # with the group-aware hook
+    assert len(out.samples[0]) == 2 and stats(url)["records"]["consumed"] - before["consumed"] == 2
+
+
+def test_per_turn_records_fan_out(url: str) -> None:
+    rid = next_rollout_id(url)
+
     def turn(ep: str, k: int, reward: float) -> dict:
         meta = {"level": 1, TRAJECTORY_KEY: ep}
-        return record(f"{ep}-t{k}", "p", reward, sample_index=k, metadata=meta)
+        return record(f"{ep}-t{k}", "p", reward, version=rid, sample_index=k, metadata=meta)
 
-    with buffer(tmp_path, 4) as url:
-        with pytest.raises(ValueError, match="per_turn credit fans out"):  # checked before leasing
-            generate_rollout(args_for(url, batch=1, n=2, credit="per_turn"), 0, None)
-        post(url, [turn("e1", 1, 0.3), turn("e1", 0, 0.22), turn("e2", 0, 0.04), turn("e2", 1, 0.1)])
-        out = generate_rollout(args_for(url, batch=1, n=2, hook=True, credit="per_turn"), 0, None)
-        (group,) = out.samples
-        assert [len(t) for t in group] == [2, 2]
-        validate_rollout_id_annotated(out.samples)
-        for traj in group:
-            assert [s.metadata["kernel_rl"]["turn"] for s in traj] == [0, 1]
-            assert len({s.rollout_id for s in traj}) == 1
-        assert [s.reward for s in group[0]] == pytest.approx([0.22, 0.3])
+    with pytest.raises(ValueError, match="per_turn credit fans out"):  # checked before leasing
+        generate_rollout(args_for(url, batch=1, n=1, credit="per_turn"), rid, None)
+    post(url, [turn("e1", 1, 0.3), turn("e1", 0, 0.22)])
+    out = generate_rollout(args_for(url, batch=1, n=1, hook=True, credit="per_turn"), rid, None)
+    ((traj,),) = out.samples  # one group, one trajectory, two turn samples
+    validate_rollout_id_annotated(out.samples)
+    assert [s.metadata["kernel_rl"]["turn"] for s in traj] == [0, 1]
+    assert len({s.rollout_id for s in traj}) == 1 and len({s.index for s in traj}) == 1
+    assert [s.reward for s in traj] == pytest.approx([0.22, 0.3])
+    assert traj[1].tokens != traj[0].tokens
 
 
-def test_runner_start_and_timeouts(tmp_path: Path) -> None:
-    with buffer(tmp_path, 2) as url:
-        # this buffer has no runner configured: the error says what to do
-        with pytest.raises(BufferError, match="start the buffer server with --recipe") as err:
-            generate_rollout(args_for(url, batch=1, n=2, start_runner=True), 0, None)
-        assert err.value.status_code in (409, 501)  # 409: no runner configured (501 before the runner landed)
-        with pytest.raises(TimeoutError, match=r"0 of 1 groups after 1 s"):
-            generate_rollout(args_for(url, batch=1, n=2, max_wait_s=1, batch_wait_s=0.5), 0, None)
+def test_runner_start_and_timeouts(url: str) -> None:
+    # this buffer has no runner configured: the error says what to do
+    with pytest.raises(BufferError, match="start the buffer server with --recipe") as err:
+        generate_rollout(args_for(url, batch=1, n=2, start_runner=True), next_rollout_id(url), None)
+    assert err.value.status_code in (409, 501)  # 409: no runner configured (501 before the runner landed)
+    with pytest.raises(TimeoutError, match=r"0 of 1 groups after 1 s"):
+        generate_rollout(
+            args_for(url, batch=1, n=2, max_wait_s=1, batch_wait_s=0.5), next_rollout_id(url), None
+        )
+    dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(BufferError, match="unreachable"):
-        generate_rollout(args_for(url, batch=1, n=2), 0, None)
+        generate_rollout(args_for(dead, batch=1, n=2), 0, None)

@@ -27,7 +27,7 @@ from slime.utils.types import Sample  # noqa: E402
 from eval_server.samples import load_candidate, load_problem  # noqa: E402
 from slime_ext.problems import PromptRecord, write_prompt_records  # noqa: E402
 from slime_ext.slime_plugins.generate import generate, reward  # noqa: E402
-from slime_ext.slime_plugins.reward_post import post_process  # noqa: E402
+from slime_ext.slime_plugins.reward_post import HOOK_PATH, post_process  # noqa: E402
 from slime_ext.slime_plugins.rollout import generate_rollout  # noqa: E402
 from slime_ext.slime_plugins.rollout_log import log_eval_rollout  # noqa: E402
 from slime_ext.slime_plugins.samples import check_sample  # noqa: E402
@@ -162,6 +162,7 @@ def test_per_turn_wrong_then_correct_relu(double, hf_dir, cpu_server, prompt_dat
     )
     episode = {"max_turns": 2, "reward": {"credit": "per_turn"}, "eval_options": {"correctness_trials": 2}}
     args = slime_args(double, hf_dir, cpu_server, episode, prompt_data=str(prompt_data))
+    args.custom_reward_post_process_path = HOOK_PATH
     out = asyncio.run(generate(args, data_sample(index=5), sampling_params(4096)))
     assert isinstance(out, list) and len(out) == 2
     # CPU: no timing, so rewards 0.1 (compiled, wrong) and 0.3 (correct); G = [0.1 + 0.4 * 0.3, 0.3]

@@ -111,3 +111,10 @@ def test_generate_refuses_bad_setups() -> None:
         asyncio.run(generate(args, Sample(prompt=[{"role": "user", "content": "x"}]), {"temperature": 1.0}))
     with pytest.raises(ValueError, match="--group-rm"):
         asyncio.run(generate(SimpleNamespace(group_rm=True), Sample(prompt="src"), {}))
+    per_turn = SimpleNamespace(
+        group_rm=False, advantage_estimator="grpo", kernel_rl={"episode": {"reward": {"credit": "per_turn"}}}
+    )
+    with pytest.raises(
+        ValueError, match="custom-reward-post-process-path slime_ext.slime_plugins.reward_post"
+    ):
+        asyncio.run(generate(per_turn, Sample(prompt="src"), {"temperature": 1.0}))
