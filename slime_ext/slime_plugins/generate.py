@@ -19,11 +19,12 @@ SGLang errors other than abort propagate, like slime's own generate.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from slime_ext.slime_plugins.config import episode_config, plugin_config
-from slime_ext.slime_plugins.resources import get_resources, problem_info, run_problem
+from slime_ext.slime_plugins.resources import get_resources, problem_index, problem_info, run_problem
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples
 from slime_ext.trajectory import STATUS_ABORTED
@@ -69,6 +70,8 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     if temperature is None:
         raise ValueError("no sampling temperature (sampling_params and args.rollout_temperature unset)")
     res = await get_resources(args, cfg, episode, temperature=float(temperature), evaluation=evaluation)
+    if cfg.prompt_data:  # read the file off the event loop (once; cached afterwards)
+        await asyncio.to_thread(problem_index, cfg.prompt_data)
     problem, info = problem_info(sample.prompt, cfg, label=sample.label, metadata=sample.metadata)
     headers = None
     if sample.session_id and getattr(args, "router_policy", None) == "consistent_hashing":
