@@ -23,7 +23,14 @@ one of the `stop` strings; or after `max_new_tokens` (finish `length`).
 Sampling params that change nothing here (`no_stop_trim`, `skip_special_tokens`, ...) are
 accepted; unknown ones are rejected with 400 naming the key, as SGLang's SamplingParams does.
 
-CLI: `python -m slime_ext.tiny_engine --model DIR [--host 127.0.0.1] [--port 30000]`.
+SCRIPTED MODE (labelled; not a model's answers): with `--scripted FILE` (jsonl of
+`{"match": str, "text": str}`), a request whose decoded context contains a rule's `match` is
+answered with that rule's `text` followed by the end-of-turn token, cut to `max_new_tokens`
+(finish `length`) and with each token's teacher-forced log-prob under the same temperature, so
+the log-prob contract still holds; other requests are sampled. The dry run's `--scripted` uses it
+to send known candidates through the eval server deterministically.
+
+CLI: `python -m slime_ext.tiny_engine --model DIR [--host 127.0.0.1] [--port 30000] [--scripted FILE]`.
 """
 
 from __future__ import annotations
@@ -71,8 +78,18 @@ class GenerateEngine:
     """`/generate` over a causal LM. `handle(body)` is the protocol; `produce` the generation
     (subclasses may replace it). Requests are served one at a time (one CPU model)."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, seed: int = 0, model_path: str = "") -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        seed: int = 0,
+        model_path: str = "",
+        scripted_rules: list[tuple[str, str]] | None = None,
+    ) -> None:
         self.model = model
+        self.scripted_rules = list(scripted_rules or [])
+        self.end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.tokenizer = tokenizer
         self.model_path = model_path
         self.stop_ids = _stop_ids(tokenizer)
@@ -163,7 +180,28 @@ class GenerateEngine:
         top_k: int,
         body: dict[str, Any],
     ) -> Produced:
+        if self.scripted_rules:
+            context = self.tokenizer.decode(input_ids)
+            for match, text in self.scripted_rules:
+                if match in context:
+                    return self.teacher_forced(input_ids, text, temperature, max_new)
         return self.sample(input_ids, temperature, max_new, stop_ids, stops=stops, top_p=top_p, top_k=top_k)
+
+    @torch.no_grad()
+    def teacher_forced(self, input_ids: list[int], text: str, temperature: float, max_new: int) -> Produced:
+        """`text` + end-of-turn as the answer (cut to max_new), with the model's log-probs of it."""
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.end_of_turn]
+        finish: dict[str, Any] = {"type": "stop", "matched": self.end_of_turn}
+        if len(ids) > max_new:
+            ids = ids[:max_new]
+            finish = {"type": "length", "length": max_new}
+        if not ids:
+            return [], [], finish
+        logits = self.model(input_ids=torch.tensor([input_ids + ids])).logits[0].float()
+        lp = torch.log_softmax(
+            logits[len(input_ids) - 1 : len(input_ids) - 1 + len(ids)] / temperature, dim=-1
+        )
+        return ids, [float(lp[i, t]) for i, t in enumerate(ids)], finish
 
     @torch.no_grad()
     def sample(
@@ -293,13 +331,32 @@ def _handler_for(engine: GenerateEngine) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def load_engine(model_dir: str, *, seed: int = 0) -> GenerateEngine:
+def load_scripted_rules(path: str) -> list[tuple[str, str]]:
+    """The rules of a scripted-mode jsonl file; ValueError naming the line of a bad one."""
+    rules = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                match, text = row["match"], row["text"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{lineno}: expected {{'match': str, 'text': str}} ({exc})") from None
+            if not (isinstance(match, str) and match and isinstance(text, str)):
+                raise ValueError(f"{path}:{lineno}: match must be a non-empty string and text a string")
+            rules.append((match, text))
+    return rules
+
+
+def load_engine(model_dir: str, *, seed: int = 0, scripted: str | None = None) -> GenerateEngine:
     """Load a local HF causal LM directory (float32, CPU) into an engine."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    rules = load_scripted_rules(scripted) if scripted else None
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    return GenerateEngine(model, tokenizer, seed=seed, model_path=str(model_dir))
+    return GenerateEngine(model, tokenizer, seed=seed, model_path=str(model_dir), scripted_rules=rules)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -313,13 +370,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--torch-threads", type=int, default=1, help="CPU threads for the model")
+    p.add_argument("--scripted", help="SCRIPTED MODE: jsonl of {match, text} answers (see above)")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     torch.set_num_threads(max(1, args.torch_threads))
-    engine = load_engine(args.model, seed=args.seed)
+    try:
+        engine = load_engine(args.model, seed=args.seed, scripted=args.scripted)
+    except (OSError, ValueError) as exc:
+        p.error(str(exc))
+    if engine.scripted_rules:
+        log.warning(
+            "SCRIPTED MODE: %d scripted answer rule(s) from %s", len(engine.scripted_rules), args.scripted
+        )
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     signal.signal(signal.SIGINT, lambda *_: stopped.set())

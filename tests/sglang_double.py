@@ -16,8 +16,6 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-import torch
-
 from slime_ext.tiny_engine import GenerateEngine, Produced
 
 __all__ = ["SGLangDouble"]
@@ -26,7 +24,7 @@ __all__ = ["SGLangDouble"]
 class SGLangDouble(GenerateEngine):
     def __init__(self, model: Any, tokenizer: Any, *, seed: int = 0) -> None:
         super().__init__(model, tokenizer, seed=seed, model_path="test-double")
-        self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.im_end = self.end_of_turn
         self.scripted: collections.deque[str] = collections.deque()
         self.abort_next = False
         self.requests: list[dict[str, Any]] = []
@@ -40,26 +38,12 @@ class SGLangDouble(GenerateEngine):
             self.abort_next = False
             ids, logprobs, finish = [], [], {"type": "abort", "message": "aborted by test"}
         elif self.scripted:
-            ids, logprobs, finish = self._scripted(input_ids, self.scripted.popleft(), temperature, max_new)
+            ids, logprobs, finish = self.teacher_forced(
+                input_ids, self.scripted.popleft(), temperature, max_new
+            )
         else:
             ids, logprobs, finish = super().produce(
                 input_ids, temperature=temperature, max_new=max_new, body=body, **sampling
             )
         self.outputs.append(list(ids))
-        return ids, logprobs, finish
-
-    @torch.no_grad()
-    def _scripted(self, input_ids: list[int], text: str, temperature: float, max_new: int) -> Produced:
-        ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.im_end]
-        finish: dict[str, Any] = {"type": "stop", "matched": self.im_end}
-        if len(ids) > max_new:
-            ids = ids[:max_new]
-            finish = {"type": "length", "length": max_new}
-        if not ids:
-            return [], [], finish
-        logits = self.model(input_ids=torch.tensor([input_ids + ids])).logits[0].float()
-        lp = torch.log_softmax(
-            logits[len(input_ids) - 1 : len(input_ids) - 1 + len(ids)] / temperature, dim=-1
-        )
-        logprobs = [float(lp[i, t]) for i, t in enumerate(ids)]
         return ids, logprobs, finish

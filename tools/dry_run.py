@@ -16,8 +16,11 @@ What it does, in order:
 5. prints the per-turn summary (compiled / correct / reward) and where the trajectories and
    logs are, stops the session and every process it started (`scripts/stop.sh`), exits 0.
 
-The model is random, so what it writes is mostly not code: the table shows that honestly. Training
-itself needs the slime Docker image and GPUs (docs/LAUNCH.md).
+The model is random, so what it writes is mostly not code: the table shows that honestly.
+`--scripted` (labelled SCRIPTED in the output; not a model's answers) makes the embedded engine
+answer each problem with its bundled correct candidate (teacher-forced log-probs), so the eval
+server path runs deterministically. Training itself needs the slime Docker image and GPUs
+(docs/LAUNCH.md).
 """
 
 from __future__ import annotations
@@ -89,6 +92,47 @@ def write_prompts(path: Path, names: list[str] | None) -> int:
     return write_prompt_records(path, records)
 
 
+SCRIPTED_MAX_NEW_TOKENS = 2048  # a bundled candidate plus its fence fits
+
+
+def write_scripted_rules(path: Path, names: list[str] | None) -> int:
+    """SCRIPTED MODE rules for the embedded engine: a prompt holding a sample problem's source is
+    answered with that problem's bundled correct candidate in a python fence."""
+    from eval_server import samples
+
+    chosen = names or list(samples.problem_names())
+    rows = [
+        {
+            "match": samples.load_problem(name).strip("\n"),
+            "text": f"```python\n{samples.load_candidate(f'{name}__correct').strip()}\n```",
+        }
+        for name in chosen
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return len(rows)
+
+
+def write_recipe(path: Path, max_new_tokens: int | None) -> Path:
+    """The dry run's base recipe, with another per-turn token budget if given (the launcher fills
+    in URLs and paths, then validates it)."""
+    import yaml
+
+    from slime_ext.data.files import atomic_write_text
+    from tools.run_recipe import with_values
+
+    full = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
+    if max_new_tokens:
+        n = max_new_tokens
+        sets = [
+            f"runner.max_new_tokens={n}",
+            f"episode.max_new_tokens_per_turn={n}",
+            f"runner.max_context_tokens={4 * n}",
+        ]
+        full["kernel_rl"] = with_values(full["kernel_rl"], sets)
+    atomic_write_text(path, yaml.safe_dump(full, sort_keys=False))
+    return path
+
+
 def _free_port() -> int:
     from slime_ext.service import free_port
 
@@ -107,7 +151,7 @@ def launch(
         RUN_NAME=run_dir.name,
         RUN_DIR=str(run_dir),
         TMUX_SESSION=env.get("TMUX_SESSION", run_dir.name),
-        RECIPE=str(RECIPE),
+        RECIPE=str(run_dir / "dry_run_recipe.yaml"),
         PROMPT_DATA=str(run_dir / "prompts.jsonl"),
         TOKENIZER=str(run_dir / "model"),
         N_SAMPLES_PER_PROMPT=str(args.group_size),
@@ -141,9 +185,18 @@ def launch(
     else:
         engine_port = _free_port()
         env["SGLANG_URL"] = f"http://127.0.0.1:{engine_port}"
-        env["ENGINE_CMD"] = shlex.join(
-            [py, "-m", "slime_ext.tiny_engine", "--model", str(run_dir / "model"), "--port", str(engine_port)]
-        )
+        engine = [
+            py,
+            "-m",
+            "slime_ext.tiny_engine",
+            "--model",
+            str(run_dir / "model"),
+            "--port",
+            str(engine_port),
+        ]
+        if args.scripted:
+            engine += ["--scripted", str(run_dir / "scripted.jsonl")]
+        env["ENGINE_CMD"] = shlex.join(engine)
         env["ENGINE_HEALTH_URL"] = f"http://127.0.0.1:{engine_port}/health"
     result = subprocess.run(["bash", str(LAUNCHER)], env=env, cwd=REPO, capture_output=True, text=True)
     return env, result
@@ -187,9 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=float, default=900.0, help="limit for the rollout step")
     p.add_argument("--health-timeout-s", type=float, default=300.0, help="limit for each service to start")
     p.add_argument("--no-install", action="store_true", help="do not pip install missing packages")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        help=f"tokens per turn (default: the dry-run recipe's; {SCRIPTED_MAX_NEW_TOKENS} with --scripted)",
+    )
+    p.add_argument(
+        "--scripted",
+        action="store_true",
+        help="SCRIPTED: the embedded engine answers with the bundled correct candidates (not a model)",
+    )
     args = p.parse_args(argv)
     if args.group_size < 1:
         p.error("--group-size must be >= 1")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        p.error("--max-new-tokens must be >= 1")
+    if args.scripted and args.engine_url:
+        p.error("--scripted scripts the embedded engine: it cannot be combined with --engine-url")
 
     t0 = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -214,6 +281,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         n = write_prompts(run_dir / "prompts.jsonl", args.problems)
         print(f"[2/4] {n} prompt records from the bundled samples -> {run_dir / 'prompts.jsonl'}", flush=True)
+        budget = args.max_new_tokens or (SCRIPTED_MAX_NEW_TOKENS if args.scripted else None)
+        write_recipe(run_dir / "dry_run_recipe.yaml", budget)
+        if args.scripted:
+            write_scripted_rules(run_dir / "scripted.jsonl", args.problems)
+            print(
+                "      SCRIPTED: the engine answers with the bundled correct candidates, not the model",
+                flush=True,
+            )
         num_groups = args.num_groups or n
         print(
             "[3/4] starting the tmux session (engine, eval, buffer, trainer), each health-gated ...",
@@ -239,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     from tools.rollout_step import format_summary
 
     print()
+    if args.scripted:
+        print("SCRIPTED run: the answers are the bundled correct candidates, not the model's")
     print(format_summary(summary))
     print()
     print(f"trajectories: {run_dir / 'trajectories.jsonl'}")

@@ -90,19 +90,38 @@ def test_dry_run_with_the_embedded_engine(tmp_path: Path) -> None:
     assert subprocess.run(["tmux", "-S", env["TMUX_SOCKET"], "has-session", "-t", "run"]).returncode != 0
 
 
-def test_dry_run_with_an_external_engine_url(tmp_path: Path) -> None:
+def test_dry_run_with_an_external_scripted_engine(tmp_path: Path) -> None:
+    """--engine-url with an external engine in SCRIPTED mode (the rules `--scripted` writes): the
+    bundled correct candidate comes back for each turn, so the eval server path runs for real."""
     from slime_ext.tiny_engine import load_engine
     from slime_ext.tiny_model import write_model_dir
+    from tools.dry_run import write_scripted_rules
 
-    engine = load_engine(str(write_model_dir(tmp_path / "external_model")), seed=3)
+    rules = tmp_path / "scripted.jsonl"
+    assert write_scripted_rules(rules, ["relu"]) == 1
+    engine = load_engine(str(write_model_dir(tmp_path / "external_model")), seed=3, scripted=str(rules))
     url = engine.start()
     try:
-        res, run_dir, _ = _dry_run(tmp_path, "--engine-url", url, "--problems", "relu", "--group-size", "1")
+        # Room for the whole candidate in one turn (what the dry run's --scripted sets too).
+        res, run_dir, _ = _dry_run(
+            tmp_path,
+            "--engine-url",
+            url,
+            "--problems",
+            "relu",
+            "--group-size",
+            "1",
+            "--max-new-tokens",
+            "2048",
+        )
     finally:
         engine.stop()
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
     assert "windows: eval buffer trainer" in res.stdout  # no embedded engine window
-    assert engine.served >= 1  # the episodes generated with the external server
-    assert not (run_dir / "logs" / "engine.log").exists()
+    assert engine.served >= 1 and not (run_dir / "logs" / "engine.log").exists()
     _check_trajectories(run_dir, 1)
+    summary = json.loads((run_dir / "rollout_step.json").read_text())
+    first = summary["turns"][0]
+    assert (first["evaluated"], first["compiled"], first["correct"]) == (1, 1, 1)
+    assert first["mean_reward"] == pytest.approx(0.3)
     assert _run_processes(run_dir) == []
