@@ -116,3 +116,28 @@ def test_bad_requests_get_400_naming_the_field(engine, body, message) -> None:
 def test_unknown_path_is_404(engine) -> None:
     _, url = engine
     assert httpx.post(f"{url}/v1/completions", json={}).status_code == 404
+
+
+def test_scripted_rules_answer_matching_prompts_teacher_forced(tmp_path) -> None:
+    from slime_ext.tiny_engine import load_scripted_rules
+
+    rules_file = tmp_path / "rules.jsonl"
+    rules_file.write_text('{"match": "relu", "text": "x = 1"}\n\n')
+    rules = load_scripted_rules(str(rules_file))
+    assert rules == [("relu", "x = 1")]
+    tok = tiny_tokenizer()
+    eng = GenerateEngine(tiny_model(), tok, seed=1, scripted_rules=rules)
+    ids, logprobs, finish = eng.produce(
+        _prompt(), temperature=0.9, max_new=50, stop_ids=set(), stops=[], top_p=1.0, top_k=-1, body={}
+    )
+    assert ids == tok.encode("x = 1", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+    assert finish == {"type": "stop", "matched": ids[-1]} and all(lp <= 0 for lp in logprobs)
+    # No rule matches: sampled as usual.
+    other = tok.encode("<|im_start|>user\nsoftmax<|im_end|>\n<|im_start|>assistant\n")
+    ids2, _, _ = eng.produce(
+        other, temperature=0.9, max_new=3, stop_ids=set(), stops=[], top_p=1.0, top_k=-1, body={}
+    )
+    assert len(ids2) == 3
+    rules_file.write_text('{"match": "", "text": "x"}\n')
+    with pytest.raises(ValueError, match="rules.jsonl:1"):
+        load_scripted_rules(str(rules_file))
