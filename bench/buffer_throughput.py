@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import contextlib
 import http.client
 import json
 import os
@@ -38,6 +39,7 @@ from functools import partial
 from pathlib import Path
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -118,7 +120,21 @@ class BodyTemplate:
         return b"".join(out).replace(INSTANCE_PLACEHOLDER.encode(), uuid.uuid4().hex.encode())
 
 
-def write_phase(url: str, templates: list[BodyTemplate], clients: int, seconds: float) -> dict:
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU of the server and its live children (ingest workers), or (pid None) of
+    this process alone (the server is one of its children)."""
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc, *(proc.children(recursive=True) if pid is not None else [])]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def write_phase(
+    url: str, templates: list[BodyTemplate], clients: int, seconds: float, server_pid: int
+) -> dict:
     accepted = [0] * clients
     latencies: list[list[float]] = [[] for _ in range(clients)]
     body_bytes = [0] * clients
@@ -144,6 +160,7 @@ def write_phase(url: str, templates: list[BodyTemplate], clients: int, seconds: 
         finally:
             conn.close()
 
+    server_cpu0, client_cpu0 = cpu_seconds(server_pid), cpu_seconds()
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
     for t in threads:
@@ -151,6 +168,7 @@ def write_phase(url: str, templates: list[BodyTemplate], clients: int, seconds: 
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
+    server_cpu, client_cpu = cpu_seconds(server_pid) - server_cpu0, cpu_seconds() - client_cpu0
     if errors:
         raise RuntimeError(f"write failed: {errors[0]}")
     lat = [x for xs in latencies for x in xs]
@@ -162,6 +180,9 @@ def write_phase(url: str, templates: list[BodyTemplate], clients: int, seconds: 
         "mb_per_s": round(sum(body_bytes) / elapsed / 1e6, 1),
         "request_p50_ms": round(percentile(lat, 0.5) * 1e3, 2),
         "request_p95_ms": round(percentile(lat, 0.95) * 1e3, 2),
+        # CPU per record: a figure that other load on the machine changes far less than rates
+        "server_cpu_ms_per_record": round(server_cpu / max(1, sum(accepted)) * 1e3, 3),
+        "client_cpu_ms_per_record": round(client_cpu / max(1, sum(accepted)) * 1e3, 3),
     }
 
 
@@ -299,8 +320,9 @@ def main() -> None:
         ]
         with running_service("buffer_server", server_args, Path(tmp), env=env, startup_timeout_s=60) as svc:
             health = httpx.get(f"{svc.url}/health").json()
-            write_batched = write_phase(svc.url, batched, args.clients, args.seconds)
-            write_single = write_phase(svc.url, single, args.clients, args.seconds)
+            load_before = os.getloadavg()[0]
+            write_batched = write_phase(svc.url, batched, args.clients, args.seconds, svc.pid)
+            write_single = write_phase(svc.url, single, args.clients, args.seconds, svc.pid)
             reads = [
                 read_phase(svc.url, group_bodies, args.groups, args.group_size, args.reads, scenario, client)
                 for scenario, client in (
@@ -319,6 +341,9 @@ def main() -> None:
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
             "server_json_backend": health["json_backend"],
+            "server_fast_ingest": health.get("fast_ingest", False),
+            "load_avg_1min_at_start": round(load_before, 2),
+            "load_avg_1min_at_end": round(os.getloadavg()[0], 2),
         },
         "record_json_bytes": record_bytes,
         "clients": args.clients,
@@ -330,12 +355,17 @@ def main() -> None:
         "records_held": stats["records"]["stored"],
         "server_stats": {k: stats[k] for k in ("storage", "json_cache") if k in stats},
     }
+    print(f"load average (1 min) at start {load_before:.2f}, at end {os.getloadavg()[0]:.2f}")
     print(f"record: {PROMPT_TOKENS} prompt + {RESPONSE_TOKENS} response tokens, {record_bytes / 1e3:.0f} kB JSON; "
           f"server JSON backend {health['json_backend']}; {os.cpu_count()} CPUs shared by client and server")  # fmt: skip
-    print(f"{'phase':<24}{'records/s':>10}{'MB/s':>8}{'req p50 ms':>12}{'req p95 ms':>12}")
+    print(
+        f"{'phase':<24}{'records/s':>10}{'MB/s':>8}{'req p50 ms':>12}{'req p95 ms':>12}"
+        f"{'server CPU ms/rec':>19}{'client CPU ms/rec':>19}"
+    )
     for name, w in (("write, 8 per POST", write_batched), ("write, 1 per POST", write_single)):
         print(
             f"{name:<24}{w['records_per_s']:>10}{w['mb_per_s']:>8}{w['request_p50_ms']:>12}{w['request_p95_ms']:>12}"
+            f"{w['server_cpu_ms_per_record']:>19}{w['client_cpu_ms_per_record']:>19}"
         )
     for rd in reads:
         print(
