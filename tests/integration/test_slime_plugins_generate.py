@@ -13,8 +13,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 import torch
+import yaml
 
 from tests.slime_double import install
 
@@ -26,6 +28,7 @@ from slime.utils.types import Sample  # noqa: E402
 
 from eval_server.samples import load_candidate, load_problem  # noqa: E402
 from slime_ext.problems import PromptRecord, write_prompt_records  # noqa: E402
+from slime_ext.service import running_service  # noqa: E402
 from slime_ext.slime_plugins.generate import generate, reward  # noqa: E402
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, post_process  # noqa: E402
 from slime_ext.slime_plugins.rollout import generate_rollout  # noqa: E402
@@ -217,3 +220,51 @@ def test_rollout_evaluation_path(double, hf_dir, cpu_server, prompt_data) -> Non
     assert extra["eval/kb_holdout/kernel/correct_rate"] == 1.0
     with pytest.raises(ValueError, match="--eval-prompt-data"):
         generate_rollout(slime_args(double, hf_dir, cpu_server, episode), 0, None, evaluation=True)
+
+
+def test_buffer_mode_with_the_real_agent_runner(double, hf_dir, cpu_server, prompt_data, tmp_path) -> None:
+    """End to end in buffer mode: the buffer server's REAL agent runner (--recipe) plays per_turn
+    episodes against the SGLang double and the real eval server; the rollout function starts it,
+    leases the group and converts the runner's records."""
+    wrong = f"{F}python\n{load_candidate('relu__wrong_math')}\n{F}"
+    correct = f"{F}python\n{load_candidate('relu__correct')}\n{F}"
+    # SCRIPTED (labelled): episode 0 answers no code, then correct; episode 1 wrong, then correct
+    double.scripted.extend(["No kernel yet.", correct, wrong, correct])
+    episode = {
+        "max_turns": 2,
+        "eval_options": {"correctness_trials": 1},
+        "reward": {"credit": "per_turn", "early_stop_min_speedup": None},
+    }
+    runner = {
+        "prompt_data": str(prompt_data), "sglang_url": double.url, "eval_urls": cpu_server, "tokenizer": hf_dir,
+        "concurrency": 1, "max_ready_groups": 1, "temperature": 1.0, "max_context_tokens": 8192,
+        "max_new_tokens": 512, "run_id": "e2e", "epochs": 1,
+    }  # fmt: skip
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"kernel_rl": {"runner": runner, "episode": episode}}), encoding="utf-8")
+    buffer_args = ["--db", str(tmp_path / "b.sqlite"), "--group-size", "2", "--recipe", str(recipe)]
+    with running_service("buffer_server", buffer_args, tmp_path, startup_timeout_s=120) as svc:
+        args = SimpleNamespace(
+            rollout_batch_size=1, n_samples_per_prompt=2, advantage_estimator="grpo", rewards_normalization=True,
+            grpo_std_normalization=True, reward_key=None, custom_reward_post_process_path=HOOK_PATH,
+            kernel_rl={"episode": episode, "plugins": {"buffer_url": svc.url, "batch_wait_s": 5, "max_wait_s": 300}},
+        )  # fmt: skip
+        try:
+            out = generate_rollout(args, 0, None)
+        finally:
+            httpx.post(f"{svc.url}/rollout/stop", json={}, timeout=60)
+    ((ep_a, ep_b),) = out.samples  # one group (the one train record), two trajectories of two turns
+    validate_rollout_id_annotated(out.samples)
+    # CPU rewards: no code 0, wrong 0.1, correct 0.3; G_0 = r_0 + 0.4 r_1
+    returns = sorted([[s.reward for s in ep_a], [s.reward for s in ep_b]])
+    assert returns == [pytest.approx([0.12, 0.3]), pytest.approx([0.22, 0.3])]
+    sampled = {tuple(o) for o in double.outputs}
+    for traj in (ep_a, ep_b):
+        assert len({s.rollout_id for s in traj}) == 1
+        for s in traj:
+            check_sample(s)
+            assert tuple(s.tokens[-s.response_length :]) in sampled  # exactly what the engine sampled
+            assert s.label == "kb_L2_other" and s.metadata["kernel_rl"]["level"] == 2
+        assert traj[1].tokens[: len(traj[0].tokens)] == traj[0].tokens
+    _, normalised = post_process(args, [s for traj in (ep_a, ep_b) for s in traj])
+    assert sum(normalised) == pytest.approx(0.0, abs=1e-5)
