@@ -9,7 +9,9 @@ the RolloutManager actor). For training it:
    train.py the engines hold the weights trained on rollouts 0..rollout_id-1 when rollout
    `rollout_id` is generated; train_async.py generates one step ahead: lag 1);
 2. on first use, starts the buffer's agent runner (`POST /rollout/start`, idempotent);
-3. leases groups (`POST /batches`, long-poll) until it holds `--rollout-batch-size` groups,
+3. leases groups (`POST /batches`, long-poll) until it holds `--rollout-batch-size` groups and
+   at least `--global-batch-size` trajectories (slime counts rollouts, not samples, per step and
+   asserts at least one step; timed-out buffer groups may be smaller than n),
    converting each leased group to Samples (slime_ext.slime_plugins.samples) and acking the lease
    only after the conversion succeeded (a failure releases it and raises: nothing is lost);
 4. returns `RolloutFnTrainOutput(samples, metrics)`: list[list[Sample]] (trajectory credit) or
@@ -131,19 +133,23 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
 def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: str, version: int) -> Any:
     started = time.monotonic()
     deadline = started + cfg.max_wait_s
+    # slime trains num_rollouts // --global-batch-size steps and asserts at least one: with
+    # smaller (timed-out) groups, keep leasing until there are that many trajectories.
+    need_trajectories = int(getattr(args, "global_batch_size", None) or 0)
     groups: list[list[Any]] = []
-    records = leases = 0
+    records = leases = trajectories = 0
     staleness: list[int] = []
-    while len(groups) < need:
+    while len(groups) < need or trajectories < need_trajectories:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             stats = _stats_summary(st.client)
             raise TimeoutError(
-                f"rollout buffer {st.client.url}: {len(groups)} of {need} groups after {cfg.max_wait_s:g} s "
-                f"(kernel_rl.plugins.max_wait_s); buffer stats: {stats}"
+                f"rollout buffer {st.client.url}: {len(groups)} of {need} groups ({trajectories} of "
+                f"{need_trajectories} trajectories) after {cfg.max_wait_s:g} s (kernel_rl.plugins.max_wait_s); "
+                f"buffer stats: {stats}"
             )
         reply = st.client.lease(
-            need - len(groups), timeout_s=min(cfg.batch_wait_s, remaining), lease_s=cfg.lease_s
+            max(1, need - len(groups)), timeout_s=min(cfg.batch_wait_s, remaining), lease_s=cfg.lease_s
         )
         if not reply.get("groups"):
             continue
@@ -170,9 +176,11 @@ def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: 
         st.next_index = index
         st.next_group_index += len(converted)
         groups.extend(converted)
+        trajectories += sum(len(g) for g in converted)
     metrics = {
         "rollout/buffer/wait_s": time.monotonic() - started,
         "rollout/buffer/groups": float(len(groups)),
+        "rollout/buffer/trajectories": float(trajectories),
         "rollout/buffer/records": float(records),
         "rollout/buffer/leases": float(leases),
         "rollout/buffer/policy_version": float(version),

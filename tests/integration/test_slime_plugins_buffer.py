@@ -151,6 +151,12 @@ def test_unusable_group_is_released_not_lost(url: str) -> None:
     assert st["leased"] == 0 and st["ready"] == 2 and st["consumed"] == before["consumed"]
     out = generate_rollout(args_for(url, batch=1, n=3, hook=True), rid, None)  # with the group-aware hook
     assert len(out.samples[0]) == 2 and stats(url)["records"]["consumed"] - before["consumed"] == 2
+    # slime needs >= --global-batch-size rollouts (trajectories) per step: one more group is leased
+    post(url, [record(f"b{g}-{i}", f"b{g}", float(i), version=rid) for g in range(2) for i in range(2)])
+    args = args_for(url, batch=1, n=3, hook=True)
+    args.global_batch_size = 3
+    out = generate_rollout(args, rid, None)
+    assert [len(g) for g in out.samples] == [2, 2] and out.metrics["rollout/buffer/trajectories"] == 4
 
 
 def test_per_turn_records_fan_out(url: str) -> None:
@@ -177,7 +183,7 @@ def test_runner_start_and_timeouts(url: str) -> None:
     with pytest.raises(BufferError, match="start the buffer server with --recipe") as err:
         generate_rollout(args_for(url, batch=1, n=2, start_runner=True), next_rollout_id(url), None)
     assert err.value.status_code in (409, 501)  # 409: no runner configured (501 before the runner landed)
-    with pytest.raises(TimeoutError, match=r"0 of 1 groups after 1 s"):
+    with pytest.raises(TimeoutError, match=r"0 of 1 groups \(0 of 0 trajectories\) after 1 s"):
         generate_rollout(
             args_for(url, batch=1, n=2, max_wait_s=1, batch_wait_s=0.5), next_rollout_id(url), None
         )
