@@ -5,7 +5,8 @@
    pool and laid out from random offsets of it, so building does not cost 8 G random draws;
 2. times a plain copy of the HF shard bytes (Python read/write loop, 64 MiB buffer), then
    `tools.convert_hf_to_megatron` as a subprocess (interpreter start and imports included); each
-   timed phase starts after `os.sync()` and ends when its output is fsync'ed, so both are times to
+   timed phase starts cold (`os.sync()`, then the inputs' cached pages dropped with
+   POSIX_FADV_DONTNEED) and ends when its output is fsync'ed, so both read from and write to the
    disk and neither pays for the other's write-back;
 3. times a plain copy of the torch_dist data files, then `tools.convert_megatron_to_hf`;
 4. checks a sample of tensors (embedding, layer 0 and last layer, lm_head) came back bit-exact,
@@ -99,12 +100,24 @@ def fsync_tree(root: Path) -> None:
                 os.close(fd)
 
 
+def cold(paths: list[Path]) -> None:
+    """Start a phase with its inputs on disk, not in the page cache: flush everything, then drop
+    the (now clean) cached pages of these files only (POSIX_FADV_DONTNEED; nothing system-wide)."""
+    os.sync()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def plain_copy(files: list[Path], dst: Path) -> tuple[float, int]:
     dst.mkdir(parents=True)
     buf = bytearray(64 << 20)
     view = memoryview(buf)
     total = 0
-    os.sync()
+    cold(files)
     start = time.perf_counter()
     for f in files:
         with open(f, "rb") as src, open(dst / f.name, "wb") as out:
@@ -117,9 +130,9 @@ def plain_copy(files: list[Path], dst: Path) -> tuple[float, int]:
     return elapsed, total
 
 
-def run_tool(argv: list[str], out: Path) -> tuple[float, float]:
-    """(seconds to disk, peak RSS in GB) of a converter subprocess writing `out`."""
-    os.sync()
+def run_tool(argv: list[str], inputs: list[Path], out: Path) -> tuple[float, float]:
+    """(seconds to disk, peak RSS in GB) of a converter subprocess reading `inputs`, writing `out`."""
+    cold(inputs)
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", *argv, "--no-progress"], cwd=REPO)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -167,7 +180,10 @@ def main() -> int:
         print(f"built {result['hf_bytes'] / 1e9:.2f} GB in {result['build_s']} s", flush=True)
 
         copy_s, copied = plain_copy(sorted(hf.glob("*.safetensors")), a.scratch / "copy1")
-        conv_s, rss = run_tool(["tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", str(mg)], mg)
+        hf_files = sorted(hf.glob("*.safetensors"))
+        conv_s, rss = run_tool(
+            ["tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", str(mg)], hf_files, mg
+        )
         result["hf_to_megatron"] = {
             "copy_s": round(copy_s, 1),
             "copy_GBps": round(copied / copy_s / 1e9, 3),
@@ -190,6 +206,7 @@ def main() -> int:
                 "--out",
                 str(back),
             ],
+            data,
             back,
         )
         result["megatron_to_hf"] = {
