@@ -86,13 +86,7 @@ export RUN_DIR TMUX_SESSION
 RAY_TMPDIR="${RAY_TMPDIR:-${TMPDIR:-/tmp}/ray-${RUN_NAME}}"
 
 # --- model args and argument groups -----------------------------------------------------------
-MODEL_ARGS=()
-if [[ -z "${TRAINER_CMD}" ]]; then
-  [[ -f "${MODEL_ARGS_FILE}" ]] ||
-    krl_die "model args not found: ${MODEL_ARGS_FILE} (generate them with the converter tools, or set MODEL_ARGS_FILE)"
-  # shellcheck source=/dev/null
-  source "${MODEL_ARGS_FILE}"
-fi
+krl_load_model_args
 # shellcheck source=../configs/run/kbench_multiturn.sh
 source "${KRL_REPO_ROOT}/configs/run/kbench_multiturn.sh"
 # shellcheck source=../configs/servers/eval_server.sh

@@ -30,13 +30,7 @@ KRL_RUN_ID="${RUN_NAME}-$$-${RANDOM}"
 RAY_TMPDIR="${RAY_TMPDIR:-${TMPDIR:-/tmp}/ray-${RUN_NAME}}"
 export RUN_DIR TMUX_SESSION
 
-MODEL_ARGS=()
-if [[ -z "${TRAINER_CMD}" ]]; then
-  [[ -f "${MODEL_ARGS_FILE}" ]] ||
-    krl_die "model args not found: ${MODEL_ARGS_FILE} (generate them with the converter tools, or set MODEL_ARGS_FILE)"
-  # shellcheck source=/dev/null
-  source "${MODEL_ARGS_FILE}"
-fi
+krl_load_model_args
 # shellcheck source=../configs/run/sft.sh
 source "${KRL_REPO_ROOT}/configs/run/sft.sh"
 [[ -f "${SFT_DATA}" ]] || krl_die "SFT data not found: ${SFT_DATA} (python -m tools.prepare_kernelbook_sft, or set SFT_DATA)"

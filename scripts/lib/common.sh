@@ -260,6 +260,18 @@ krl_group_is_ours() { [[ -n "$(krl_run_pids "$1")" ]]; }
 # ------------------------------------------------------------------ launcher steps (shared by
 # run_kbench_multiturn.sh and run_sft.sh). They read RUN_DIR, RUN_NAME, TMUX_SESSION, KRL_RUN_ID.
 
+# krl_load_model_args: MODEL_ARGS from MODEL_ARGS_FILE (configs/models/${MODEL}.sh); left empty
+# when TRAINER_CMD replaces the trainer (no Megatron flags needed then).
+krl_load_model_args() {
+  # shellcheck disable=SC2034  # a global, read by the calling script (the file assigns it too)
+  MODEL_ARGS=()
+  [[ -n "${TRAINER_CMD:-}" ]] && return 0
+  [[ -f "${MODEL_ARGS_FILE}" ]] ||
+    krl_die "model args not found: ${MODEL_ARGS_FILE} (generate them with the converter tools, or set MODEL_ARGS_FILE)"
+  # shellcheck source=/dev/null
+  source "${MODEL_ARGS_FILE}"
+}
+
 # krl_preflight_session PORT...: tmux present, the session not running yet, the ports free.
 krl_preflight_session() {
   command -v tmux >/dev/null || krl_die "tmux not found (apt-get install tmux)"
