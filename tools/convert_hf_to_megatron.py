@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from slime_ext.convert import ConvertError, hf_to_megatron
+from slime_ext.convert import hf_to_megatron
+from slime_ext.convert.cli import run_conversion
 from slime_ext.convert.hf_io import DTYPES
 
 
@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.tp < 1 or a.make_vocab_size_divisible_by < 1:
         p.error("--tp and --make-vocab-size-divisible-by must be >= 1")
-    start = time.monotonic()
-    try:
-        stats = hf_to_megatron(
+    return run_conversion(
+        a.out,
+        lambda: hf_to_megatron(
             a.hf_dir,
             a.out,
             vocab_multiple=a.make_vocab_size_divisible_by * a.tp,
@@ -62,15 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             te_extra_state=not a.no_te_extra_state,
             overwrite=a.overwrite,
             progress=not a.no_progress,
-        )
-    except ConvertError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(
-        f"wrote {a.out}: {stats.tensors} tensors, {stats.bytes_written / 1e9:.2f} GB "
-        f"in {time.monotonic() - start:.1f} s"
+        ),
     )
-    return 0
 
 
 if __name__ == "__main__":

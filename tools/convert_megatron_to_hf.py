@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from slime_ext.convert import ConvertError, megatron_to_hf
+from slime_ext.convert import megatron_to_hf
+from slime_ext.convert.cli import run_conversion
 from slime_ext.convert.hf_io import DTYPES
 
 
@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.max_shard_gb <= 0:
         p.error("--max-shard-gb must be > 0")
-    start = time.monotonic()
-    try:
-        stats = megatron_to_hf(
+    return run_conversion(
+        a.out,
+        lambda: megatron_to_hf(
             a.input,
             a.out,
             a.hf_config_dir,
@@ -44,15 +44,8 @@ def main(argv: list[str] | None = None) -> int:
             max_shard_bytes=int(a.max_shard_gb * 1e9),
             overwrite=a.overwrite,
             progress=not a.no_progress,
-        )
-    except ConvertError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(
-        f"wrote {a.out}: {stats.tensors} tensors, {stats.bytes_written / 1e9:.2f} GB "
-        f"in {time.monotonic() - start:.1f} s"
+        ),
     )
-    return 0
 
 
 if __name__ == "__main__":
