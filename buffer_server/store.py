@@ -1,13 +1,18 @@
-"""Durable trajectory store with GRPO group hand-out: one SQLite file in WAL mode.
+"""Durable trajectory store with GRPO group hand-out: small rows in one SQLite file in WAL
+mode, packed record bodies (codec.py) in append-only segment files beside it (bodylog.py).
 
-Durability. Every write is one transaction committed with `synchronous=FULL` before `put`
-returns, so an acknowledged record survives kill -9 of the server and a power loss of the
-machine. Writes are idempotent by `uid`: the first write of a uid wins, a retry is reported as
-a duplicate and stores nothing (its content is not compared). The insert is
-`ON CONFLICT (uid) DO NOTHING`, which, unlike INSERT OR IGNORE, still fails on any other
-constraint. A uid stays known after its record is consumed or dropped (its row is kept, its
-body deleted), so even a very late retry is still a duplicate. All records of one `put` are
-stored or none is.
+Durability. A `put` appends its bodies to the body log and fdatasyncs them, then commits their
+rows in one transaction with `synchronous=FULL`, and only then returns, so an acknowledged
+record survives kill -9 of the server and a power loss of the machine. Concurrent puts share
+one append, one fdatasync and one commit (group commit). Writes are idempotent by `uid`: the
+first write of a uid wins, a retry is reported as a duplicate and stores nothing (its content is
+not compared). The uid insert is `ON CONFLICT (uid) DO NOTHING`, which, unlike INSERT OR IGNORE,
+still fails on any other constraint. All records of one `put` are stored or none is.
+
+Pruning. A record's row is deleted when it is consumed (acked) or dropped; its uid stays in the
+`uids` table, so even a very late retry is still a duplicate, and per-instance totals stay in
+`instances` (`instance_counts`). A body segment is deleted once no row points into it
+(`collect_segments`).
 
 Groups. Records are grouped by `instance_id`. The "pending group" of an instance is its records
 in state `ready`; it is handed out when it is *eligible*:
@@ -22,8 +27,8 @@ A group is handed out whole: every ready record of the instance at that moment, 
 beyond `group_size`. Records that arrive for the instance later form its next group.
 
 Delivery: two-phase lease. `lease` marks the groups `leased` under a new lease id in the same
-transaction that selects them, so no other reader can get them; `ack(lease_id)` marks them
-consumed (and deletes their bodies); `release(lease_id)` or the lease expiring (`lease_s`,
+transaction that selects them, so no other reader can get them; `ack(lease_id)` consumes them
+(deletes their rows); `release(lease_id)` or the lease expiring (`lease_s`,
 checked against the wall clock, so it survives restarts) puts them back to `ready` for the next
 reader. So a group is consumed exactly once, and it is delivered again only if its lease was
 released or expired without an ack (the reader crashed, or the HTTP reply was lost).
@@ -83,6 +88,9 @@ DROP_REASONS: tuple[str, ...] = (DROP_STALE, DROP_ZERO_VARIANCE, DROP_GROUP_TIME
 WAIT_POLL_S = 0.25
 WRITE_RATE_WINDOW_S = 10.0
 DEFAULT_JSON_CACHE_BYTES = 256 << 20  # prepared reply JSON (~2000 records of 4k tokens)
+# At most one preparer pass per interval: a pass scans every ready row (with thousands of
+# partial groups, a pass after every commit cost more CPU than the writes themselves).
+PREPARE_INTERVAL_S = 0.1
 
 _SCHEMA = """
 -- Every uid ever accepted, also after its record was consumed or dropped and its rows deleted:
@@ -784,6 +792,7 @@ class BufferStore:
     def _prepare_loop(self) -> None:
         """Keep the JSON cache filled with the reply JSON of complete groups (jsoncache.py)."""
         while not self._closing:
+            started = time.monotonic()
             with self._wake:
                 gen = self._write_gen
             try:
@@ -793,6 +802,7 @@ class BufferStore:
             with self._wake:
                 if self._write_gen == gen and not self._closing:
                     self._wake.wait(WAIT_POLL_S)
+            time.sleep(max(0.0, min(PREPARE_INTERVAL_S, started + PREPARE_INTERVAL_S - time.monotonic())))
 
     def _prepare_some(self) -> None:
         """Prepare the ready records of complete groups, oldest first, until the cache is full.
