@@ -19,6 +19,9 @@
 # after scripts/stop.sh resumes from the latest checkpoint there (slime --load reads
 # latest_checkpointed_iteration.txt); the launcher reports which iteration it resumes from.
 set -euo pipefail
+# The whole script is one block, read before it runs: editing the file (git pull) while it runs
+# cannot change what a running copy does.
+{
 
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -146,3 +149,5 @@ krl_health_url() {
   esac
 }
 krl_start_windows "${windows[@]}"
+exit
+}

@@ -12,6 +12,9 @@
 # Resume: re-running with the same RUN_NAME continues from the latest checkpoint in
 # SAVE_DIR (= LOAD_DIR, RUN_DIR/checkpoints by default); the script says which iteration.
 set -euo pipefail
+# The whole script is one block, read before it runs: editing the file (git pull) while it runs
+# cannot change what a running copy does.
+{
 
 : "${RUN_NAME:=sft-$(date +%Y%m%d-%H%M%S)}"
 # shellcheck source=lib/common.sh
@@ -50,3 +53,5 @@ if [[ "${PRINT_ONLY}" == 1 ]]; then
 fi
 krl_health_url() { printf ''; }
 krl_start_windows trainer
+exit
+}

@@ -11,6 +11,9 @@
 # It never kills by process name and never touches another run, another tmux session or Ray
 # cluster. Safe to run twice.
 set -euo pipefail
+# The whole script is one block, read before it runs: editing the file (git pull) while it runs
+# cannot change what a running copy does.
+{
 
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -70,3 +73,5 @@ if command -v tmux >/dev/null && krl_tmux has-session -t "=${TMUX_SESSION}" 2>/d
 fi
 date -u +%FT%TZ >"${run_dir}/stopped"
 krl_info "run ${run_dir} stopped"
+exit
+}

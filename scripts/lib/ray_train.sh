@@ -6,6 +6,9 @@
 # PYTHONPATH, and waits for it. Needs RAY_NUM_GPUS, RAY_PORT, RAY_DASHBOARD_PORT, MASTER_ADDR,
 # RAY_TMPDIR, SLIME_DIR, MEGATRON_DIR, KRL_REPO_ROOT in the environment (the launcher sets them).
 set -euo pipefail
+# The whole script is one block, read before it runs: editing the file (git pull) while it runs
+# cannot change what a running copy does.
+{
 
 entry="$1"
 shift
@@ -22,3 +25,5 @@ runtime_env="$(printf '{"env_vars": {"PYTHONPATH": "%s:%s", "CUDA_DEVICE_MAX_CON
 
 ray job submit --address "http://127.0.0.1:${RAY_DASHBOARD_PORT}" --runtime-env-json "${runtime_env}" \
   -- python3 "${SLIME_DIR}/${entry}" "$@"
+exit
+}

@@ -8,6 +8,9 @@
 # group (a background command of a non-interactive shell starts with SIGINT ignored, so SIGINT
 # itself could not reach it).
 set -euo pipefail
+# The whole script is one block, read before it runs: editing the file (git pull) while it runs
+# cannot change what a running copy does.
+{
 
 name="$1"
 run_dir="$2"
@@ -58,3 +61,4 @@ krl_info "window ${name}: command exited with code ${rc}"
 exec >&- 2>&-
 wait "${tee_pid}" 2>/dev/null || true
 exit "${rc}"
+}
