@@ -242,11 +242,16 @@ def megatron_to_hf(
             total=writer.total_bytes, unit="B", unit_scale=True, desc="torch_dist->hf", disable=not progress
         )
         try:
+            buffers: dict[tuple[tuple[int, ...], torch.dtype], torch.Tensor] = {}
             for mt, layer in steps:
-                if layer is None:
-                    value = reader.read(mt.key, (0,) * len(mt.shape), mt.shape)
-                else:
-                    value = reader.read(mt.key, (layer,) + (0,) * len(mt.shape), (1, *mt.shape))[0]
+                region = mt.shape if layer is None else (1, *mt.shape)
+                key = (region, reader.dtype(mt.key))
+                if key not in buffers:  # reused for every layer: no fresh pages per read
+                    buffers[key] = torch.empty(key[0], dtype=key[1])
+                offsets = (0,) * len(mt.shape) if layer is None else (layer,) + (0,) * len(mt.shape)
+                value = reader.read(mt.key, offsets, region, out=buffers[key])
+                if layer is not None:
+                    value = value[0]
                 for name, part in zip(mt.hf_for_layer(layer), to_hf(spec, mt, value), strict=True):
                     part = part.to(out_dtype(mt))
                     writer.write(name, part)

@@ -210,3 +210,49 @@ def test_reads_tensor_parallel_chunking(tmp_path: Path) -> None:
     hf, back = load_hf(hf_dir), load_hf(tmp_path / "hf2")
     assert back.keys() == hf.keys()
     assert all(torch.equal(back[k], hf[k]) for k in hf)
+
+
+def _saved_window(t: torch.Tensor, tmp_path: Path) -> tuple[object, object]:
+    from slime_ext.convert.dcp_reader import _FileSlice
+
+    path = tmp_path / "t.pt"
+    with open(path, "wb") as fh:
+        fh.write(b"x" * 100)  # the record starts mid-file, as chunks in a .distcp do
+        torch.save(t, fh)
+    fh = open(path, "rb")  # noqa: SIM115 (closed by the caller through the returned handle)
+    return fh, _FileSlice(fh, 100, path.stat().st_size - 100)
+
+
+def test_raw_chunk_reads_only_plain_tensors(tmp_path: Path) -> None:
+    """The direct read path takes compact contiguous tensors and nothing else (views of a larger
+    storage, transposed or offset tensors, other dtypes go through torch.load)."""
+    from slime_ext.convert.dcp_reader import _raw_data_offset
+
+    base = torch.randn(6, 4).to(torch.bfloat16)
+    fh, window = _saved_window(base, tmp_path)
+    start = _raw_data_offset(window, (6, 4), torch.bfloat16)
+    assert start is not None
+    window.seek(start)
+    assert window.read(base.nbytes) == base.view(torch.uint8).numpy().tobytes()
+    assert _raw_data_offset(window, (6, 4), torch.float32) is None
+    assert _raw_data_offset(window, (4, 6), torch.bfloat16) is None
+    fh.close()
+    for other, shape in ((base[3:], (3, 4)), (base.t(), (4, 6)), (base[:3], (3, 4))):
+        fh, window = _saved_window(other, tmp_path)
+        assert _raw_data_offset(window, shape, torch.bfloat16) is None
+        fh.close()
+
+
+def test_reader_fills_the_given_buffer(tmp_path: Path) -> None:
+    writer = DcpWriter(tmp_path)
+    full = torch.randn(3, 5, 2)
+    writer.declare("w", (3, 5, 2), torch.float32)
+    for layer in range(3):
+        writer.write_chunk("w", (layer, 0, 0), full[layer : layer + 1].clone())
+    writer.finish()
+    reader = DcpReader(tmp_path)
+    buf = torch.empty(1, 5, 2)
+    for layer in range(3):
+        got = reader.read("w", (layer, 0, 0), (1, 5, 2), out=buf)
+        assert got is buf and torch.equal(got[0], full[layer])
+    assert torch.equal(reader.read("w", (0, 0, 0), (3, 5, 2)), full)
