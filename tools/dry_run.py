@@ -108,7 +108,9 @@ def write_scripted_rules(path: Path, names: list[str] | None) -> int:
         }
         for name in chosen
     ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    from slime_ext.fileio import atomic_write
+
+    atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
     return len(rows)
 
 
@@ -117,7 +119,7 @@ def write_recipe(path: Path, max_new_tokens: int | None) -> Path:
     in URLs and paths, then validates it)."""
     import yaml
 
-    from slime_ext.data.files import atomic_write_text
+    from slime_ext.fileio import atomic_write
     from tools.run_recipe import with_values
 
     full = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
@@ -129,7 +131,7 @@ def write_recipe(path: Path, max_new_tokens: int | None) -> Path:
             f"runner.max_context_tokens={4 * n}",
         ]
         full["kernel_rl"] = with_values(full["kernel_rl"], sets)
-    atomic_write_text(path, yaml.safe_dump(full, sort_keys=False))
+    atomic_write(path, yaml.safe_dump(full, sort_keys=False))
     return path
 
 

@@ -24,7 +24,8 @@ from typing import Any
 
 import httpx
 
-from slime_ext.data.files import atomic_write_jsonl, atomic_write_text
+from slime_ext.data.files import atomic_write_jsonl
+from slime_ext.fileio import atomic_write
 from slime_ext.trajectory import TrajectoryRecord, parse_record
 
 __all__ = ["consume_step", "format_summary", "main", "summarize"]
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     atomic_write_jsonl(args.trajectories, (r.to_json() for r in records))
     summary = summarize(records)
-    atomic_write_text(args.summary, json.dumps(summary, indent=2) + "\n")
+    atomic_write(args.summary, json.dumps(summary, indent=2) + "\n")
     print(format_summary(summary), flush=True)
     return 0
 

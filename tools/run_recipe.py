@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from slime_ext.data.files import atomic_write_text
+from slime_ext.fileio import atomic_write
 from slime_ext.recipe import ROOT_KEY, episode_config_from_dict, load_recipe, recipe_section
 from slime_ext.validation import ValidationError
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         # Other top-level keys are slime's (--custom-config-path setattrs them): keep them.
         full = yaml.safe_load(Path(args.recipe).read_text(encoding="utf-8"))
         full[ROOT_KEY] = updated
-        atomic_write_text(Path(args.out), yaml.safe_dump(full, sort_keys=False))
+        atomic_write(Path(args.out), yaml.safe_dump(full, sort_keys=False))
         return 0
     except (FileNotFoundError, ValidationError) as exc:
         print(f"run_recipe: {exc}", file=sys.stderr)
