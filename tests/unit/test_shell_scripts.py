@@ -12,8 +12,9 @@ pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 OWN = sorted(
-    [p for p in (REPO / "scripts").glob("*.sh") if not p.name.startswith("convert_")]
+    list((REPO / "scripts").glob("*.sh"))
     + list((REPO / "scripts" / "lib").glob("*.sh"))
+    + list((REPO / "configs" / "models").glob("*.sh"))
     + list((REPO / "configs" / "run").glob("*.sh"))
     + list((REPO / "configs" / "servers").glob("*.sh"))
 )
