@@ -43,10 +43,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from buffer_server.codec import PACKED_MEDIA_TYPE, pack_request  # noqa: E402
 from eval_server.pool import percentile  # noqa: E402
 from eval_server.schema import EvalResult, TimingStats, TrialResult  # noqa: E402
 from slime_ext import fastjson  # noqa: E402
 from slime_ext.service import running_service  # noqa: E402
+from slime_ext.trajectory import parse_record  # noqa: E402
 
 PROMPT_TOKENS = 1024
 RESPONSE_TOKENS = 4096
@@ -109,6 +111,8 @@ class BodyTemplate:
     """A JSON body encoded once; `render()` gives every record a fresh uid and the body's
     records one fresh instance_id (so a body of 8 records is one whole group)."""
 
+    content_type = "application/json"
+
     def __init__(self, payload: object) -> None:
         encoded = fastjson.dumps(payload)
         self.parts = encoded.split(UID_PLACEHOLDER.encode())
@@ -147,10 +151,11 @@ def write_phase(
         i = k
         try:
             while time.perf_counter() < stop_at:
-                body = templates[i % len(templates)].render()
+                template = templates[i % len(templates)]
+                body = template.render()
                 i += clients
                 t0 = time.perf_counter()
-                status, raw = _post_stdlib(conn, "/trajectories", body)
+                status, raw = _post_stdlib(conn, "/trajectories", body, template.content_type)
                 latencies[k].append(time.perf_counter() - t0)
                 if status != 200:
                     errors.append(f"{status}: {raw[:300]!r}")
@@ -186,9 +191,23 @@ def write_phase(
     }
 
 
-def _post_stdlib(conn: http.client.HTTPConnection, path: str, payload: dict | bytes) -> tuple[int, bytes]:
+class PackedTemplate(BodyTemplate):
+    """The same records as a packed upload (`codec.pack_request`, media type PACKED_MEDIA_TYPE),
+    packed once; the placeholders have the length of what replaces them, so every length field
+    in the packed body stays right."""
+
+    content_type = PACKED_MEDIA_TYPE
+
+    def __init__(self, payload: dict) -> None:
+        records = [parse_record(r) for r in payload["records"]]
+        self.parts = pack_request(records).split(UID_PLACEHOLDER.encode())
+
+
+def _post_stdlib(
+    conn: http.client.HTTPConnection, path: str, payload: dict | bytes, content_type: str = "application/json"
+) -> tuple[int, bytes]:
     body = payload if isinstance(payload, bytes) else fastjson.dumps(payload)
-    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    conn.request("POST", path, body=body, headers={"Content-Type": content_type})
     resp = conn.getresponse()
     return resp.status, resp.read()
 
@@ -301,6 +320,7 @@ def main() -> None:
         {"records": [records[(i + j) % n_templates] for j in range(args.batch)]} for i in range(n_templates)
     ]
     batched = [BodyTemplate(body) for body in batch_bodies]
+    packed = [PackedTemplate(body) for body in batch_bodies]
     group_bodies = [
         BodyTemplate({"records": [records[(i + j) % n_templates] for j in range(args.group_size)]})
         for i in range(n_templates)
@@ -323,6 +343,7 @@ def main() -> None:
             load_before = os.getloadavg()[0]
             write_batched = write_phase(svc.url, batched, args.clients, args.seconds, svc.pid)
             write_single = write_phase(svc.url, single, args.clients, args.seconds, svc.pid)
+            write_packed = write_phase(svc.url, packed, args.clients, args.seconds, svc.pid)
             reads = [
                 read_phase(svc.url, group_bodies, args.groups, args.group_size, args.reads, scenario, client)
                 for scenario, client in (
@@ -349,6 +370,7 @@ def main() -> None:
         "clients": args.clients,
         "write_batched": {"records_per_post": args.batch, **write_batched},
         "write_single": {"records_per_post": 1, **write_single},
+        "write_packed": {"records_per_post": args.batch, **write_packed},
         "reads": reads,
         "db_mb_after": round(db_mb, 1),  # database and body files, with the backlog still stored
         "records_stored": stats["records"]["total"],
@@ -362,7 +384,11 @@ def main() -> None:
         f"{'phase':<24}{'records/s':>10}{'MB/s':>8}{'req p50 ms':>12}{'req p95 ms':>12}"
         f"{'server CPU ms/rec':>19}{'client CPU ms/rec':>19}"
     )
-    for name, w in (("write, 8 per POST", write_batched), ("write, 1 per POST", write_single)):
+    for name, w in (
+        (f"write, {args.batch} per POST", write_batched),
+        ("write, 1 per POST", write_single),
+        (f"write packed, {args.batch}/POST", write_packed),
+    ):
         print(
             f"{name:<24}{w['records_per_s']:>10}{w['mb_per_s']:>8}{w['request_p50_ms']:>12}{w['request_p95_ms']:>12}"
             f"{w['server_cpu_ms_per_record']:>19}{w['client_cpu_ms_per_record']:>19}"

@@ -20,7 +20,7 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import BadRequest, HTTPException, RequestEntityTooLarge
 
 from buffer_server import ingest
-from buffer_server.codec import EncodedRecord
+from buffer_server.codec import PACKED_MEDIA_TYPE, EncodedRecord, unpack_request
 from buffer_server.runner import AgentRunner, runner_prometheus
 from buffer_server.store import DROP_REASONS, DROP_STALE, BufferStore, LeaseError, PolicyVersionError
 from slime_ext import fastjson
@@ -138,6 +138,9 @@ def create_app(
     @app.post("/trajectories")
     def put_trajectories() -> tuple[Response, int]:
         raw = _request_bytes()
+        if request.mimetype == PACKED_MEDIA_TYPE:  # records packed by the writer (codec.pack_request)
+            result = store.put_encoded(unpack_request(raw, MAX_RECORDS_PER_REQUEST))
+            return jsonify(accepted=result.accepted, duplicates=result.duplicates, stale=result.stale), 200
         encoded = encode_body(raw, MAX_RECORDS_PER_REQUEST)  # None: the full path decides
         if encoded is not None:
             result = store.put_encoded(encoded)

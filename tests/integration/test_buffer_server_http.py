@@ -131,6 +131,31 @@ def test_a_bad_record_rejects_its_whole_batch_and_names_field_and_index(server: 
     assert resp.json() == {"accepted": 2, "duplicates": 0, "stale": 0}
 
 
+def test_packed_upload_is_stored_and_served_like_json(server: str) -> None:
+    from buffer_server.codec import PACKED_MEDIA_TYPE, pack_request
+    from slime_ext.trajectory import parse_record
+
+    headers = {"Content-Type": PACKED_MEDIA_TYPE}
+    packed = group("packed-a", 3)
+    as_json = [{**r, "uid": r["uid"] + "-json", "instance_id": "packed-b"} for r in packed]
+    before = stored_total(server)
+    bad = pack_request([parse_record(r) for r in packed])[:-1]
+    resp = httpx.post(f"{server}/trajectories", content=bad, headers=headers)
+    assert resp.status_code == 400 and "records[2]: packed body ends inside this record" in resp.json()["error"]
+    assert stored_total(server) == before  # nothing of the rejected request
+    resp = httpx.post(f"{server}/trajectories", content=pack_request([parse_record(r) for r in packed]), headers=headers)
+    assert resp.json() == {"accepted": 3, "duplicates": 0, "stale": 0}
+    resp = httpx.post(f"{server}/trajectories", content=pack_request([parse_record(packed[0])]), headers=headers)
+    assert resp.json() == {"accepted": 0, "duplicates": 1, "stale": 0}  # idempotent by uid, as for JSON
+    httpx.post(f"{server}/trajectories", json={"records": as_json}).raise_for_status()
+    served = {g["instance_id"]: g["records"] for g in drain(server)}
+    strip = ("uid", "instance_id", "created_at")  # created_at: set where the record is parsed
+    assert [{k: v for k, v in r.items() if k not in strip} for r in served["packed-a"]] == [
+        {k: v for k, v in r.items() if k not in strip} for r in served["packed-b"]
+    ]
+    assert [r["uid"] for r in served["packed-a"]] == [r["uid"] for r in packed]
+
+
 def test_oversize_body_is_413_json(server: str) -> None:
     resp = httpx.post(f"{server}/trajectories", content=b"x" * (2 << 20))
     assert resp.status_code == 413 and "too large" in resp.json()["error"]

@@ -140,3 +140,53 @@ def test_arrays_that_break_the_invariants_are_refused(field: str, value: list) -
 def test_a_foreign_body_is_refused() -> None:
     with pytest.raises(ValueError, match="magic"):
         codec.to_json(b"{" * 64)
+
+
+# ----------------------------------------------------------------------- packed uploads
+
+
+def test_packed_request_round_trip_gives_the_canonical_bodies() -> None:
+    records = [parse_record(make(64, seed=s)) for s in range(3)]
+    out = codec.unpack_request(codec.pack_request(records), 16)
+    assert [o.body for o in out] == [codec.encode(r).body for r in records]
+    assert [(o.uid, o.instance_id, o.policy_version, o.reward) for o in out] == [
+        (r.uid, r.instance_id, r.policy_version, r.reward) for r in records
+    ]
+
+
+def _with_body(body: bytes) -> bytes:
+    return codec.REQUEST_MAGIC + (1).to_bytes(4, "little") + len(body).to_bytes(4, "little") + body
+
+
+def test_packed_request_framing_errors_are_named() -> None:
+    good = codec.pack_request([parse_record(make(8))])
+    cases = [
+        (b"", "shorter than its header"),
+        (b"XXXX" + good[4:], "bad magic"),
+        (good[:4] + (0).to_bytes(4, "little") + good[8:], "expected 1 to 16 records, got 0"),
+        (good[:-1], "records[0]: packed body ends inside this record"),
+        (good + b"\0", "1 bytes after the last record"),
+        (_with_body(b"TRB1"), "records[0]: not a valid packed record"),
+    ]
+    for raw, message in cases:
+        with pytest.raises(codec.ValidationError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            codec.unpack_request(raw, 16)
+
+
+def test_packed_request_checks_fields_and_arrays_like_json() -> None:
+    # a small field that parse_record refuses: the error names the record and the field
+    body = codec.encode(parse_record(make(8))).body.replace(b'"status":"completed"', b'"status":"finished!"')
+    with pytest.raises(codec.ValidationError, match=r"records\[0\]\.status"):
+        codec.unpack_request(_with_body(body), 16)
+    # a NaN log-prob written straight into the packed arrays
+    packed = bytearray(codec.encode(parse_record(make(8, seed=1))).body)
+    packed[-4:] = np.array([np.nan], dtype="<f4").tobytes()
+    with pytest.raises(codec.ValidationError, match=r"records\[0\]: .*log-prob is not finite"):
+        codec.unpack_request(_with_body(bytes(packed)), 16)
+    # an unknown field smuggled into the packed fields
+    body = codec.encode(parse_record(make(8))).body
+    hacked = body.replace(b'"sample_index":2}', b'"sample_index":2,"x":1}')
+    head = codec._HEADER.unpack_from(hacked)
+    hacked = codec._HEADER.pack(*head[:5], head[5] + 6) + hacked[codec._HEADER.size :]
+    with pytest.raises(codec.ValidationError, match=r"unexpected field\(s\) \['x'\]"):
+        codec.unpack_request(_with_body(hacked), 16)
