@@ -21,6 +21,7 @@ import sys
 
 from buffer_server.runner import AgentRunner, RunnerError, build_runner
 from buffer_server.store import BufferStore, GroupRules, StoreError
+from slime_ext.http_json import add_network_args
 from slime_ext.recipe import load_recipe
 
 log = logging.getLogger("buffer_server")
@@ -32,14 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    net = p.add_argument_group("network")
-    net.add_argument(
-        "--host",
-        default=os.environ.get("BUFFER_SERVER_HOST", "127.0.0.1"),
-        help="bind address (default loopback)",
-    )
-    net.add_argument("--port", type=int, default=int(os.environ.get("BUFFER_SERVER_PORT", "8889")))
-    net.add_argument("--max-body-mb", type=float, default=64.0, help="largest accepted request body")
+    net = add_network_args(p, env_prefix="BUFFER_SERVER", port=8889, max_body_mb=64.0)
     net.add_argument(
         "--threads", type=int, default=16, help="HTTP worker threads (each waiting POST /batches holds one)"
     )

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
-from werkzeug.exceptions import BadRequest, HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from buffer_server import ingest
 from buffer_server.codec import PACKED_MEDIA_TYPE, EncodedRecord, unpack_request
@@ -25,6 +25,7 @@ from buffer_server.runner import AgentRunner, runner_prometheus
 from buffer_server.store import DROP_REASONS, DROP_STALE, BufferStore, LeaseError, PolicyVersionError
 from slime_ext import fastjson
 from slime_ext import prometheus as prom
+from slime_ext.http_json import json_flask_app
 from slime_ext.trajectory import parse_record
 from slime_ext.validation import ValidationError
 from slime_ext.validation import check_type as _check_type
@@ -85,18 +86,8 @@ def create_app(
 ) -> Flask:
     """`encode_body` is the fast path of POST /trajectories (ingest.py; an IngestPool's runs
     in worker processes)."""
-    app = Flask("buffer_server")
-    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    app = json_flask_app("buffer_server", max_body_bytes)
     server_info = dict(info or {})
-
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException) -> tuple[Response, int]:
-        code = exc.code or 500
-        if code == 413:
-            message = f"request body too large (limit {max_body_bytes} bytes)"
-        else:
-            message = f"{exc.name}: {exc.description}"
-        return jsonify(error=message), code
 
     @app.errorhandler(ValidationError)
     def _invalid(exc: ValidationError) -> tuple[Response, int]:

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from eval_server.pool import DeviceSlot, PoolConfig, WorkerPool
+from slime_ext.http_json import add_network_args
 
 log = logging.getLogger("eval_server")
 
@@ -93,14 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    net = p.add_argument_group("network")
-    net.add_argument(
-        "--host",
-        default=os.environ.get("EVAL_SERVER_HOST", "127.0.0.1"),
-        help="bind address (default loopback)",
-    )
-    net.add_argument("--port", type=int, default=int(os.environ.get("EVAL_SERVER_PORT", "18188")))
-    net.add_argument("--max-body-mb", type=float, default=1.0, help="largest accepted request body")
+    add_network_args(p, env_prefix="EVAL_SERVER", port=18188, max_body_mb=1.0)
     dev = p.add_argument_group("workers")
     dev.add_argument(
         "--devices",

@@ -11,11 +11,11 @@ import logging
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
-from werkzeug.exceptions import HTTPException
 
 from eval_server.pool import QueueFullError, WorkerPool, WorkerUnavailableError
 from eval_server.schema import STATUSES, ValidationError, parse_request
 from slime_ext import prometheus as prom
+from slime_ext.http_json import json_flask_app
 
 log = logging.getLogger("eval_server.app")
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -24,18 +24,8 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20
 def create_app(
     pool: WorkerPool, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, info: dict[str, Any] | None = None
 ) -> Flask:
-    app = Flask("eval_server")
-    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    app = json_flask_app("eval_server", max_body_bytes)
     server_info = dict(info or {})
-
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException) -> tuple[Response, int]:
-        code = exc.code or 500
-        if code == 413:
-            message = f"request body too large (limit {max_body_bytes} bytes)"
-        else:
-            message = f"{exc.name}: {exc.description}"
-        return jsonify(error=message), code
 
     @app.post("/eval")
     def eval_route() -> tuple[Response, int]:
