@@ -161,30 +161,40 @@ def encode(record: TrajectoryRecord) -> EncodedRecord:
 
 
 def _unpack(body: bytes) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The parts of a packed body; every length in its header is checked against the body's
+    size (uploads are untrusted), ValueError if one does not fit."""
+    if len(body) < _HEADER.size:
+        raise ValueError("shorter than the record header")
     magic, kind, n_prompt, n_response, n_head, n_tail = _HEADER.unpack_from(body)
     if magic != MAGIC:
         raise ValueError(f"not a packed trajectory record (magic {magic!r})")
-    view = memoryview(body)
-    at = _HEADER.size
-    head = bytes(view[at : at + n_head])
-    at += n_head
-    tail = bytes(view[at : at + n_tail])
-    at += n_tail
-    prompt = np.frombuffer(body, dtype="<u4", count=n_prompt, offset=at)
-    at += 4 * n_prompt
-    response = np.frombuffer(body, dtype="<u4", count=n_response, offset=at)
-    at += 4 * n_response
     n_bits = (n_response + 7) // 8
-    sampled = np.unpackbits(np.frombuffer(body, dtype=np.uint8, count=n_bits, offset=at), count=n_response)
-    at += n_bits
+    at = _HEADER.size + n_head + n_tail + 4 * (n_prompt + n_response) + n_bits
+    if at > len(body):
+        raise ValueError("lengths in the header do not match the body")
+    view = memoryview(body)
+    head = bytes(view[_HEADER.size : _HEADER.size + n_head])
+    tail = bytes(view[_HEADER.size + n_head : _HEADER.size + n_head + n_tail])
+    ids_at = _HEADER.size + n_head + n_tail
+    prompt = np.frombuffer(body, dtype="<u4", count=n_prompt, offset=ids_at)
+    response = np.frombuffer(body, dtype="<u4", count=n_response, offset=ids_at + 4 * n_prompt)
+    sampled = np.unpackbits(
+        np.frombuffer(body, dtype=np.uint8, count=n_bits, offset=at - n_bits), count=n_response
+    )
     if kind == LP_ALL_F64:
-        log_probs = np.frombuffer(body, dtype="<f8", count=n_response, offset=at)
+        count, dtype = n_response, "<f8"
     elif kind in (LP_SAMPLED_F32, LP_SAMPLED_F64):
-        log_probs = np.zeros(n_response, dtype=np.float64)
-        dtype = "<f4" if kind == LP_SAMPLED_F32 else "<f8"
-        log_probs[sampled.view(bool)] = np.frombuffer(body, dtype=dtype, count=int(sampled.sum()), offset=at)
+        count, dtype = int(sampled.sum()), ("<f4" if kind == LP_SAMPLED_F32 else "<f8")
     else:
         raise ValueError(f"unknown log-prob encoding {kind}")
+    if len(body) != at + count * np.dtype(dtype).itemsize:
+        raise ValueError("log-prob count does not match the loss mask and the body")
+    values = np.frombuffer(body, dtype=dtype, count=count, offset=at)
+    if kind == LP_ALL_F64:
+        log_probs = values
+    else:
+        log_probs = np.zeros(n_response, dtype=np.float64)
+        log_probs[sampled.view(bool)] = values
     return head, tail, prompt, response, sampled, log_probs
 
 
@@ -272,8 +282,10 @@ def unpack_request(raw: bytes, max_records: int) -> list[EncodedRecord]:
 
 def _validate_packed(body: bytes, path: str) -> EncodedRecord:
     try:
-        head, tail, prompt, response, sampled, log_probs = _unpack_checked(body)
-    except (ValueError, struct.error) as exc:
+        head, tail, prompt, response, sampled, log_probs = _unpack(body)
+        if not head.startswith(b"{") or not tail.endswith(b"}"):
+            raise ValueError("field JSON is not framed as an object")
+    except ValueError as exc:
         raise ValidationError(f"{path}: not a valid packed record ({exc})") from None
     try:
         small = fastjson.loads(head + b"," + tail)
@@ -290,29 +302,3 @@ def _validate_packed(body: bytes, path: str) -> EncodedRecord:
         )
     except ValueError as exc:
         raise ValidationError(f"{path}: {exc}") from None
-
-
-def _unpack_checked(body: bytes) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`_unpack` with the sizes checked against the body's length first (untrusted input)."""
-    if len(body) < _HEADER.size:
-        raise ValueError("shorter than the record header")
-    magic, kind, n_prompt, n_response, n_head, n_tail = _HEADER.unpack_from(body)
-    n_bits = (n_response + 7) // 8
-    if kind in (LP_SAMPLED_F32, LP_SAMPLED_F64):
-        # the log-prob count depends on the mask: bound it by the response length here
-        lp_max = n_response * (4 if kind == LP_SAMPLED_F32 else 8)
-        fixed = _HEADER.size + n_head + n_tail + 4 * (n_prompt + n_response) + n_bits
-        if not fixed <= len(body) <= fixed + lp_max:
-            raise ValueError("lengths in the header do not match the body")
-        mask_bits = np.frombuffer(body, dtype=np.uint8, count=n_bits, offset=fixed - n_bits)
-        n_sampled = int(np.unpackbits(mask_bits, count=n_response).sum())
-        if len(body) != fixed + n_sampled * (4 if kind == LP_SAMPLED_F32 else 8):
-            raise ValueError("log-prob count does not match the loss mask")
-    elif kind == LP_ALL_F64 and len(body) != (
-        _HEADER.size + n_head + n_tail + 4 * (n_prompt + n_response) + n_bits + 8 * n_response
-    ):
-        raise ValueError("lengths in the header do not match the body")
-    head, tail, prompt, response, sampled, log_probs = _unpack(body)
-    if not head.startswith(b"{") or not tail.endswith(b"}"):
-        raise ValueError("field JSON is not framed as an object")
-    return head, tail, prompt, response, sampled, log_probs
