@@ -212,8 +212,8 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
         "RAY_DASHBOARD_PORT": "8270",
         "RAY_NUM_GPUS": "6",
         "RAY_TMPDIR": str(tmp_path / "ray"),
-        "SLIME_DIR": "/opt/slime",
-        "MEGATRON_DIR": "/opt/megatron",
+        "SLIME_DIR": str(tmp_path / "slime"),
+        "MEGATRON_DIR": str(tmp_path / "megatron"),
         "KRL_REPO_ROOT": str(REPO),
         "KRL_RUN_ID": "run-1",
     }
@@ -231,10 +231,10 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
     assert _flag(start, "--temp-dir") == str(tmp_path / "ray") and _flag(start, "--dashboard-port") == "8270"
     assert submit[:2] == ["job", "submit"] and _flag(submit, "--address") == "http://127.0.0.1:8270"
     runtime = json.loads(_flag(submit, "--runtime-env-json"))["env_vars"]
-    assert runtime["PYTHONPATH"] == f"/opt/megatron:{REPO}" and runtime["KRL_RUN_ID"] == "run-1"
+    assert runtime["PYTHONPATH"] == f"{tmp_path / 'megatron'}:{REPO}" and runtime["KRL_RUN_ID"] == "run-1"
     assert submit[submit.index("--") + 1 :] == [
         "python3",
-        "/opt/slime/train.py",
+        str(tmp_path / "slime" / "train.py"),
         "--lr",
         "1e-6",
         "--x",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -162,7 +163,7 @@ def test_torch_dist_layouts(tmp_path: Path) -> None:
 
 
 def test_settings_come_from_the_launcher_defaults(tmp_path: Path) -> None:
-    s = preflight.launcher_settings({"PATH": "/usr/bin:/bin", "CKPT_ROOT": str(tmp_path), "TRAIN_GPUS": "2"})
+    s = preflight.launcher_settings({"PATH": os.environ["PATH"], "CKPT_ROOT": str(tmp_path), "TRAIN_GPUS": "2"})
     assert s["HF_CKPT"] == f"{tmp_path}/Qwen3-8B" and s["REF_LOAD"] == f"{tmp_path}/Qwen3-8B_torch_dist"
     assert (
         s["TRAIN_GPUS"] == "2"

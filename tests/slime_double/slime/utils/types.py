@@ -9,7 +9,7 @@ the plug-ins and slime's conversion rely on:
   trainable tokens need log-probs, non-trainable ones must not pass any (they get 0.0, mask 0);
   `meta_info["finish_reason"]["type"]` maps stop/length/abort to COMPLETED/TRUNCATED/ABORTED;
   lengths are validated after every call. Top-p replay and routed-expert metadata are not
-  modelled: passing them raises NotImplementedError, so a test can never pass by ignoring them.
+  modelled: passing them fails an assertion, so a test can never pass by ignoring them.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class Sample:
                 raise ValueError("non-trainable response tokens should not pass rollout log probabilities.")
             log_probs = [0.0] * len(tokens)
         if meta_info and any(k in meta_info for k in _UNMODELLED_META_KEYS):
-            raise NotImplementedError("the slime test double does not model top-p replay / routed experts")
+            raise AssertionError("the slime test double does not model top-p replay / routed experts")
         if text is not None:
             self.response += text
         before = self.response_length
