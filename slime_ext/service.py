@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -128,29 +129,11 @@ def start_service(
 
 @contextlib.contextmanager
 def running_service(
-    module: str,
-    args: Sequence[str],
-    workdir: Path,
-    *,
-    host: str = "127.0.0.1",
-    port: int | None = None,
-    env: dict[str, str] | None = None,
-    startup_timeout_s: float = 300.0,
-    health_path: str = "/health",
-    log_name: str | None = None,
+    module: str, args: Sequence[str], workdir: Path, **options: Any
 ) -> Iterator[ServiceProcess]:
-    """`start_service` as a context manager: yields the ServiceProcess, stops it on exit."""
-    service = start_service(
-        module,
-        args,
-        workdir,
-        host=host,
-        port=port,
-        env=env,
-        startup_timeout_s=startup_timeout_s,
-        health_path=health_path,
-        log_name=log_name,
-    )
+    """`start_service` (same arguments and keyword options) as a context manager: yields the
+    ServiceProcess, stops it on exit."""
+    service = start_service(module, args, workdir, **options)
     try:
         yield service
     finally:
