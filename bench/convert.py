@@ -149,6 +149,18 @@ def spot_check(a: Path, b: Path, names: list[str]) -> None:
             raise SystemExit(f"round trip changed {n}")
 
 
+def figures(copy_s: float, copied: int, conv_s: float, rss: float) -> dict[str, float]:
+    """One direction's figures: a plain copy of the same bytes against the conversion."""
+    return {
+        "copy_s": round(copy_s, 1),
+        "copy_GBps": round(copied / copy_s / 1e9, 3),
+        "convert_s": round(conv_s, 1),
+        "convert_GBps": round(copied / conv_s / 1e9, 3),
+        "fraction_of_copy": round(copy_s / conv_s, 3),
+        "peak_rss_GB": round(rss, 2),
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -179,19 +191,12 @@ def main() -> int:
         result["build_s"] = round(time.perf_counter() - t0, 1)
         print(f"built {result['hf_bytes'] / 1e9:.2f} GB in {result['build_s']} s", flush=True)
 
-        copy_s, copied = plain_copy(sorted(hf.glob("*.safetensors")), a.scratch / "copy1")
         hf_files = sorted(hf.glob("*.safetensors"))
+        copy_s, copied = plain_copy(hf_files, a.scratch / "copy1")
         conv_s, rss = run_tool(
             ["tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", str(mg)], hf_files, mg
         )
-        result["hf_to_megatron"] = {
-            "copy_s": round(copy_s, 1),
-            "copy_GBps": round(copied / copy_s / 1e9, 3),
-            "convert_s": round(conv_s, 1),
-            "convert_GBps": round(copied / conv_s / 1e9, 3),
-            "fraction_of_copy": round(copy_s / conv_s, 3),
-            "peak_rss_GB": round(rss, 2),
-        }
+        result["hf_to_megatron"] = figures(copy_s, copied, conv_s, rss)
         print("hf->torch_dist", result["hf_to_megatron"], flush=True)
 
         data = sorted((mg / "release").glob("__0_*.distcp"))
@@ -209,14 +214,7 @@ def main() -> int:
             data,
             back,
         )
-        result["megatron_to_hf"] = {
-            "copy_s": round(copy_s, 1),
-            "copy_GBps": round(copied / copy_s / 1e9, 3),
-            "convert_s": round(conv_s, 1),
-            "convert_GBps": round(copied / conv_s / 1e9, 3),
-            "fraction_of_copy": round(copy_s / conv_s, 3),
-            "peak_rss_GB": round(rss, 2),
-        }
+        result["megatron_to_hf"] = figures(copy_s, copied, conv_s, rss)
         print("torch_dist->hf", result["megatron_to_hf"], flush=True)
         last = a.layers - 1
         spot_check(
