@@ -30,6 +30,13 @@ class SGLangDouble(GenerateEngine):
         self.requests: list[dict[str, Any]] = []
         self.outputs: list[list[int]] = []  # token ids answered, per request
 
+    def reset(self) -> None:
+        """Forget scripted answers, a pending abort and the request log (between tests)."""
+        self.scripted.clear()
+        self.abort_next = False
+        self.requests.clear()
+        self.outputs.clear()
+
     def produce(
         self, input_ids: list[int], *, temperature: float, max_new: int, body: dict[str, Any], **sampling: Any
     ) -> Produced:

@@ -63,10 +63,7 @@ def double(tok) -> Iterator[SGLangDouble]:
 
 @pytest.fixture(autouse=True)
 def reset_double(double: SGLangDouble) -> None:
-    double.scripted.clear()
-    double.abort_next = False
-    double.requests.clear()
-    double.outputs.clear()
+    double.reset()
 
 
 def episode(double, tok, evaluator, *, max_context_len=4096, **cfg: Any):

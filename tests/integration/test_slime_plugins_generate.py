@@ -61,10 +61,7 @@ def double() -> Iterator[SGLangDouble]:
 
 @pytest.fixture(autouse=True)
 def reset_double(double: SGLangDouble) -> None:
-    double.scripted.clear()
-    double.abort_next = False
-    double.requests.clear()
-    double.outputs.clear()
+    double.reset()
 
 
 @pytest.fixture(scope="module")
