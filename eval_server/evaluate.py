@@ -52,11 +52,12 @@ from eval_server.schema import (
     EvalOptions,
     EvalRequest,
     EvalResult,
+    TimingStats,
     TrialResult,
     problem_hash,
 )
 from eval_server.static_checks import run_static_checks
-from eval_server.timing import l2_flush_buffer, time_gpu
+from eval_server.timing import TIMING_METHOD, l2_flush_buffer, time_gpu
 
 # Installed once in the warm parent and inherited by every forked evaluation.
 LAUNCHES = LaunchRecorder()
@@ -386,6 +387,7 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
         "timing_trials": opts.timing_trials,
         "warmup_trials": opts.warmup_trials,
         "input_sets": len(sets),
+        "method": TIMING_METHOD,
     }
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None:
@@ -462,10 +464,13 @@ def _run_candidate(
     threads_before = python_threads()
     try:
         device_activity: list[str] = []
+        off_stream: list[str] = []
         with LAUNCHES.recording(ops), THREADS.recording(), ops:
             if profile:
                 with ctx.phase("kernel_profile"):  # sub-phase of correctness
-                    out, device_activity = profile_device_activity(lambda: model(*args), ctx.device)
+                    out, device_activity, off_stream = profile_device_activity(
+                        lambda: model(*args), ctx.device
+                    )
             else:
                 out = model(*args)
         _sync(ctx.device)
@@ -476,6 +481,14 @@ def _run_candidate(
         raise _Stop from None
     if device_activity:
         _device_activity_checks(result, device_activity)
+    if off_stream:
+        shown = sorted({n[:90] for n in off_stream})[:3]
+        _reject(
+            result,
+            "runtime.side_stream",
+            f"forward ran GPU work on another CUDA stream than the current one ({len(off_stream)} activities, "
+            f"e.g. {'; '.join(shown)}): timing and checks follow the current stream. Launch every kernel on it.",
+        )
     new_threads = python_threads() - threads_before
     if THREADS.started or new_threads > 0:
         where = ", ".join(THREADS.started[:3]) or "a thread still running after forward returned"
@@ -671,16 +684,29 @@ def _timing_phase(
     # ...and the same buffers refilled with fresh values must give fresh results (no caching).
     _refill_and_verify(result, ctx, ref, model, sets[0], ref.check_seeds[0], opts)
     assert result.reference_timing is not None
-    speedup = result.reference_timing.median_ms / cand.median_ms if cand.median_ms > 0 else math.inf
+    ref_stats = result.reference_timing
+    if cand.escaped_ms:
+        # Work ran outside the timed stream while the GPU lead kept that stream busy: compare
+        # the launch-inclusive medians (start event before the call), which contain it.
+        result.checks.append(
+            Check(
+                "runtime.escaped_timing",
+                f"GPU work ran outside the current stream: {cand.escaped_ms:.3g} ms beyond what the timed "
+                "stream and the host's launch time account for. The speedup uses the launch-inclusive "
+                f"times ({ref_stats.launch_median_ms:.4g} ms reference, {cand.launch_median_ms:.4g} ms "
+                "candidate). Launch all work on the current stream.",
+                "warn",
+            )
+        )
+    speedup = _speedup(ref_stats, cand)
     if speedup > hard.excessive_speedup:
         # Re-verify on new values and re-time on those buffers before believing it.
         _refill_and_verify(result, ctx, ref, model, sets[0], ref.check_seeds[1], opts)
         retimed = time_gpu(model, sets, trials=opts.timing_trials, warmup=1, device=device, flush=flush)
         _check_not_patched(result, snapshot)
-        slower = retimed if retimed.median_ms > cand.median_ms else cand
         first_speedup = speedup
-        speedup = result.reference_timing.median_ms / slower.median_ms if slower.median_ms > 0 else math.inf
-        cand = slower
+        cand = retimed if _speedup(ref_stats, retimed) < speedup else cand  # the slower of the two
+        speedup = _speedup(ref_stats, cand)
         result.checks.append(
             Check(
                 "runtime.excessive_speedup",
@@ -691,6 +717,16 @@ def _timing_phase(
         )
     result.candidate_timing = cand
     result.speedup = speedup
+
+
+def _speedup(ref: TimingStats, cand: TimingStats) -> float:
+    """Reference median / candidate median: the GPU-time medians, or the launch-inclusive ones
+    when work escaped the candidate's lead-timed trials (timing.py)."""
+    if cand.escaped_ms and ref.launch_median_ms is not None and cand.launch_median_ms is not None:
+        num, den = ref.launch_median_ms, cand.launch_median_ms
+    else:
+        num, den = ref.median_ms, cand.median_ms
+    return num / den if den > 0 else math.inf
 
 
 def _refill_and_verify(

@@ -405,20 +405,46 @@ def classify_kernels(names: Iterable[str], triton_names: Iterable[str]) -> tuple
     return foreign, to_host
 
 
-def profile_device_activity(fn: Any, device: Any) -> tuple[Any, list[str]]:
-    """Run `fn()` under the CUDA activity profiler; return its result and the device activity names.
+_STREAM_MARKER = getattr(torch.cuda, "_sleep", None)  # bound before any candidate is imported
+
+
+def profile_device_activity(fn: Any, device: Any) -> tuple[Any, list[str], list[str]]:
+    """Run `fn()` under the CUDA activity profiler; return its result, the device activity names,
+    and the names of those that ran on another stream than the caller's current one.
 
     CUPTI sees every kernel on the device, from any thread and behind any dispatch trick, so
-    this is the backstop for torch or library compute that the in-process recorders miss.
+    this is the backstop for torch or library compute that the in-process recorders miss. The
+    current stream is identified by a marker kernel (a 1-cycle GPU sleep) launched on it first;
+    if this torch does not expose stream ids, the third list is empty.
     """
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
+    marker = _STREAM_MARKER
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        if marker is not None:
+            marker(1)
         out = fn()
         torch.cuda.synchronize(device)
-    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return out, names
+    names = [
+        e.name for e in prof.events() if e.device_type == DeviceType.CUDA and "spin_kernel" not in e.name
+    ]
+    return out, names, _off_stream(prof, DeviceType.CUDA)
+
+
+def _off_stream(prof: Any, cuda: Any) -> list[str]:
+    """Names of device activities on another stream than the marker's (see above)."""
+    try:
+        events = [e for e in prof.profiler.kineto_results.events() if e.device_type() == cuda]
+        streams = {e.name(): e.device_resource_id() for e in events if "spin_kernel" in e.name()}
+        if len(set(streams.values())) != 1:
+            return []
+        (current,) = set(streams.values())
+        return [
+            e.name() for e in events if "spin_kernel" not in e.name() and e.device_resource_id() != current
+        ]
+    except (AttributeError, TypeError, RuntimeError):  # pragma: no cover - depends on the torch build
+        return []
 
 
 def python_threads() -> int:

@@ -115,7 +115,14 @@ class TimingStats:
     iqr_ms: float
     cv: float  # coefficient of variation (std / mean)
     trials: int
-    wall_median_ms: float | None = None  # host wall clock per trial (after the device sync), for cross-checks
+    # host wall clock per launch-inclusive trial (from the call to after the device sync)
+    wall_median_ms: float | None = None
+    # timing.py: median of the trials timed without the GPU lead (host launch time included)
+    launch_median_ms: float | None = None
+    lead_ms: float | None = None  # GPU delay queued before each timed call (None: not used)
+    # launch-inclusive median beyond the lead-timed one plus the host's call time: work that
+    # ran outside the timed stream during the lead (0.0 when none)
+    escaped_ms: float | None = None
 
 
 @dataclass
