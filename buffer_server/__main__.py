@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from buffer_server import ingest
     from buffer_server.app import create_app
+    from buffer_server.codec import unpack_request
 
     pool = ingest.IngestPool(args.ingest_workers) if args.ingest_workers > 0 and ingest.AVAILABLE else None
     if pool is not None:
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         },
         runner=runner,
         encode_body=pool.encode_body if pool is not None else ingest.encode_body,
+        unpack_packed=pool.unpack_request if pool is not None else unpack_request,
     )
     server = create_server(
         app,

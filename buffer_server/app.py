@@ -83,9 +83,11 @@ def create_app(
     info: dict[str, Any] | None = None,
     runner: AgentRunner | None = None,
     encode_body: Callable[[bytes, int], list[EncodedRecord] | None] = ingest.encode_body,
+    unpack_packed: Callable[[bytes, int], list[EncodedRecord]] = unpack_request,
 ) -> Flask:
-    """`encode_body` is the fast path of POST /trajectories (ingest.py; an IngestPool's runs
-    in worker processes)."""
+    """`encode_body` is the fast path of POST /trajectories for JSON bodies (ingest.py),
+    `unpack_packed` the validator of packed ones (codec.py); an IngestPool's run them in worker
+    processes."""
     app = json_flask_app("buffer_server", max_body_bytes)
     server_info = dict(info or {})
 
@@ -114,15 +116,21 @@ def create_app(
         return jsonify(error=f"internal error: {type(exc).__name__}: {exc}"), 500
 
     def _request_bytes() -> bytes:
-        """The request body in one read when its length is known (werkzeug's get_data reads in
-        64 kB pieces: ~0.3 ms of CPU per MB), else via get_data. Over the limit: 413."""
+        """The request body in one read (werkzeug's get_data reads in 64 kB pieces: ~0.3 ms of
+        CPU per MB). Over the limit: 413."""
         length = request.content_length
-        if length is None or request.environ.get("wsgi.input_terminated"):
-            return request.get_data(cache=False)
-        if length > max_body_bytes:
+        if length is not None and length > max_body_bytes:
             raise RequestEntityTooLarge()
-        data = request.environ["wsgi.input"].read(length)
-        if len(data) != length:
+        stream = request.environ["wsgi.input"]
+        if request.environ.get("wsgi.input_terminated"):  # waitress: the stream ends with the body
+            data = stream.read(max_body_bytes + 1)
+            if len(data) > max_body_bytes:
+                raise RequestEntityTooLarge()
+        elif length is None:
+            return request.get_data(cache=False)
+        else:
+            data = stream.read(length)
+        if length is not None and len(data) != length:
             raise BadRequest(f"request body ended after {len(data)} of {length} bytes")
         return data
 
@@ -130,7 +138,7 @@ def create_app(
     def put_trajectories() -> tuple[Response, int]:
         raw = _request_bytes()
         if request.mimetype == PACKED_MEDIA_TYPE:  # records packed by the writer (codec.pack_request)
-            result = store.put_encoded(unpack_request(raw, MAX_RECORDS_PER_REQUEST))
+            result = store.put_encoded(unpack_packed(raw, MAX_RECORDS_PER_REQUEST))
             return jsonify(accepted=result.accepted, duplicates=result.duplicates, stale=result.stale), 200
         encoded = encode_body(raw, MAX_RECORDS_PER_REQUEST)  # None: the full path decides
         if encoded is not None:

@@ -123,25 +123,29 @@ def encode_arrays(
         kind = LP_SAMPLED_F32 if np.array_equal(lp32, lp) else LP_SAMPLED_F64  # keeps -0.0 too
         if kind == LP_SAMPLED_F32:
             lp = lp32
+    arrays = (
+        prompt.astype("<u4").tobytes(),
+        response.astype("<u4").tobytes(),
+        np.packbits(sampled).tobytes(),
+        lp.tobytes(),
+    )
+    return _encoded(fields, kind, len(prompt), n, arrays)
+
+
+def _encoded(
+    fields: dict[str, Any], kind: int, n_prompt: int, n_response: int, arrays: tuple[bytes | memoryview, ...]
+) -> EncodedRecord:
+    """The record with its body: header, the fields' JSON (written from the validated values,
+    so it is canonical), then the packed arrays."""
     head = fastjson.dumps({name: fields[name] for name in _HEAD_FIELDS})[:-1]
     tail = fastjson.dumps({name: fields[name] for name in _TAIL_FIELDS})[1:]
-    body = b"".join(
-        (
-            _HEADER.pack(MAGIC, kind, len(prompt), n, len(head), len(tail)),
-            head,
-            tail,
-            prompt.astype("<u4").tobytes(),
-            response.astype("<u4").tobytes(),
-            np.packbits(sampled).tobytes(),
-            lp.tobytes(),
-        )
-    )
+    header = _HEADER.pack(MAGIC, kind, n_prompt, n_response, len(head), len(tail))
     return EncodedRecord(
         uid=fields["uid"],
         instance_id=fields["instance_id"],
         policy_version=fields["policy_version"],
         reward=fields["reward"],
-        body=body,
+        body=b"".join((header, head, tail, *arrays)),
     )
 
 
@@ -160,40 +164,67 @@ def encode(record: TrajectoryRecord) -> EncodedRecord:
     )
 
 
-def _unpack(body: bytes) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The parts of a packed body; every length in its header is checked against the body's
-    size (uploads are untrusted), ValueError if one does not fit."""
+@dataclass(frozen=True)
+class _Layout:
+    """Where the parts of a packed body are; every length is checked against the body's size."""
+
+    kind: int
+    n_prompt: int
+    n_response: int
+    n_head: int
+    n_tail: int
+    ids_at: int  # offset of the prompt ids; the fields' JSON lies between the header and here
+    bits_at: int  # offset of the packed loss mask
+    values_at: int  # offset of the log-probs
+
+
+def _layout(body: bytes) -> _Layout:
+    """The layout of a packed body (uploads are untrusted): ValueError if its header does not
+    fit its size."""
     if len(body) < _HEADER.size:
         raise ValueError("shorter than the record header")
     magic, kind, n_prompt, n_response, n_head, n_tail = _HEADER.unpack_from(body)
     if magic != MAGIC:
         raise ValueError(f"not a packed trajectory record (magic {magic!r})")
-    n_bits = (n_response + 7) // 8
-    at = _HEADER.size + n_head + n_tail + 4 * (n_prompt + n_response) + n_bits
-    if at > len(body):
-        raise ValueError("lengths in the header do not match the body")
-    view = memoryview(body)
-    head = bytes(view[_HEADER.size : _HEADER.size + n_head])
-    tail = bytes(view[_HEADER.size + n_head : _HEADER.size + n_head + n_tail])
-    ids_at = _HEADER.size + n_head + n_tail
-    prompt = np.frombuffer(body, dtype="<u4", count=n_prompt, offset=ids_at)
-    response = np.frombuffer(body, dtype="<u4", count=n_response, offset=ids_at + 4 * n_prompt)
-    sampled = np.unpackbits(
-        np.frombuffer(body, dtype=np.uint8, count=n_bits, offset=at - n_bits), count=n_response
-    )
-    if kind == LP_ALL_F64:
-        count, dtype = n_response, "<f8"
-    elif kind in (LP_SAMPLED_F32, LP_SAMPLED_F64):
-        count, dtype = int(sampled.sum()), ("<f4" if kind == LP_SAMPLED_F32 else "<f8")
-    else:
+    if kind not in (LP_SAMPLED_F32, LP_SAMPLED_F64, LP_ALL_F64):
         raise ValueError(f"unknown log-prob encoding {kind}")
-    if len(body) != at + count * np.dtype(dtype).itemsize:
+    ids_at = _HEADER.size + n_head + n_tail
+    bits_at = ids_at + 4 * (n_prompt + n_response)
+    values_at = bits_at + (n_response + 7) // 8
+    if values_at > len(body):
+        raise ValueError("lengths in the header do not match the body")
+    return _Layout(kind, n_prompt, n_response, n_head, n_tail, ids_at, bits_at, values_at)
+
+
+def _mask_bits(body: bytes, at: _Layout) -> np.ndarray:
+    """The loss mask as one uint8 per bit of its packed bytes (padding bits included)."""
+    return np.unpackbits(
+        np.frombuffer(body, dtype=np.uint8, count=at.values_at - at.bits_at, offset=at.bits_at)
+    )
+
+
+def _values(body: bytes, at: _Layout, n_sampled: int) -> np.ndarray:
+    count = at.n_response if at.kind == LP_ALL_F64 else n_sampled
+    dtype = "<f4" if at.kind == LP_SAMPLED_F32 else "<f8"
+    if len(body) != at.values_at + count * np.dtype(dtype).itemsize:
         raise ValueError("log-prob count does not match the loss mask and the body")
-    values = np.frombuffer(body, dtype=dtype, count=count, offset=at)
-    if kind == LP_ALL_F64:
+    return np.frombuffer(body, dtype=dtype, count=count, offset=at.values_at)
+
+
+def _unpack(body: bytes) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The parts of a packed body, ValueError if one does not fit."""
+    at = _layout(body)
+    view = memoryview(body)
+    head = bytes(view[_HEADER.size : _HEADER.size + at.n_head])
+    tail = bytes(view[_HEADER.size + at.n_head : at.ids_at])
+    prompt = np.frombuffer(body, dtype="<u4", count=at.n_prompt, offset=at.ids_at)
+    response = np.frombuffer(body, dtype="<u4", count=at.n_response, offset=at.ids_at + 4 * at.n_prompt)
+    sampled = _mask_bits(body, at)[: at.n_response]
+    values = _values(body, at, int(sampled.sum()))
+    if at.kind == LP_ALL_F64:
         log_probs = values
     else:
-        log_probs = np.zeros(n_response, dtype=np.float64)
+        log_probs = np.zeros(at.n_response, dtype=np.float64)
         log_probs[sampled.view(bool)] = values
     return head, tail, prompt, response, sampled, log_probs
 
@@ -282,7 +313,9 @@ def unpack_request(raw: bytes, max_records: int) -> list[EncodedRecord]:
 
 def _validate_packed(body: bytes, path: str) -> EncodedRecord:
     try:
-        head, tail, prompt, response, sampled, log_probs = _unpack(body)
+        at = _layout(body)
+        head = body[_HEADER.size : _HEADER.size + at.n_head]
+        tail = body[_HEADER.size + at.n_head : at.ids_at]
         if not head.startswith(b"{") or not tail.endswith(b"}"):
             raise ValueError("field JSON is not framed as an object")
     except ValueError as exc:
@@ -297,8 +330,28 @@ def _validate_packed(body: bytes, path: str) -> EncodedRecord:
     record = parse_record({**small, **_STAND_INS}, path=path, strict_json=True)
     fields = {name: getattr(record, name) for name in _SMALL_FIELDS}
     try:
+        if at.kind == LP_SAMPLED_F32:
+            return _accept_canonical(body, at, fields)
+        # float64 log-probs: unpacked and packed again, which picks the canonical encoding
+        _, _, prompt, response, sampled, log_probs = _unpack(body)
         return encode_arrays(
             fields, prompt.astype(np.int64), response.astype(np.int64), sampled.astype(np.int64), log_probs
         )
     except ValueError as exc:
         raise ValidationError(f"{path}: {exc}") from None
+
+
+def _accept_canonical(body: bytes, at: _Layout, fields: dict[str, Any]) -> EncodedRecord:
+    """A float32-log-prob body checked where it lies (the writers' usual case): its arrays are
+    kept byte for byte, only the fields' JSON is written again from the validated values, so
+    the stored body is what `encode_arrays` makes of the same record, at a fifth of its CPU.
+    Token ids need no check (uint32 is MAX_TOKEN_ID's range) and unsampled log-probs are 0.0
+    by construction; what is left: the mask's padding bits and finite log-probs."""
+    if at.n_prompt == 0:
+        raise ValueError("prompt_token_ids: must not be empty")
+    bits = _mask_bits(body, at)
+    if bits[at.n_response :].any():
+        raise ValueError("the packed loss mask has bits set beyond the response")
+    if not np.isfinite(_values(body, at, int(bits.sum()))).all():
+        raise ValueError("a log-prob is not finite, or not 0.0 where loss_mask is 0")
+    return _encoded(fields, LP_SAMPLED_F32, at.n_prompt, at.n_response, (memoryview(body)[at.ids_at :],))

@@ -22,11 +22,12 @@ import logging
 import multiprocessing
 import signal
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
-from buffer_server.codec import EncodedRecord, encode_arrays
+from buffer_server.codec import EncodedRecord, encode_arrays, unpack_request
 from slime_ext import fastjson
 from slime_ext.trajectory import FIELD_NAMES, REQUIRED_FIELDS, parse_record
 
@@ -53,6 +54,7 @@ _STAND_INS: dict[str, list[Any]] = {
     "rollout_log_probs": [],
 }
 _REQUIRED = frozenset(REQUIRED_FIELDS)
+_T = TypeVar("_T")
 
 
 class _NotFast(Exception):
@@ -109,8 +111,9 @@ def _encode_record(obj: Any, keys: list[str] | None = None) -> EncodedRecord:
 
 
 class IngestPool:
-    """`encode_body` in worker processes, so that parsing (the bulk of a write's CPU, and
-    GIL-bound) runs on every core while the server process handles HTTP and commits.
+    """`encode_body` (JSON bodies) and `codec.unpack_request` (packed ones) in worker processes,
+    so that parsing and validation (the bulk of a write's CPU, and GIL-bound) run on every core
+    while the server process handles HTTP and commits.
 
     Workers are spawned (not forked: the server is multi-threaded). If the pool breaks (a worker
     was killed), the request is encoded in-process and a new pool is started.
@@ -133,9 +136,16 @@ class IngestPool:
         list(self._pool.map(encode_body, [b""] * self.workers, [1] * self.workers))
 
     def encode_body(self, raw: bytes, max_records: int) -> list[EncodedRecord] | None:
+        return self._run(encode_body, raw, max_records)
+
+    def unpack_request(self, raw: bytes, max_records: int) -> list[EncodedRecord]:
+        """`codec.unpack_request` (a packed upload) in a worker; its ValidationError comes back."""
+        return self._run(unpack_request, raw, max_records)
+
+    def _run(self, fn: Callable[[bytes, int], _T], raw: bytes, max_records: int) -> _T:
         pool = self._pool
         try:
-            return pool.submit(encode_body, raw, max_records).result()
+            return pool.submit(fn, raw, max_records).result()
         except concurrent.futures.process.BrokenProcessPool:
             with self._lock:
                 if self._pool is pool:
@@ -143,7 +153,7 @@ class IngestPool:
                         "an ingest worker died: starting a new pool; this request is encoded in-process"
                     )
                     self._pool = self._start()
-            return encode_body(raw, max_records)
+            return fn(raw, max_records)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

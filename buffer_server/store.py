@@ -282,6 +282,8 @@ class BufferStore:
         self._db_lock = threading.Lock()
         self._wake = threading.Condition()
         self._write_gen = 0
+        # deletions seen / handled by the JSON preparer's purge (no purge while nothing was deleted)
+        self._deleted_gen = self._purged_gen = 0
         self._recent_writes: collections.deque[tuple[float, int]] = collections.deque()
         self._rate_lock = threading.Lock()
         self._put_cond = threading.Condition()
@@ -605,6 +607,7 @@ class BufferStore:
             )
         )
         if per_instance:
+            self._deleted_gen += 1
             self._cache.discard(
                 seq for (seq,) in cur.execute(f"DELETE FROM records WHERE {where} RETURNING seq", params)
             )
@@ -810,7 +813,11 @@ class BufferStore:
         Only complete groups: records of partial groups may wait long (or be dropped) and would
         hold the cache's room; a group handed out by its timeout is encoded on demand."""
         if not self._cache.has_room():
-            self._purge_cache()
+            # Full: only a deletion can have left dead entries (a lease pops what it serves), and
+            # the purge's lookups hold the database lock that writers need.
+            if self._deleted_gen != self._purged_gen:
+                self._purged_gen = self._deleted_gen
+                self._purge_cache()
             if not self._cache.has_room():
                 return
         with self._db_lock:

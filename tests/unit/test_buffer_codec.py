@@ -190,3 +190,34 @@ def test_packed_request_checks_fields_and_arrays_like_json() -> None:
     hacked = codec._HEADER.pack(*head[:5], head[5] + 6) + hacked[codec._HEADER.size :]
     with pytest.raises(codec.ValidationError, match=r"unexpected field\(s\) \['x'\]"):
         codec.unpack_request(_with_body(hacked), 16)
+
+
+def test_packed_mask_padding_bits_must_be_zero() -> None:
+    """The mask's last byte has 8 - n % 8 padding bits; a set one would be a token beyond the
+    response (and would shift the log-prob count): refused, not stored."""
+    body = bytearray(codec.encode(parse_record(make(13, seed=2))).body)
+    at = codec._layout(bytes(body))
+    body[at.values_at - 1] |= 1  # the last padding bit
+    with pytest.raises(codec.ValidationError, match="bits set beyond the response"):
+        codec.unpack_request(_with_body(bytes(body)), 16)
+
+
+def test_packed_fields_are_stored_canonically_whatever_the_writer_sent() -> None:
+    """The float32 fast path keeps the arrays byte for byte but writes the fields' JSON again
+    from the validated values: spacing and an integer reward come out as `encode` writes them."""
+    record = parse_record(make(40, seed=3, reward=1.0))
+    canonical = codec.encode(record).body
+    at = codec._layout(canonical)
+    assert canonical[4] == codec.LP_SAMPLED_F32
+    head = canonical[codec._HEADER.size : codec._HEADER.size + at.n_head]
+    tail = canonical[codec._HEADER.size + at.n_head : at.ids_at]
+    loose_head = head.replace(b",", b", ")
+    loose_tail = tail.replace(b'"reward":1.0', b'"reward": 1')
+    assert loose_tail != tail
+    header = codec._HEADER.pack(
+        codec.MAGIC, codec.LP_SAMPLED_F32, at.n_prompt, at.n_response, len(loose_head), len(loose_tail)
+    )
+    loose = header + loose_head + loose_tail + canonical[at.ids_at :]
+    (out,) = codec.unpack_request(_with_body(loose), 16)
+    assert out.body == canonical
+    assert codec.decode(out.body) == record

@@ -113,5 +113,10 @@ def test_the_worker_pool_packs_the_same() -> None:
     try:
         assert pool.encode_body(raw, 4096) == ingest.encode_body(raw, 4096) == slow_path(body)
         assert pool.encode_body(b"[", 4096) is None
+        # packed uploads: the same canonical bodies, and a ValidationError comes back with its message
+        packed = codec.pack_request([parse_record(r) for r in body["records"]])
+        assert pool.unpack_request(packed, 4096) == codec.unpack_request(packed, 4096) == slow_path(body)
+        with pytest.raises(ValidationError, match=r"records\[2\]: packed body ends inside this record"):
+            pool.unpack_request(packed[:-1], 4096)
     finally:
         pool.close()
