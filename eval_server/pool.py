@@ -95,6 +95,7 @@ class WorkerHandle:
         self.info: dict[str, Any] = {}
         self.evaluations = 0
         self.restarts = 0
+        self.spare_pid: int | None = None  # reported by the worker after each evaluation
         self._buf = b""
 
     # -------------------------------------------------------------- lifecycle
@@ -240,6 +241,7 @@ class WorkerHandle:
             log.warning("worker %d protocol error: %s", self.worker_id, exc)
             msg = None
         if msg is not None and "result" in msg:
+            self.spare_pid = msg.get("spare_pid")
             return EvalResult.from_json(msg["result"])
         detail = msg.get("error") if msg else None
         log.error("worker %d lost during evaluation (%s); replacing it", self.worker_id, detail or "no reply")
@@ -394,6 +396,7 @@ class WorkerPool:
                         "device": w.slot.label,
                         "alive": w.alive,
                         "pid": w.proc.pid if w.proc else None,
+                        "spare_pid": w.spare_pid,  # its child prepared for the next evaluation
                         "evaluations": w.evaluations,
                         "restarts": w.restarts,
                         "versions": w.info.get("versions", {}),

@@ -6,17 +6,25 @@ to its process (patched functions, globals, allocator contents, a poisoned CUDA 
 segfault) dies with that child and never reaches the next evaluation. The worker enforces the
 hard wall-clock timeout and the memory cap on the child's whole process tree.
 
+The child is forked one evaluation ahead (the *spare*): while an evaluation runs, the next
+child starts its CUDA context (~0.25 s), launches a trivial Triton kernel (the first launch in a
+process costs ~0.45 s, a candidate's first launch after it ~2 ms; triton_warmup.py) and starts
+the CUDA activity profiler once (one 16-element kernel of GPU work, without the GPU lock), then
+waits for its request. It has run only evaluator code when the request arrives,
+and it serves exactly one evaluation, so isolation is unchanged.
+
 Protocol with the server (pool.py): JSON lines on stdin (requests) and on the original stdout
 (replies); fd 1 is pointed at stderr after start-up so stray prints cannot corrupt the protocol.
   -> {"ready": true, "pid": ..., "device": ..., "versions": {...}}        once, after warm-up
   <- {"request": <EvalRequest json>, "timeout_s": 60.0}
-  -> {"result": <EvalResult json>}
+  -> {"result": <EvalResult json>, "spare_pid": <pid of the child prepared for the next one>}
   <- {"shutdown": true}
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -26,6 +34,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +51,24 @@ from eval_server.schema import (
 
 _POLL_S = 0.02
 _STDOUT_TAIL_CHARS = 2000
+
+
+@dataclass
+class _Spare:
+    """A forked child waiting for its request (see the module docstring)."""
+
+    pid: int
+    request_fd: int  # the worker writes the request here, then closes it
+    result_fd: int  # the child writes its result here
+    evaldir: Path
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while data := os.read(fd, 1 << 20):
+        chunks.append(data)
+    os.close(fd)
+    return b"".join(chunks)
 
 
 def _signal_name(signum: int) -> str:
@@ -87,6 +114,7 @@ class Worker:
         }
         self.versions: dict[str, Any] = {}
         self.evals = 0
+        self._spare: _Spare | None = None
 
     # ------------------------------------------------------------------ warm-up (parent)
     def warm_up(self) -> dict[str, Any]:
@@ -110,18 +138,20 @@ class Worker:
     def run_one(self, request_json: dict[str, Any], timeout_s: float) -> EvalResult:
         request = parse_request(request_json)
         self.evals += 1
-        evaldir = Path(tempfile.mkdtemp(prefix=f"eval-{self.evals}-", dir=self.workdir / "evals"))
+        spare = self._take_spare()
         t0 = time.perf_counter()
         try:
-            result = self._fork_and_wait(request, evaldir, timeout_s)
+            self._send_request(spare, request)
+            self._spare = self._start_spare()  # the next one gets ready while this one runs
+            result = self._wait(spare, request, timeout_s)
         finally:
-            log = evaldir / "output.log"
+            log = spare.evaldir / "output.log"
             output = ""
             if log.exists():
                 with open(log, "rb") as fh:
                     fh.seek(max(0, log.stat().st_size - (64 << 10)))
                     output = fh.read().decode(errors="replace")
-            shutil.rmtree(evaldir, ignore_errors=True)
+            shutil.rmtree(spare.evaldir, ignore_errors=True)
         result.stdout_tail = output[-_STDOUT_TAIL_CHARS:]
         if result.status == STATUS_CRASHED and output.strip() and result.error is not None:
             # What the dying process printed (e.g. "CUDA error: an illegal memory access was
@@ -132,19 +162,71 @@ class Worker:
         result.elapsed_s = round(time.perf_counter() - t0, 6)
         return result
 
-    def _fork_and_wait(self, request: EvalRequest, evaldir: Path, timeout_s: float) -> EvalResult:
-        read_fd, write_fd = os.pipe()
+    # ------------------------------------------------------------------ the spare child
+    def _start_spare(self) -> _Spare:
+        evaldir = Path(tempfile.mkdtemp(prefix=f"eval-{self.evals + 1}-", dir=self.workdir / "evals"))
+        request_r, request_w = os.pipe()
+        result_r, result_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # child: never returns
-            os.close(read_fd)
-            self._child_main(request, evaldir, write_fd)
-        os.close(write_fd)
+            os.close(request_w)
+            os.close(result_r)
+            self._child_main(evaldir, request_r, result_w)
+        os.close(request_r)
+        os.close(result_w)
         try:
             os.setpgid(pid, pid)  # also done by the child; whichever runs first wins
         except (PermissionError, ProcessLookupError):
             pass
+        return _Spare(pid, request_w, result_r, evaldir)
+
+    def _take_spare(self) -> _Spare:
+        """The prepared child, or a new one if there is none or it died meanwhile."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                alive = os.waitid(os.P_PID, spare.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            except ChildProcessError:  # already reaped
+                alive = False
+            if alive:
+                return spare
+            self._discard(spare)
+        return self._start_spare()
+
+    def _discard(self, spare: _Spare) -> None:
+        sandbox.kill_tree(spare.pid)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(spare.pid, 0)
+        for fd in (spare.request_fd, spare.result_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        shutil.rmtree(spare.evaldir, ignore_errors=True)
+
+    @property
+    def spare_pid(self) -> int | None:
+        """The child prepared for the next evaluation (the worker's only child between them)."""
+        return self._spare.pid if self._spare is not None else None
+
+    def close(self) -> None:
+        if self._spare is not None:
+            self._discard(self._spare)
+            self._spare = None
+
+    @staticmethod
+    def _send_request(spare: _Spare, request: EvalRequest) -> None:
+        payload = memoryview(json.dumps(request.to_json()).encode())
+        try:
+            while payload:
+                payload = payload[os.write(spare.request_fd, payload) :]
+        except BrokenPipeError:  # the child died just now: _wait reports how it ended
+            pass
+        finally:
+            os.close(spare.request_fd)
+
+    def _wait(self, spare: _Spare, request: EvalRequest, timeout_s: float) -> EvalResult:
+        pid, read_fd = spare.pid, spare.result_fd
         chunks: list[bytes] = []
         deadline = time.monotonic() + timeout_s
         verdict: tuple[str, str] | None = None
@@ -157,7 +239,10 @@ class Worker:
                     data = os.read(read_fd, 1 << 20)
                     if data:
                         chunks.append(data)
-                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                try:
+                    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:  # reaped already (reap_all after an earlier evaluation)
+                    break
                 if info is not None:
                     break
                 now = time.monotonic()
@@ -184,7 +269,7 @@ class Worker:
                 exit_status = status
             except ChildProcessError:
                 pass
-            sandbox.reap_all()
+            self._reap_others()
             # Drain what the child wrote before it exited.
             while True:
                 ready, _, _ = select.select([read_fd], [], [], 0)
@@ -222,41 +307,67 @@ class Worker:
             "(os._exit, sys.exit or a fatal error in the candidate)."
         )
 
-    def _child_main(self, request: EvalRequest, evaldir: Path, write_fd: int) -> None:
+    def _reap_others(self) -> None:
+        """Collect exited children (reparented orphans of candidates included), but not the
+        spare: its exit status is read when it is taken."""
+        spare = self._spare
+        if spare is None:
+            sandbox.reap_all()
+            return
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == spare.pid:
+                return
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, 0)
+
+    def _child_main(self, evaldir: Path, request_fd: int, write_fd: int) -> None:
         """Runs in the forked child; always ends with os._exit so no parent state is unwound."""
         try:
             os.setpgid(0, 0)
         except OSError:
             pass
-        payload: bytes
+        request: EvalRequest | None = None
+        payload = b""
         try:
             os.close(_PROTO_FD)
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(devnull, 0)
-            log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.dup2(log_fd, 1)
-            os.dup2(log_fd, 2)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # nothing of the preparation reaches the candidate's output log
+                os.dup2(devnull, fd)
             os.chdir(evaldir)
             os.environ["TMPDIR"] = str(evaldir)
             tempfile.tempdir = str(evaldir)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            self._child_prepare()
+            raw = _read_all(request_fd)
+            if not raw:  # the worker went away without a request
+                os._exit(0)
+            request = parse_request(json.loads(raw))
+            log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
             payload = json.dumps(self._child_evaluate(request, evaldir).to_json()).encode()
         except SystemExit as exc:
-            res = failure_result(
-                request,
-                STATUS_CRASHED,
-                f"The candidate called sys.exit({exc.code!r}) during evaluation.",
-                device=self.device_label,
-            )
-            payload = json.dumps(res.to_json()).encode()
+            if request is not None:
+                res = failure_result(
+                    request,
+                    STATUS_CRASHED,
+                    f"The candidate called sys.exit({exc.code!r}) during evaluation.",
+                    device=self.device_label,
+                )
+                payload = json.dumps(res.to_json()).encode()
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
-            res = failure_result(
-                request,
-                STATUS_SERVER_ERROR,
-                f"Evaluator failure: {type(exc).__name__}: {exc}",
-                device=self.device_label,
-            )
-            payload = json.dumps(res.to_json()).encode()
+            if request is not None:
+                res = failure_result(
+                    request,
+                    STATUS_SERVER_ERROR,
+                    f"Evaluator failure: {type(exc).__name__}: {exc}",
+                    device=self.device_label,
+                )
+                payload = json.dumps(res.to_json()).encode()
         try:
             view = memoryview(payload)
             while view:
@@ -264,6 +375,26 @@ class Worker:
                 view = view[n:]
         finally:
             os._exit(0)
+
+    def _child_prepare(self) -> None:
+        """Trusted set-up before the request arrives: the CUDA context, Triton's first launch and
+        the profiler's first start. Without the GPU lock: its GPU work is one 16-element kernel,
+        and waiting for the lock's shared mode made the running evaluation's timing wait ~0.4 s
+        for it (measured). Best effort: whatever fails here is done (and reported) by the
+        evaluation itself."""
+        if self.device_kind != "cuda":
+            return
+        try:
+            import torch
+
+            from eval_server import triton_warmup
+            from eval_server.runtime_checks import profile_device_activity
+
+            device = torch.device("cuda", 0)
+            triton_warmup.warm_up(device)
+            profile_device_activity(lambda: None, device)
+        except Exception:  # noqa: BLE001, S110 - see the docstring
+            pass
 
     def _child_evaluate(self, request: EvalRequest, evaldir: Path) -> EvalResult:
         import torch
@@ -326,18 +457,21 @@ def main(argv: list[str] | None = None) -> None:
         json.dumps({"ready": True, "pid": os.getpid(), "device": args.device_label, "versions": versions})
         + "\n"
     )
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        if msg.get("shutdown"):
-            break
-        try:
-            result = worker.run_one(msg["request"], float(msg["timeout_s"]))
-            reply = {"result": result.to_json()}
-        except Exception as exc:  # noqa: BLE001 - the worker must keep serving
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
-        proto.write(json.dumps(reply) + "\n")
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            if msg.get("shutdown"):
+                break
+            try:
+                result = worker.run_one(msg["request"], float(msg["timeout_s"]))
+                reply = {"result": result.to_json(), "spare_pid": worker.spare_pid}
+            except Exception as exc:  # noqa: BLE001 - the worker must keep serving
+                reply = {"error": f"{type(exc).__name__}: {exc}"}
+            proto.write(json.dumps(reply) + "\n")
+    finally:
+        worker.close()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
+import signal
 import threading
 import time
 
@@ -191,7 +193,32 @@ def test_worker_survives_hang_and_crash_and_leaves_no_zombies(tmp_path) -> None:
         assert worker["pid"] == pid_before and worker["alive"] and stats["worker_restarts"] == 0
         children = psutil.Process(worker["pid"]).children(recursive=True)
         assert [c for c in children if c.status() == psutil.STATUS_ZOMBIE] == []
-        assert children == []
+        # Only the child forked ahead for the next evaluation (worker.py), nothing of the candidates.
+        assert worker["spare_pid"] is not None
+        assert [c.pid for c in children] == [worker["spare_pid"]]
+
+
+def test_a_dead_spare_child_is_replaced_and_its_prints_never_reach_the_candidate(tmp_path) -> None:
+    """The child forked ahead (worker.py) is killed between evaluations: the next request is
+    served by a fresh child, and each result's stdout_tail holds only what its candidate printed."""
+    reference = samples.load_problem("relu")
+    candidate = samples.load_candidate("relu__correct").replace(
+        "        return out\n", "        print('candidate says hi')\n        return out\n", 1
+    )
+    assert "candidate says hi" in candidate
+    with running_eval_server(tmp_path, "--devices", "cpu", "--cpu-workers", "1") as url:
+        first = _post(url, {"reference": reference, "candidate": candidate}).json()
+        assert first["status"] == "ok", first["feedback"]
+        spare = httpx.get(f"{url}/stats", timeout=10).json()["per_worker"][0]["spare_pid"]
+        assert spare is not None and psutil.pid_exists(spare)
+        os.kill(spare, signal.SIGKILL)
+        second = _post(url, {"reference": reference, "candidate": candidate}).json()
+        assert second["status"] == "ok", second["feedback"]
+        for body in (first, second):
+            lines = body["stdout_tail"].strip().splitlines()
+            assert lines and set(lines) == {"candidate says hi"}, body["stdout_tail"]
+        worker = httpx.get(f"{url}/stats", timeout=10).json()["per_worker"][0]
+        assert worker["spare_pid"] not in (None, spare) and worker["restarts"] == 0
 
 
 def test_queue_full_answers_503_with_retry_after(tmp_path) -> None:
