@@ -2,8 +2,11 @@
 
 Starts `python -m buffer_server` on loopback with a fresh database, then:
 1. writes realistic records for `--seconds` from `--clients` threads, 8 records per POST and
-   then 1 record per POST; a record counts once the server answered 200 (committed with
-   synchronous=FULL). Record: prompt 1024 tokens, response 4096 tokens (3 model turns with
+   then 1 record per POST, then packed (codec.pack_request) 8 and `--large-batch` records per
+   POST; a record counts once the server answered 200 (committed with synchronous=FULL). Last,
+   without HTTP, the agent runner's own path: `BufferStore.put` of parsed records, 8 per call
+   (one group), from `--clients` threads into a second database in this process.
+   Record: prompt 1024 tokens, response 4096 tokens (3 model turns with
    float32-valued log-probs, 2 feedback turns with mask 0), 3 eval results as the eval server
    returns them, timing metadata; ~120 kB of JSON;
 2. reads `--groups` groups of `--group-size` records with one POST /batches (timeout 0),
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import array
 import contextlib
+import dataclasses
 import http.client
 import json
 import os
@@ -44,11 +48,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from buffer_server.codec import PACKED_MEDIA_TYPE, pack_request  # noqa: E402
+from buffer_server.store import BufferStore, GroupRules  # noqa: E402
 from eval_server.pool import percentile  # noqa: E402
 from eval_server.schema import EvalResult, TimingStats, TrialResult  # noqa: E402
 from slime_ext import fastjson  # noqa: E402
 from slime_ext.service import running_service  # noqa: E402
-from slime_ext.trajectory import parse_record  # noqa: E402
+from slime_ext.trajectory import TrajectoryRecord, parse_record  # noqa: E402
 
 PROMPT_TOKENS = 1024
 RESPONSE_TOKENS = 4096
@@ -108,20 +113,28 @@ def make_record(rng: random.Random, instance_id: str) -> dict:
 
 
 class BodyTemplate:
-    """A JSON body encoded once; `render()` gives every record a fresh uid and the body's
-    records one fresh instance_id (so a body of 8 records is one whole group)."""
+    """A JSON body encoded once; `render()` gives every record a fresh uid and each run of
+    `group_size` records (default: the whole body) one fresh instance_id, so a body holds whole
+    groups."""
 
     content_type = "application/json"
 
-    def __init__(self, payload: object) -> None:
+    def __init__(self, payload: object, group_size: int | None = None) -> None:
         encoded = fastjson.dumps(payload)
         self.parts = encoded.split(UID_PLACEHOLDER.encode())
+        self.group_size = group_size
 
     def render(self) -> bytes:
         out = [self.parts[0]]
         for part in self.parts[1:]:
             out += [uuid.uuid4().hex.encode(), part]
-        return b"".join(out).replace(INSTANCE_PLACEHOLDER.encode(), uuid.uuid4().hex.encode())
+        pieces = b"".join(out).split(INSTANCE_PLACEHOLDER.encode())
+        per_group = self.group_size or len(pieces)
+        ids = [uuid.uuid4().hex.encode() for _ in range(0, len(pieces), per_group)]
+        body = [pieces[0]]
+        for k, piece in enumerate(pieces[1:]):
+            body += [ids[k // per_group], piece]
+        return b"".join(body)
 
 
 def cpu_seconds(pid: int | None = None) -> float:
@@ -191,6 +204,46 @@ def write_phase(
     }
 
 
+def store_phase(
+    db: Path, records: list[TrajectoryRecord], group_size: int, threads: int, seconds: float
+) -> dict:
+    """Durable writes through `BufferStore.put` (what the in-process agent runner calls), one
+    group of `group_size` fresh-uid records per call, from `threads` threads."""
+    store = BufferStore(db, GroupRules(group_size=group_size, drop_zero_variance=False, max_staleness=None))
+    accepted = [0] * threads
+    stop_at = time.perf_counter() + seconds
+
+    def writer(k: int) -> None:
+        i = k
+        while time.perf_counter() < stop_at:
+            instance = uuid.uuid4().hex
+            group = [
+                dataclasses.replace(
+                    records[(i + j) % len(records)], uid=uuid.uuid4().hex, instance_id=instance
+                )
+                for j in range(group_size)
+            ]
+            accepted[k] += store.put(group).accepted
+            i += threads
+
+    cpu0 = cpu_seconds()
+    t0 = time.perf_counter()
+    pool = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    cpu = cpu_seconds() - cpu0
+    store.close()
+    return {
+        "records": sum(accepted),
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(sum(accepted) / elapsed, 1),
+        "cpu_ms_per_record": round(cpu / max(1, sum(accepted)) * 1e3, 3),
+    }
+
+
 class PackedTemplate(BodyTemplate):
     """The same records as a packed upload (`codec.pack_request`, media type PACKED_MEDIA_TYPE),
     packed once; the placeholders have the length of what replaces them, so every length field
@@ -198,9 +251,10 @@ class PackedTemplate(BodyTemplate):
 
     content_type = PACKED_MEDIA_TYPE
 
-    def __init__(self, payload: dict) -> None:
+    def __init__(self, payload: dict, group_size: int | None = None) -> None:
         records = [parse_record(r) for r in payload["records"]]
         self.parts = pack_request(records).split(UID_PLACEHOLDER.encode())
+        self.group_size = group_size
 
 
 def _post_stdlib(
@@ -225,8 +279,10 @@ def _write_groups(hx: httpx.Client, group_bodies: list[BodyTemplate], n: int, of
 
 
 def _drain(hx: httpx.Client) -> None:
+    """Lease and ack every ready group, 64 at a time (one reply for a backlog of thousands of
+    groups would be gigabytes, on both sides)."""
     while True:
-        batch = hx.post("/batches", json={"num_groups": 4096, "timeout_s": 0}).json()
+        batch = hx.post("/batches", json={"num_groups": 64, "timeout_s": 0}).json()
         if not batch["groups"]:
             return
         hx.post("/batches/ack", json={"lease_id": batch["lease_id"]}).raise_for_status()
@@ -293,6 +349,12 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="duration of each write phase")
     p.add_argument("--clients", type=int, default=4, help="concurrent writer threads")
     p.add_argument("--batch", type=int, default=8, help="records per POST in the batched write phase")
+    p.add_argument(
+        "--large-batch",
+        type=int,
+        default=32,
+        help="records per POST in the second packed phase (whole groups)",
+    )
     p.add_argument("--groups", type=int, default=32, help="groups per batch read")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--reads", type=int, default=10)
@@ -321,6 +383,13 @@ def main() -> None:
     ]
     batched = [BodyTemplate(body) for body in batch_bodies]
     packed = [PackedTemplate(body) for body in batch_bodies]
+    # several whole groups per request: the body's records get one instance_id per group_size
+    packed_large = [
+        PackedTemplate(
+            {"records": [records[(i + j) % n_templates] for j in range(args.large_batch)]}, args.group_size
+        )
+        for i in range(n_templates)
+    ]
     group_bodies = [
         BodyTemplate({"records": [records[(i + j) % n_templates] for j in range(args.group_size)]})
         for i in range(n_templates)
@@ -344,6 +413,7 @@ def main() -> None:
             write_batched = write_phase(svc.url, batched, args.clients, args.seconds, svc.pid)
             write_single = write_phase(svc.url, single, args.clients, args.seconds, svc.pid)
             write_packed = write_phase(svc.url, packed, args.clients, args.seconds, svc.pid)
+            write_packed_large = write_phase(svc.url, packed_large, args.clients, args.seconds, svc.pid)
             reads = [
                 read_phase(svc.url, group_bodies, args.groups, args.group_size, args.reads, scenario, client)
                 for scenario, client in (
@@ -355,6 +425,10 @@ def main() -> None:
             stats = httpx.get(f"{svc.url}/stats").json()
         store_files = [*Path(tmp).glob("bench.sqlite*"), *Path(tmp).glob("bench.sqlite.bodies/*")]
         db_mb = sum(f.stat().st_size for f in store_files if f.is_file()) / 1e6
+        parsed = [parse_record({**r, "uid": "u", "instance_id": "i"}) for r in records]
+        in_process = store_phase(
+            Path(tmp) / "runner.sqlite", parsed, args.group_size, args.clients, args.seconds
+        )
 
     result = {
         "machine": {
@@ -371,6 +445,8 @@ def main() -> None:
         "write_batched": {"records_per_post": args.batch, **write_batched},
         "write_single": {"records_per_post": 1, **write_single},
         "write_packed": {"records_per_post": args.batch, **write_packed},
+        "write_packed_large": {"records_per_post": args.large_batch, **write_packed_large},
+        "store_put_in_process": {"records_per_call": args.group_size, **in_process},
         "reads": reads,
         "db_mb_after": round(db_mb, 1),  # database and body files, with the backlog still stored
         "records_stored": stats["records"]["total"],
@@ -388,11 +464,16 @@ def main() -> None:
         (f"write, {args.batch} per POST", write_batched),
         ("write, 1 per POST", write_single),
         (f"write packed, {args.batch}/POST", write_packed),
+        (f"write packed, {args.large_batch}/POST", write_packed_large),
     ):
         print(
             f"{name:<24}{w['records_per_s']:>10}{w['mb_per_s']:>8}{w['request_p50_ms']:>12}{w['request_p95_ms']:>12}"
             f"{w['server_cpu_ms_per_record']:>19}{w['client_cpu_ms_per_record']:>19}"
         )
+    print(
+        f"{'store.put in process':<24}{in_process['records_per_s']:>10}  ({args.group_size} per call, "
+        f"{args.clients} threads, {in_process['cpu_ms_per_record']} ms CPU per record, no HTTP)"
+    )
     for rd in reads:
         print(
             f"read {rd['groups']} groups x {args.group_size} ({rd['reply_mb']} MB), {rd['scenario']}, {rd['client']}: "

@@ -16,14 +16,19 @@ names the field. So the accepted set and every error message are those of `parse
 
 from __future__ import annotations
 
-import concurrent.futures
-import concurrent.futures.process
+import contextlib
 import logging
 import multiprocessing
+import multiprocessing.connection
+import multiprocessing.process
+import pickle
+import queue
 import signal
+import struct
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +59,6 @@ _STAND_INS: dict[str, list[Any]] = {
     "rollout_log_probs": [],
 }
 _REQUIRED = frozenset(REQUIRED_FIELDS)
-_T = TypeVar("_T")
 
 
 class _NotFast(Exception):
@@ -115,49 +119,107 @@ class IngestPool:
     so that parsing and validation (the bulk of a write's CPU, and GIL-bound) run on every core
     while the server process handles HTTP and commits.
 
-    Workers are spawned (not forked: the server is multi-threaded). If the pool breaks (a worker
-    was killed), the request is encoded in-process and a new pool is started.
+    Each worker has its own pipe; the request thread borrows an idle one, writes the body and
+    blocks (GIL released) on the reply: no executor threads in between, whose hand-offs each
+    wait for the GIL under load. Workers are spawned (not forked: the server is
+    multi-threaded). A worker that dies is replaced and the request is encoded in-process.
     """
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
             raise ValueError("workers: must be >= 1")
         self.workers = workers
+        self._ctx = multiprocessing.get_context("spawn")
+        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._all: list[_Worker] = []
         self._lock = threading.Lock()
-        self._pool = self._start()
+        for _ in range(workers):
+            self._idle.put(self._spawn())
 
-    def _start(self) -> concurrent.futures.ProcessPoolExecutor:
-        return concurrent.futures.ProcessPoolExecutor(
-            self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
-        )
+    def _spawn(self) -> _Worker:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker_loop, args=(child,), daemon=True, name="buffer-ingest")
+        proc.start()
+        child.close()
+        worker = _Worker(proc, parent)
+        with self._lock:
+            self._all.append(worker)
+        return worker
 
     def warm_up(self) -> None:
-        """Start every worker now (a spawn imports numpy and simdjson: ~1 s)."""
-        list(self._pool.map(encode_body, [b""] * self.workers, [1] * self.workers))
+        """Wait until every worker answers (a spawn imports numpy and simdjson: ~1 s)."""
+        for _ in range(self.workers):
+            self.encode_body(b"", 1)
 
     def encode_body(self, raw: bytes, max_records: int) -> list[EncodedRecord] | None:
-        return self._run(encode_body, raw, max_records)
+        return self._run(_ENCODE_BODY, raw, max_records)
 
     def unpack_request(self, raw: bytes, max_records: int) -> list[EncodedRecord]:
         """`codec.unpack_request` (a packed upload) in a worker; its ValidationError comes back."""
-        return self._run(unpack_request, raw, max_records)
+        return self._run(_UNPACK_REQUEST, raw, max_records)
 
-    def _run(self, fn: Callable[[bytes, int], _T], raw: bytes, max_records: int) -> _T:
-        pool = self._pool
+    def _run(self, kind: int, raw: bytes, max_records: int) -> Any:
+        worker = self._idle.get()
         try:
-            return pool.submit(fn, raw, max_records).result()
-        except concurrent.futures.process.BrokenProcessPool:
-            with self._lock:
-                if self._pool is pool:
-                    log.error(
-                        "an ingest worker died: starting a new pool; this request is encoded in-process"
-                    )
-                    self._pool = self._start()
-            return fn(raw, max_records)
+            worker.conn.send_bytes(_TASK.pack(kind, max_records) + raw)
+            ok, value = pickle.loads(worker.conn.recv_bytes())
+        except (OSError, EOFError):
+            log.error("an ingest worker died: starting a new one; this request is encoded in-process")
+            self._retire(worker)
+            self._idle.put(self._spawn())
+            return _FUNCTIONS[kind](raw, max_records)
+        self._idle.put(worker)
+        if not ok:
+            raise value
+        return value
+
+    def _retire(self, worker: _Worker) -> None:
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+        worker.proc.kill()
+        worker.proc.join(timeout=5)
+        with self._lock:
+            self._all.remove(worker)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            workers = list(self._all)
+        for worker in workers:
+            with contextlib.suppress(OSError):
+                worker.conn.close()  # the worker sees EOF and exits
+        for worker in workers:
+            worker.proc.join(timeout=5)
+            if worker.proc.is_alive():
+                worker.proc.kill()
+                worker.proc.join(timeout=5)
 
 
-def _worker_init() -> None:
+@dataclass
+class _Worker:
+    proc: multiprocessing.process.BaseProcess
+    conn: multiprocessing.connection.Connection
+
+
+_TASK = struct.Struct("<BI")  # function, max_records; then the body
+_ENCODE_BODY, _UNPACK_REQUEST = 0, 1
+_FUNCTIONS: dict[int, Callable[[bytes, int], Any]] = {
+    _ENCODE_BODY: encode_body,
+    _UNPACK_REQUEST: unpack_request,
+}
+
+
+def _worker_loop(conn: multiprocessing.connection.Connection) -> None:
+    """One ingest worker: a request on the pipe, (ok, result or exception) back, until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops its workers itself
+    while True:
+        try:
+            message = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        kind, max_records = _TASK.unpack_from(message)
+        raw = memoryview(message)[_TASK.size :].tobytes()
+        try:
+            reply = (True, _FUNCTIONS[kind](raw, max_records))
+        except Exception as exc:  # noqa: BLE001 - the caller re-raises it (ValidationError, ...)
+            reply = (False, exc)
+        conn.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))

@@ -27,8 +27,11 @@ class JsonCache:
         self.misses = 0
 
     def has_room(self) -> bool:
+        """Room for one more entry of the mean size so far: a cache within one entry of its
+        bound counts as full (else the preparer would look for work it cannot keep)."""
         with self._lock:
-            return self._bytes < self.max_bytes
+            mean = self._bytes // len(self._items) if self._items else 0
+            return self._bytes + mean <= self.max_bytes and self._bytes < self.max_bytes
 
     def put(self, seq: int, data: bytes) -> bool:
         """Keep `data` unless that would exceed the bound; returns whether it was kept."""

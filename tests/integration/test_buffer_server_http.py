@@ -84,6 +84,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield svc.url
 
 
+@pytest.fixture(scope="module")
+def server_with_ingest_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same server with bodies parsed and validated in one ingest worker process."""
+    tmp = tmp_path_factory.mktemp("buffersrv-ingest")
+    args = ("--group-size", "3", "--max-body-mb", "1", "--ingest-workers", "1")
+    with buffer_server(tmp, tmp / "buffer.sqlite", *args) as svc:
+        yield svc.url
+
+
 def test_health_stats_and_metrics(server: str) -> None:
     health = httpx.get(f"{server}/health").json()
     assert health["status"] == "ok" and health["journal_mode"] == "wal"
@@ -131,7 +140,11 @@ def test_a_bad_record_rejects_its_whole_batch_and_names_field_and_index(server: 
     assert resp.json() == {"accepted": 2, "duplicates": 0, "stale": 0}
 
 
-def test_packed_upload_is_stored_and_served_like_json(server: str) -> None:
+@pytest.mark.parametrize("server_fixture", ["server", "server_with_ingest_workers"])
+def test_packed_upload_is_stored_and_served_like_json(
+    server_fixture: str, request: pytest.FixtureRequest
+) -> None:
+    server = request.getfixturevalue(server_fixture)
     from buffer_server.codec import PACKED_MEDIA_TYPE, pack_request
     from slime_ext.trajectory import parse_record
 
@@ -141,11 +154,17 @@ def test_packed_upload_is_stored_and_served_like_json(server: str) -> None:
     before = stored_total(server)
     bad = pack_request([parse_record(r) for r in packed])[:-1]
     resp = httpx.post(f"{server}/trajectories", content=bad, headers=headers)
-    assert resp.status_code == 400 and "records[2]: packed body ends inside this record" in resp.json()["error"]
+    assert (
+        resp.status_code == 400 and "records[2]: packed body ends inside this record" in resp.json()["error"]
+    )
     assert stored_total(server) == before  # nothing of the rejected request
-    resp = httpx.post(f"{server}/trajectories", content=pack_request([parse_record(r) for r in packed]), headers=headers)
+    resp = httpx.post(
+        f"{server}/trajectories", content=pack_request([parse_record(r) for r in packed]), headers=headers
+    )
     assert resp.json() == {"accepted": 3, "duplicates": 0, "stale": 0}
-    resp = httpx.post(f"{server}/trajectories", content=pack_request([parse_record(packed[0])]), headers=headers)
+    resp = httpx.post(
+        f"{server}/trajectories", content=pack_request([parse_record(packed[0])]), headers=headers
+    )
     assert resp.json() == {"accepted": 0, "duplicates": 1, "stale": 0}  # idempotent by uid, as for JSON
     httpx.post(f"{server}/trajectories", json={"records": as_json}).raise_for_status()
     served = {g["instance_id"]: g["records"] for g in drain(server)}

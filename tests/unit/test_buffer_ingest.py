@@ -120,3 +120,21 @@ def test_the_worker_pool_packs_the_same() -> None:
             pool.unpack_request(packed[:-1], 4096)
     finally:
         pool.close()
+
+
+def test_a_dead_worker_is_replaced_and_its_request_encoded_in_process() -> None:
+    body = {"records": [make(32, seed=s) for s in range(2)]}
+    raw = fastjson.dumps(body)
+    pool = ingest.IngestPool(1)
+    try:
+        pool.warm_up()
+        (worker,) = pool._all
+        worker.proc.kill()
+        worker.proc.join(timeout=10)
+        assert pool.encode_body(raw, 16) == slow_path(body)  # in-process, after the failed send
+        (replacement,) = pool._all
+        assert replacement is not worker and replacement.proc.is_alive()
+        assert pool.encode_body(raw, 16) == slow_path(body)  # served by the new worker
+    finally:
+        pool.close()
+    assert not replacement.proc.is_alive()
