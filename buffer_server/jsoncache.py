@@ -33,6 +33,14 @@ class JsonCache:
             mean = self._bytes // len(self._items) if self._items else 0
             return self._bytes + mean <= self.max_bytes and self._bytes < self.max_bytes
 
+    def size_hint(self) -> tuple[int, int]:
+        """(entries held, entries of the mean size that still fit; 256 while empty)."""
+        with self._lock:
+            if not self._items:
+                return 0, 256
+            mean = max(1, self._bytes // len(self._items))
+            return len(self._items), max(0, (self.max_bytes - self._bytes) // mean)
+
     def put(self, seq: int, data: bytes) -> bool:
         """Keep `data` unless that would exceed the bound; returns whether it was kept."""
         with self._lock:

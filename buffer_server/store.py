@@ -820,12 +820,16 @@ class BufferStore:
                 self._purge_cache()
             if not self._cache.has_room():
                 return
+        # Leases take the oldest groups and the cache holds the oldest prepared: the next records
+        # to prepare are among the first (held + room) in seq order. The LIMIT keeps a backlog
+        # of tens of thousands of records from being sorted and fetched after every lease.
+        held, room = self._cache.size_hint()
         with self._db_lock:
             rows = self._conn.execute(
                 "SELECT seq, segment, offset, length FROM records WHERE state = 'ready' AND instance_id IN "
                 "(SELECT instance_id FROM records WHERE state = 'ready' GROUP BY instance_id HAVING COUNT(*) >= ?) "
-                "ORDER BY seq",
-                (self.rules.group_size,),
+                "ORDER BY seq LIMIT ?",
+                (self.rules.group_size, held + room + self.rules.group_size),
             ).fetchall()
         prepared = set(self._cache.keys())
         for seq, segment, offset, length in rows:

@@ -22,10 +22,12 @@ def test_bound_room_and_hits() -> None:
     cache.discard([1, 99])
     assert cache.keys() == [3]
     assert cache.stats() == {"records": 1, "bytes": 100, "max_bytes": 350, "hits": 1, "misses": 1}
+    assert cache.size_hint() == (1, 2)  # 250 bytes left: two more 100-byte entries
 
 
 def test_a_put_of_a_known_seq_is_refused() -> None:
     cache = JsonCache(max_bytes=1000)
+    assert cache.size_hint() == (0, 256)
     assert cache.put(1, b"x")
     assert not cache.put(1, b"y")
     assert cache.pop(1) == b"x"
