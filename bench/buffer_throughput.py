@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -149,6 +150,17 @@ def cpu_seconds(pid: int | None = None) -> float:
     return total
 
 
+def run_threads(target: Callable[[int], None], n: int) -> float:
+    """Run target(0) .. target(n - 1) in n threads; returns the seconds until all have ended."""
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def write_phase(
     url: str, templates: list[BodyTemplate], clients: int, seconds: float, server_pid: int
 ) -> dict:
@@ -179,13 +191,7 @@ def write_phase(
             conn.close()
 
     server_cpu0, client_cpu0 = cpu_seconds(server_pid), cpu_seconds()
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed = run_threads(client, clients)
     server_cpu, client_cpu = cpu_seconds(server_pid) - server_cpu0, cpu_seconds() - client_cpu0
     if errors:
         raise RuntimeError(f"write failed: {errors[0]}")
@@ -227,13 +233,7 @@ def store_phase(
             i += threads
 
     cpu0 = cpu_seconds()
-    t0 = time.perf_counter()
-    pool = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed = run_threads(writer, threads)
     cpu = cpu_seconds() - cpu0
     store.close()
     return {

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -55,10 +56,32 @@ def _import(path: Path) -> types.ModuleType:
     return module
 
 
+def _gpu_only(model: Any, sets: list, flush: Any) -> tuple[float, float]:
+    """Median GPU-only ms of a call (events queued behind a GPU sleep, so the host is ahead)
+    and median host us of the call itself, over 55 calls after 5 warm ones."""
+    import time
+
+    import torch
+
+    gpu_only, host = [], []
+    for i in range(60):
+        x = sets[i % len(sets)]
+        flush.zero_()
+        torch.cuda._sleep(2_000_000)  # ~1 ms: the host queues what follows before the GPU gets there
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        model(*x)
+        host.append((time.perf_counter() - t0) * 1e6)
+        end.record()
+        end.synchronize()
+        gpu_only.append(start.elapsed_time(end))
+    return statistics.median(gpu_only[5:]), statistics.median(host[5:])
+
+
 def child(case: str, variant: str, cpu: int | None) -> dict:
     if variant == "pinned" and cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    import time
 
     import torch
 
@@ -80,34 +103,8 @@ def child(case: str, variant: str, cpu: int | None) -> dict:
     with torch.no_grad():
         out["ref_ms"] = time_gpu(ref, sets, trials=100, warmup=3, device=device, flush=flush).median_ms
         out["cand_ms"] = time_gpu(cand, sets, trials=100, warmup=3, device=device, flush=flush).median_ms
-        gpu_only, host = [], []
-        for i in range(60):
-            x = sets[i % len(sets)]
-            flush.zero_()
-            torch.cuda._sleep(2_000_000)  # ~1 ms: the host queues what follows before the GPU gets there
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            t0 = time.perf_counter()
-            cand(*x)
-            host.append((time.perf_counter() - t0) * 1e6)
-            end.record()
-            end.synchronize()
-            gpu_only.append(start.elapsed_time(end))
-        out["cand_gpu_only_ms"] = statistics.median(gpu_only[5:])
-        out["cand_host_us"] = statistics.median(host[5:])
-        # the same view for the reference
-        gpu_only = []
-        for i in range(60):
-            x = sets[i % len(sets)]
-            flush.zero_()
-            torch.cuda._sleep(2_000_000)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            ref(*x)
-            end.record()
-            end.synchronize()
-            gpu_only.append(start.elapsed_time(end))
-        out["ref_gpu_only_ms"] = statistics.median(gpu_only[5:])
+        out["cand_gpu_only_ms"], out["cand_host_us"] = _gpu_only(cand, sets, flush)
+        out["ref_gpu_only_ms"], _ = _gpu_only(ref, sets, flush)
     out["input_ptr_mod_2mb"] = [t.data_ptr() % (2 << 20) for s in sets for t in s if torch.is_tensor(t)]
     out["cpus_allowed"] = len(os.sched_getaffinity(0))
     try:

@@ -161,7 +161,8 @@ class IngestPool:
     def _run(self, kind: int, raw: bytes, max_records: int) -> Any:
         worker = self._idle.get()
         try:
-            worker.conn.send_bytes(_TASK.pack(kind, max_records) + raw)
+            worker.conn.send_bytes(_TASK.pack(kind, max_records))
+            worker.conn.send_bytes(raw)  # apart: no copy of the body to prepend the header
             ok, value = pickle.loads(worker.conn.recv_bytes())
         except (OSError, EOFError):
             log.error("an ingest worker died: starting a new one; this request is encoded in-process")
@@ -200,7 +201,7 @@ class _Worker:
     conn: multiprocessing.connection.Connection
 
 
-_TASK = struct.Struct("<BI")  # function, max_records; then the body
+_TASK = struct.Struct("<BI")  # function, max_records; the body follows as its own message
 _ENCODE_BODY, _UNPACK_REQUEST = 0, 1
 _FUNCTIONS: dict[int, Callable[[bytes, int], Any]] = {
     _ENCODE_BODY: encode_body,
@@ -213,11 +214,10 @@ def _worker_loop(conn: multiprocessing.connection.Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops its workers itself
     while True:
         try:
-            message = conn.recv_bytes()
+            kind, max_records = _TASK.unpack(conn.recv_bytes())
+            raw = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        kind, max_records = _TASK.unpack_from(message)
-        raw = memoryview(message)[_TASK.size :].tobytes()
         try:
             reply = (True, _FUNCTIONS[kind](raw, max_records))
         except Exception as exc:  # noqa: BLE001 - the caller re-raises it (ValidationError, ...)

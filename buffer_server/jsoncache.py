@@ -29,15 +29,13 @@ class JsonCache:
     def has_room(self) -> bool:
         """Room for one more entry of the mean size so far: a cache within one entry of its
         bound counts as full (else the preparer would look for work it cannot keep)."""
-        with self._lock:
-            mean = self._bytes // len(self._items) if self._items else 0
-            return self._bytes + mean <= self.max_bytes and self._bytes < self.max_bytes
+        return self.size_hint()[1] > 0
 
     def size_hint(self) -> tuple[int, int]:
         """(entries held, entries of the mean size that still fit; 256 while empty)."""
         with self._lock:
             if not self._items:
-                return 0, 256
+                return 0, 256 if self.max_bytes > 0 else 0
             mean = max(1, self._bytes // len(self._items))
             return len(self._items), max(0, (self.max_bytes - self._bytes) // mean)
 

@@ -480,15 +480,7 @@ def _run_candidate(
         result.error = _error(exc, ctx)
         raise _Stop from None
     if device_activity:
-        _device_activity_checks(result, device_activity)
-    if off_stream:
-        shown = sorted({n[:90] for n in off_stream})[:3]
-        _reject(
-            result,
-            "runtime.side_stream",
-            f"forward ran GPU work on another CUDA stream than the current one ({len(off_stream)} activities, "
-            f"e.g. {'; '.join(shown)}): timing and checks follow the current stream. Launch every kernel on it.",
-        )
+        _device_activity_checks(result, device_activity, off_stream)
     new_threads = python_threads() - threads_before
     if THREADS.started or new_threads > 0:
         where = ", ".join(THREADS.started[:3]) or "a thread still running after forward returned"
@@ -501,15 +493,25 @@ def _run_candidate(
     return out, ops
 
 
-def _device_activity_checks(result: EvalResult, names: list[str]) -> None:
+def _some(names: list[str], n: int) -> str:
+    return "; ".join(sorted({name[:90] for name in names})[:n])
+
+
+def _device_activity_checks(result: EvalResult, names: list[str], off_stream: list[str]) -> None:
     foreign, to_host = classify_kernels(names, LAUNCHES.launches)
     if foreign:
-        shown = sorted({n[:90] for n in foreign})[:5]
         _reject(
             result,
             "runtime.foreign_kernels",
             f"GPU kernels other than your Triton kernels computed during forward ({len(foreign)} launches, "
-            f"e.g. {'; '.join(shown)}): torch or a library did the work. Compute everything in @triton.jit kernels.",
+            f"e.g. {_some(foreign, 5)}): torch or a library did the work. Compute everything in @triton.jit kernels.",
+        )
+    if off_stream:
+        _reject(
+            result,
+            "runtime.side_stream",
+            f"forward ran GPU work on another CUDA stream than the current one ({len(off_stream)} activities, "
+            f"e.g. {_some(off_stream, 3)}): timing and checks follow the current stream. Launch every kernel on it.",
         )
     if to_host:
         _reject(

@@ -81,15 +81,18 @@ def kill_tree(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def reap_all() -> None:
-    """Collect every exited child (including reparented orphans) so no zombie remains."""
+def reap_all(keep: int | None = None) -> None:
+    """Collect every exited child (including reparented orphans) so no zombie remains; stop at
+    `keep`, a child whose exit status its owner reads later."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if pid == 0:
+        if info is None or info.si_pid == keep:
             return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(info.si_pid, 0)
 
 
 def tree_rss_bytes(pid: int) -> int:

@@ -109,6 +109,10 @@ def _cycles_per_ms_on(device: torch.device) -> float:
     return _cycles_per_ms[index]
 
 
+def _noop() -> None:
+    return None
+
+
 @dataclasses.dataclass
 class _Trial:
     stream_ms: float  # start to stream-end
@@ -133,17 +137,6 @@ def _trial(fn: Callable[..., Any], args: Sequence[Any], device: torch.device, le
     end.synchronize()
     wall = (_perf_counter() - t0) * 1e3
     return _Trial(start.elapsed_time(stream_end), start.elapsed_time(end), (t1 - t0) * 1e3, wall, out)
-
-
-def _sync_tail_ms(device: torch.device) -> float:
-    """Stream-end to end with nothing queued: the bare latency of the device synchronize and
-    the end event in this process, the baseline of the stream-end to end check."""
-    stream_end, end = _Event(enable_timing=True), _Event(enable_timing=True)
-    stream_end.record()
-    _synchronize(device)
-    end.record()
-    end.synchronize()
-    return stream_end.elapsed_time(end)
 
 
 def time_gpu(
@@ -187,7 +180,10 @@ def time_gpu(
         if lead:
             lead_ms = min(max(2 * statistics.median(host[-8:]) + 0.05, MIN_LEAD_MS), MAX_LEAD_MS)
             lead_cycles = int(lead_ms * _cycles_per_ms_on(device))
-        bare_tail = statistics.median(_sync_tail_ms(device) for _ in range(21))
+        # stream-end to end with nothing queued: this process's bare synchronize latency
+        bare_tail = statistics.median(
+            t.total_ms - t.stream_ms for t in (_trial(_noop, (), device, 0) for _ in range(21))
+        )
         times: list[float] = []  # start to stream-end, lead-timed (every trial without a delay kernel)
         tails: list[float] = []  # stream-end to end (after the device synchronize), same trials
         launch: list[float] = []  # start (before the call) to end: launch-inclusive check trials

@@ -269,7 +269,8 @@ class Worker:
                 exit_status = status
             except ChildProcessError:
                 pass
-            self._reap_others()
+            # not the spare: its exit status is read when it is taken
+            sandbox.reap_all(keep=self._spare.pid if self._spare is not None else None)
             # Drain what the child wrote before it exited.
             while True:
                 ready, _, _ = select.select([read_fd], [], [], 0)
@@ -307,23 +308,6 @@ class Worker:
             "(os._exit, sys.exit or a fatal error in the candidate)."
         )
 
-    def _reap_others(self) -> None:
-        """Collect exited children (reparented orphans of candidates included), but not the
-        spare: its exit status is read when it is taken."""
-        spare = self._spare
-        if spare is None:
-            sandbox.reap_all()
-            return
-        while True:
-            try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return
-            if info is None or info.si_pid == spare.pid:
-                return
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(info.si_pid, 0)
-
     def _child_main(self, evaldir: Path, request_fd: int, write_fd: int) -> None:
         """Runs in the forked child; always ends with os._exit so no parent state is unwound."""
         try:
@@ -350,23 +334,16 @@ class Worker:
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
             payload = json.dumps(self._child_evaluate(request, evaldir).to_json()).encode()
-        except SystemExit as exc:
-            if request is not None:
-                res = failure_result(
-                    request,
-                    STATUS_CRASHED,
-                    f"The candidate called sys.exit({exc.code!r}) during evaluation.",
-                    device=self.device_label,
-                )
-                payload = json.dumps(res.to_json()).encode()
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
             if request is not None:
-                res = failure_result(
-                    request,
-                    STATUS_SERVER_ERROR,
-                    f"Evaluator failure: {type(exc).__name__}: {exc}",
-                    device=self.device_label,
-                )
+                if isinstance(exc, SystemExit):
+                    status, message = (
+                        STATUS_CRASHED,
+                        f"The candidate called sys.exit({exc.code!r}) during evaluation.",
+                    )
+                else:
+                    status, message = STATUS_SERVER_ERROR, f"Evaluator failure: {type(exc).__name__}: {exc}"
+                res = failure_result(request, status, message, device=self.device_label)
                 payload = json.dumps(res.to_json()).encode()
         try:
             view = memoryview(payload)
