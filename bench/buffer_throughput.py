@@ -48,13 +48,13 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from buffer_server.codec import PACKED_MEDIA_TYPE, pack_request  # noqa: E402
 from buffer_server.store import BufferStore, GroupRules  # noqa: E402
 from eval_server.pool import percentile  # noqa: E402
 from eval_server.schema import EvalResult, TimingStats, TrialResult  # noqa: E402
 from slime_ext import fastjson  # noqa: E402
 from slime_ext.service import running_service  # noqa: E402
 from slime_ext.trajectory import TrajectoryRecord, parse_record  # noqa: E402
+from slime_ext.trajectory_codec import PACKED_MEDIA_TYPE, pack_request  # noqa: E402
 
 PROMPT_TOKENS = 1024
 RESPONSE_TOKENS = 4096

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from buffer_server import ingest
     from buffer_server.app import create_app
-    from buffer_server.codec import unpack_request
+    from slime_ext.trajectory_codec import unpack_request
 
     pool = ingest.IngestPool(args.ingest_workers) if args.ingest_workers > 0 and ingest.AVAILABLE else None
     if pool is not None:

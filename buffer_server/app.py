@@ -20,13 +20,19 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from buffer_server import ingest
-from buffer_server.codec import PACKED_MEDIA_TYPE, EncodedRecord, unpack_request
 from buffer_server.runner import AgentRunner, runner_prometheus
 from buffer_server.store import DROP_REASONS, DROP_STALE, BufferStore, LeaseError, PolicyVersionError
 from slime_ext import fastjson
 from slime_ext import prometheus as prom
 from slime_ext.http_json import json_flask_app
 from slime_ext.trajectory import parse_record
+from slime_ext.trajectory_codec import (
+    PACKED_BATCH_MEDIA_TYPE,
+    PACKED_MEDIA_TYPE,
+    EncodedRecord,
+    pack_batch,
+    unpack_request,
+)
 from slime_ext.validation import ValidationError
 from slime_ext.validation import check_type as _check_type
 from slime_ext.validation import reject_unknown as _reject_unknown
@@ -176,7 +182,14 @@ def create_app(
         lease_s = body.get("lease_s")
         if lease_s is not None:
             lease_s = _check_number("lease_s", lease_s, 1e-3, MAX_LEASE_S)
-        lease = store.lease(num_groups, timeout_s=timeout_s, lease_s=lease_s, policy_version=version)
+        # Packed records only for a reader that asks for them (slime_ext's BufferClient does).
+        packed = (
+            request.accept_mimetypes.best_match(["application/json", PACKED_BATCH_MEDIA_TYPE])
+            == PACKED_BATCH_MEDIA_TYPE
+        )
+        lease = store.lease(
+            num_groups, timeout_s=timeout_s, lease_s=lease_s, policy_version=version, packed=packed
+        )
         meta = {
             "num_groups": len(lease.groups),
             "num_records": lease.num_records,
@@ -187,6 +200,14 @@ def create_app(
         }
         # The reply is streamed from the stored record bytes with a known Content-Length: no
         # 30 MB join, and waitress sends while later pieces are still being handed over.
+        if packed:
+            header = {
+                "lease_id": lease.lease_id,
+                "groups": [{"instance_id": g.instance_id} for g in lease.groups],
+                "meta": meta,
+            }
+            pieces = pack_batch(header, [g.records for g in lease.groups])
+            return _stream(pieces, PACKED_BATCH_MEDIA_TYPE)
         pieces = [b'{"lease_id":', fastjson.dumps(lease.lease_id), b',"groups":[']
         for i, group in enumerate(lease.groups):
             pieces.append(b'{"instance_id":' if i == 0 else b',{"instance_id":')
@@ -197,10 +218,11 @@ def create_app(
                 pieces.append(body)
             pieces.append(b"]}")
         pieces += [b'],"meta":', fastjson.dumps(meta), b"}"]
+        return _stream(pieces, "application/json")
+
+    def _stream(pieces: list[bytes], mimetype: str) -> Response:
         size = sum(len(p) for p in pieces)
-        return Response(
-            iter(pieces), status=200, mimetype="application/json", headers={"Content-Length": str(size)}
-        )
+        return Response(iter(pieces), status=200, mimetype=mimetype, headers={"Content-Length": str(size)})
 
     def _lease_id() -> str:
         body = _json_object(request.get_data(cache=False), 'like {"lease_id": "..."}')

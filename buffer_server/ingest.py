@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from buffer_server.codec import EncodedRecord, encode_arrays, unpack_request
 from slime_ext import fastjson
 from slime_ext.trajectory import FIELD_NAMES, REQUIRED_FIELDS, parse_record
+from slime_ext.trajectory_codec import EncodedRecord, encode_arrays, unpack_request
 
 try:  # pragma: no cover - depends on the environment
     import simdjson as _simdjson

@@ -54,12 +54,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from buffer_server import codec
 from buffer_server.bodylog import DEFAULT_SEGMENT_BYTES, BodyLog
-from buffer_server.codec import EncodedRecord
 from buffer_server.jsoncache import JsonCache
 from slime_ext import fastjson
+from slime_ext import trajectory_codec as codec
 from slime_ext.trajectory import TrajectoryRecord
+from slime_ext.trajectory_codec import EncodedRecord
 
 __all__ = [
     "AckResult",
@@ -192,9 +192,10 @@ class PutResult:
 @dataclass(frozen=True)
 class LeasedGroup:
     instance_id: str
-    records: list[bytes]  # each record's JSON (as written by encode_record), in arrival order
+    records: list[bytes]  # each record's JSON, or its packed body (lease(packed=True)), in arrival order
 
     def decoded(self) -> list[dict[str, Any]]:
+        """The records as JSON objects (of a JSON lease)."""
         return [fastjson.loads(r) for r in self.records]
 
 
@@ -294,6 +295,9 @@ class BufferStore:
         # segment is never deleted between a body's write and the commit of its row.
         self._append_lock = threading.Lock()
         self._cache = JsonCache(json_cache_bytes)
+        # Set by the first JSON lease: until a reader wants JSON, preparing it is wasted CPU
+        # (the trainer's client reads packed batches).
+        self._json_readers = threading.Event()
         self._closing = False
         self._preparer: threading.Thread | None = None
         try:
@@ -685,6 +689,7 @@ class BufferStore:
         timeout_s: float = 0.0,
         lease_s: float | None = None,
         policy_version: int | None = None,
+        packed: bool = False,
     ) -> Lease:
         """Hand out up to `max_groups` whole eligible groups under one new lease.
 
@@ -692,7 +697,8 @@ class BufferStore:
         eligible; returns whatever it holds at the deadline (possibly nothing, lease_id None).
         `policy_version`, if given, is applied first like `set_policy_version`. The groups must
         be acked (`ack`) within `lease_s` seconds (default `rules.lease_s`) of the return, or
-        they are handed out again.
+        they are handed out again. The records come as their JSON, or (`packed`) as their packed
+        bodies (slime_ext/trajectory_codec.py) exactly as stored.
         """
         if max_groups < 1:
             raise ValueError("max_groups: must be >= 1")
@@ -753,9 +759,14 @@ class BufferStore:
         # Read and unpacked outside the store lock (writers go on meanwhile): leased rows are
         # deleted only by this lease's ack, which the caller cannot send before this returns.
         by_instance: dict[str, list[bytes]] = {}
+        if packed:
+            self._cache.discard(seq for seq, *_ in rows)  # JSON prepared before, not needed now
+        else:
+            self._json_readers.set()
         for seq, instance_id, segment, offset, length in rows:
-            data = self._cache.pop(seq)
-            if data is None:
+            if packed:
+                data = self._bodies.read(segment, offset, length)
+            elif (data := self._cache.pop(seq)) is None:
                 data = codec.to_json(self._bodies.read(segment, offset, length))
             by_instance.setdefault(instance_id, []).append(data)
         groups = [LeasedGroup(iid, bodies) for iid, bodies in by_instance.items()]
@@ -811,7 +822,10 @@ class BufferStore:
         """Prepare the ready records of complete groups, oldest first, until the cache is full.
 
         Only complete groups: records of partial groups may wait long (or be dropped) and would
-        hold the cache's room; a group handed out by its timeout is encoded on demand."""
+        hold the cache's room; a group handed out by its timeout is encoded on demand. Nothing
+        until a JSON lease was served (packed readers need no JSON)."""
+        if not self._json_readers.is_set():
+            return
         if not self._cache.has_room():
             # Full: only a deletion can have left dead entries (a lease pops what it serves), and
             # the purge's lookups hold the database lock that writers need.
@@ -950,7 +964,7 @@ class BufferStore:
                 "body_segments": len(self._bodies.segments()),
                 "body_bytes": self._bodies.disk_bytes(),  # freed when every record of a segment is gone
             },
-            "json_cache": self._cache.stats(),
+            "json_cache": {**self._cache.stats(), "active": self._json_readers.is_set()},
             "writes_per_s_recent": round(self.write_rate(), 3),
             "write_commits": self._write_commits,
             "write_rate_window_s": WRITE_RATE_WINDOW_S,

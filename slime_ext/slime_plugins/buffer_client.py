@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from slime_ext import fastjson
+from slime_ext.trajectory_codec import PACKED_BATCH_MEDIA_TYPE, unpack_batch
 
 __all__ = ["BufferClient", "BufferError"]
 
@@ -33,33 +34,51 @@ class BufferClient:
     def close(self) -> None:
         self._http.close()
 
-    def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *, wait_s: float = 0.0
-    ) -> Any:
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        wait_s: float = 0.0,
+        accept: str = "application/json",
+    ) -> httpx.Response:
+        """The server's 2xx answer; BufferError with its `{"error": ...}` text otherwise."""
         url = f"{self.url}{path}"
         try:
             response = self._http.request(
                 method,
                 url,
                 content=None if body is None else fastjson.dumps(body),
-                headers={"Content-Type": "application/json"},
+                headers={"Content-Type": "application/json", "Accept": accept},
                 timeout=httpx.Timeout(self._timeout_s + wait_s, connect=10.0),
             )
         except httpx.TransportError as exc:
             raise BufferError(
                 f"{method} {url}: buffer server unreachable ({type(exc).__name__}: {exc})"
             ) from exc
-        try:
-            data = fastjson.loads(response.content) if response.content else {}
-        except ValueError:
-            data = {"error": response.text[:500]}
         if response.status_code >= 300:
+            try:
+                data = fastjson.loads(response.content)
+            except ValueError:
+                data = None
             message = data.get("error") if isinstance(data, dict) else None
             raise BufferError(
                 f"{method} {url}: HTTP {response.status_code}: {message or response.text[:500]}",
                 response.status_code,
             )
-        return data
+        return response
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, wait_s: float = 0.0
+    ) -> Any:
+        response = self._send(method, path, body, wait_s=wait_s)
+        try:
+            return fastjson.loads(response.content) if response.content else {}
+        except ValueError as exc:
+            raise BufferError(
+                f"{method} {self.url}{path}: the answer is not JSON ({exc}): {response.text[:200]}"
+            ) from None
 
     def start_runner(self) -> dict[str, Any]:
         return self._request("POST", "/rollout/start", {})
@@ -68,10 +87,26 @@ class BufferClient:
         return self._request("POST", "/policy_version", {"version": version})
 
     def lease(self, num_groups: int, *, timeout_s: float, lease_s: float | None = None) -> dict[str, Any]:
+        """Lease whole groups as packed records: the reply's JSON shape ({"lease_id", "groups":
+        [{"instance_id", "records"}], "meta"}) with each record as its packed body, which
+        `trajectory_codec.decode` turns into a TrajectoryRecord (done by the caller, which can
+        release the lease if a record does not decode)."""
         body: dict[str, Any] = {"num_groups": num_groups, "timeout_s": timeout_s}
         if lease_s is not None:
             body["lease_s"] = lease_s
-        return self._request("POST", "/batches", body, wait_s=timeout_s)
+        response = self._send("POST", "/batches", body, wait_s=timeout_s, accept=PACKED_BATCH_MEDIA_TYPE)
+        if response.headers.get("content-type", "").split(";")[0].strip() != PACKED_BATCH_MEDIA_TYPE:
+            raise BufferError(
+                f"POST {self.url}/batches: expected a {PACKED_BATCH_MEDIA_TYPE} reply, got "
+                f"{response.headers.get('content-type')!r} (a buffer server of another version?)"
+            )
+        try:
+            header, groups = unpack_batch(response.content)
+        except ValueError as exc:
+            raise BufferError(f"POST {self.url}/batches: {exc}") from None
+        for described, bodies in zip(header["groups"], groups, strict=True):
+            described["records"] = bodies
+        return header
 
     def ack(self, lease_id: str) -> dict[str, Any]:
         return self._request("POST", "/batches/ack", {"lease_id": lease_id})

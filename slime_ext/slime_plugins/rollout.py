@@ -43,7 +43,8 @@ from slime_ext.slime_plugins.resources import get_resources, run_problem
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples, group_to_samples
 from slime_ext.slime_plugins.slime_api import eval_output, sample_class, train_output
-from slime_ext.trajectory import parse_record
+from slime_ext.trajectory import TrajectoryRecord
+from slime_ext.trajectory_codec import decode
 
 __all__ = ["evaluate", "generate_rollout", "reset_state"]
 
@@ -158,9 +159,7 @@ def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: 
             converted = []
             index = st.next_index
             for g, group in enumerate(reply["groups"]):
-                recs = [
-                    parse_record(r, path=f"groups[{g}].records[{i}]") for i, r in enumerate(group["records"])
-                ]
+                recs = [_decode(body, f"groups[{g}].records[{i}]") for i, body in enumerate(group["records"])]
                 samples, index = group_to_samples(
                     recs, credit=credit, group_index=st.next_group_index + g, first_index=index
                 )
@@ -188,6 +187,13 @@ def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: 
         "rollout/buffer/staleness_max": float(max(staleness, default=0)),
     }
     return train_output(groups, metrics)
+
+
+def _decode(body: bytes, path: str) -> TrajectoryRecord:
+    try:
+        return decode(body)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def _stats_summary(client: BufferClient) -> Any:

@@ -19,6 +19,9 @@ import httpx
 import pytest
 
 from slime_ext.service import ServiceProcess, running_service
+from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
+from slime_ext.trajectory import parse_record
+from slime_ext.trajectory_codec import PACKED_BATCH_MEDIA_TYPE, PACKED_MEDIA_TYPE, decode, pack_request
 
 pytestmark = pytest.mark.integration
 
@@ -145,8 +148,6 @@ def test_packed_upload_is_stored_and_served_like_json(
     server_fixture: str, request: pytest.FixtureRequest
 ) -> None:
     server = request.getfixturevalue(server_fixture)
-    from buffer_server.codec import PACKED_MEDIA_TYPE, pack_request
-    from slime_ext.trajectory import parse_record
 
     headers = {"Content-Type": PACKED_MEDIA_TYPE}
     packed = group("packed-a", 3)
@@ -173,6 +174,31 @@ def test_packed_upload_is_stored_and_served_like_json(
         {k: v for k, v in r.items() if k not in strip} for r in served["packed-b"]
     ]
     assert [r["uid"] for r in served["packed-a"]] == [r["uid"] for r in packed]
+
+
+def test_packed_batch_reads_give_the_records_of_json_reads(server: str) -> None:
+    """The trainer's client leases packed batches; they decode to the records a JSON read of the
+    same lease serves, with the same lease id and group structure."""
+    drain(server)
+    for name in ("pk-a", "pk-b"):
+        httpx.post(f"{server}/trajectories", json={"records": group(name, 3)}).raise_for_status()
+    client = BufferClient(server)
+    try:
+        reply = client.lease(2, timeout_s=0)
+        assert reply["meta"]["num_groups"] == 2 and reply["meta"]["num_records"] == 6
+        assert [g["num_records"] for g in reply["groups"]] == [3, 3]
+        packed = {g["instance_id"]: [decode(b) for b in g["records"]] for g in reply["groups"]}
+        assert [r.uid for r in packed["pk-b"]] == ["pk-b-0", "pk-b-1", "pk-b-2"]
+        client.release(reply["lease_id"])
+        as_json = httpx.post(f"{server}/batches", json={"num_groups": 2, "timeout_s": 0}).json()
+        assert {
+            g["instance_id"]: [parse_record(r) for r in g["records"]] for g in as_json["groups"]
+        } == packed
+        client.ack(as_json["lease_id"])
+        with pytest.raises(BufferError, match=r"HTTP 400: num_groups: missing required field"):
+            client._send("POST", "/batches", {"timeout_s": 0}, accept=PACKED_BATCH_MEDIA_TYPE)
+    finally:
+        client.close()
 
 
 def test_oversize_body_is_413_json(server: str) -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from buffer_server import codec, ingest
+from buffer_server import ingest
 from slime_ext import fastjson
+from slime_ext import trajectory_codec as codec
 from slime_ext.trajectory import ValidationError, parse_record
-from tests.unit.test_buffer_codec import make
+from tests.unit.test_trajectory_codec import make
 
 pytestmark = [
     pytest.mark.unit,

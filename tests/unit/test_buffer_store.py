@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from buffer_server import codec
 from buffer_server.store import (
+    PREPARE_INTERVAL_S,
     BufferStore,
     GroupRules,
     InstanceCounts,
@@ -21,6 +21,7 @@ from buffer_server.store import (
     StoreError,
 )
 from slime_ext import fastjson
+from slime_ext import trajectory_codec as codec
 from slime_ext.trajectory import TrajectoryRecord, parse_record
 
 pytestmark = pytest.mark.unit
@@ -546,6 +547,9 @@ def test_arrival_order_survives_pruning(open_store):
 
 def test_prepared_json_is_served_and_matches_the_records(open_store):
     store = open_store(group_size=2)
+    store.put(group("first", 2))
+    store.ack(store.lease(1).lease_id)  # the first JSON lease turns the preparer on
+    assert store.stats()["json_cache"]["active"]
     records = group("p0", 2) + group("p1", 2)
     store.put(records)
     deadline = time.monotonic() + 10
@@ -557,6 +561,21 @@ def test_prepared_json_is_served_and_matches_the_records(open_store):
     store.release(lease.lease_id)  # released records are encoded again on demand
     again = store.lease(5)
     assert [r for g in again.groups for r in g.decoded()] == [r.to_json() for r in records]
+
+
+def test_packed_leases_serve_the_stored_bodies_and_prepare_no_json(open_store):
+    store = open_store(group_size=2)
+    records = group("p0", 2) + group("p1", 2)
+    store.put(records)
+    time.sleep(5 * PREPARE_INTERVAL_S)  # the preparer would have filled the cache by now
+    lease = store.lease(5, packed=True)
+    assert [codec.decode(b) for g in lease.groups for b in g.records] == records
+    stats = store.stats()["json_cache"]
+    assert not stats["active"] and stats["records"] == 0 and stats["misses"] == 0
+    store.release(lease.lease_id)
+    again = store.lease(5)  # the same groups as JSON: encoded on demand, preparer on from now
+    assert [r for g in again.groups for r in g.decoded()] == [r.to_json() for r in records]
+    assert store.stats()["json_cache"]["active"]
 
 
 def test_without_a_json_cache_reads_encode_on_demand(tmp_path):

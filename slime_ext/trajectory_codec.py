@@ -28,13 +28,16 @@ from slime_ext.trajectory import MAX_TOKEN_ID, TrajectoryRecord, parse_record
 from slime_ext.validation import ValidationError
 
 __all__ = [
+    "PACKED_BATCH_MEDIA_TYPE",
     "PACKED_MEDIA_TYPE",
     "EncodedRecord",
     "decode",
     "encode",
     "encode_arrays",
+    "pack_batch",
     "pack_request",
     "to_json",
+    "unpack_batch",
     "unpack_request",
 ]
 
@@ -250,8 +253,22 @@ def to_json(body: bytes) -> bytes:
 
 
 def decode(body: bytes) -> TrajectoryRecord:
-    """The record back as a TrajectoryRecord (tests and tools; the server serves `to_json`)."""
-    return parse_record(fastjson.loads(to_json(body)))
+    """The record back as a TrajectoryRecord, equal to `parse_record` of its JSON (the trainer's
+    reader of packed batches). The small fields go through `parse_record`; the arrays need no
+    per-element check (uint32 ids, mask bits and 0.0 unsampled log-probs are valid by layout)."""
+    try:
+        head, tail, prompt, response, sampled, log_probs = _unpack(body)
+        small = fastjson.loads(head + b"," + tail)
+    except ValueError as exc:
+        raise ValueError(f"not a valid packed record ({exc})") from None
+    if not isinstance(small, dict) or not set(small) <= _SMALL_FIELDS:
+        raise ValueError("not a valid packed record (its fields are not the record's)")
+    record = parse_record({**small, **_STAND_INS})
+    record.prompt_token_ids = prompt.tolist()
+    record.response_token_ids = response.tolist()
+    record.loss_mask = sampled.tolist()
+    record.rollout_log_probs = log_probs.tolist()
+    return record
 
 
 # --------------------------------------------------------------------------- packed uploads
@@ -355,3 +372,64 @@ def _accept_canonical(body: bytes, at: _Layout, fields: dict[str, Any]) -> Encod
     if not np.isfinite(_values(body, at, int(bits.sum()))).all():
         raise ValueError("a log-prob is not finite, or not 0.0 where loss_mask is 0")
     return _encoded(fields, LP_SAMPLED_F32, at.n_prompt, at.n_response, (memoryview(body)[at.ids_at :],))
+
+
+# --------------------------------------------------------------------------- packed batch replies
+
+# `POST /batches` answers with this media type when the request's Accept header asks for it:
+# `<4sI` = BATCH_MAGIC and the byte length of a JSON header {"lease_id", "groups":
+# [{"instance_id", "num_records"}], "meta"} (the JSON reply without the records), the header,
+# then the records of every group in order, each as a `<I` byte length and its packed body.
+# The server sends the stored bodies as they lie; the reader unpacks them with `decode` instead
+# of building and parsing ~30 MB of JSON per 32-group batch.
+PACKED_BATCH_MEDIA_TYPE = "application/vnd.kernel-rl.batch+packed"
+BATCH_MAGIC = b"TRL1"
+
+
+def pack_batch(header: dict[str, Any], groups: list[list[bytes]]) -> list[bytes]:
+    """The pieces of a packed batch reply (sent without joining them); `header["groups"][i]`
+    describes `groups[i]`, whose `num_records` this fills in."""
+    if len(header.get("groups", ())) != len(groups):
+        raise ValueError("the header must describe each group")
+    for described, bodies in zip(header["groups"], groups, strict=True):
+        described["num_records"] = len(bodies)
+    head = fastjson.dumps(header)
+    pieces = [_REQUEST_HEADER.pack(BATCH_MAGIC, len(head)), head]
+    for bodies in groups:
+        for body in bodies:
+            pieces += [_LENGTH.pack(len(body)), body]
+    return pieces
+
+
+def unpack_batch(raw: bytes) -> tuple[dict[str, Any], list[list[bytes]]]:
+    """The header and the packed bodies, per group, of a packed batch reply (ValueError if its
+    framing or record counts do not add up)."""
+    if len(raw) < _REQUEST_HEADER.size:
+        raise ValueError("packed batch: shorter than its header")
+    magic, n_head = _REQUEST_HEADER.unpack_from(raw)
+    if magic != BATCH_MAGIC:
+        raise ValueError(f"packed batch: bad magic {magic!r} (expected {BATCH_MAGIC!r})")
+    at = _REQUEST_HEADER.size + n_head
+    header = fastjson.loads(raw[_REQUEST_HEADER.size : at])
+    if not isinstance(header, dict) or not isinstance(header.get("groups"), list):
+        raise ValueError("packed batch: its header has no group list")
+    view = memoryview(raw)
+    groups: list[list[bytes]] = []
+    for g, described in enumerate(header["groups"]):
+        count = described.get("num_records") if isinstance(described, dict) else None
+        if not isinstance(count, int) or count < 0:
+            raise ValueError(f"packed batch: groups[{g}] has no record count")
+        bodies = []
+        for _ in range(count):
+            if at + _LENGTH.size > len(raw):
+                raise ValueError(f"packed batch: ends inside groups[{g}]")
+            (n,) = _LENGTH.unpack_from(raw, at)
+            at += _LENGTH.size
+            if at + n > len(raw):
+                raise ValueError(f"packed batch: ends inside a record of groups[{g}]")
+            bodies.append(bytes(view[at : at + n]))
+            at += n
+        groups.append(bodies)
+    if at != len(raw):
+        raise ValueError(f"packed batch: {len(raw) - at} bytes after the last record")
+    return header, groups

@@ -1,4 +1,4 @@
-"""Unit tests of buffer_server.codec: the packed body gives back, byte for byte, the JSON of the
+"""Unit tests of slime_ext.trajectory_codec: the packed body gives back, byte for byte, the JSON of the
 record it was made from (the served wire format), for every log-prob encoding it chooses, and
 it refuses arrays that break the record's per-token invariants."""
 
@@ -10,8 +10,8 @@ import random
 import numpy as np
 import pytest
 
-from buffer_server import codec
 from slime_ext import fastjson
+from slime_ext import trajectory_codec as codec
 from slime_ext.trajectory import parse_record
 
 pytestmark = pytest.mark.unit
@@ -221,3 +221,23 @@ def test_packed_fields_are_stored_canonically_whatever_the_writer_sent() -> None
     (out,) = codec.unpack_request(_with_body(loose), 16)
     assert out.body == canonical
     assert codec.decode(out.body) == record
+
+
+def test_packed_batch_round_trip_and_framing_errors() -> None:
+    bodies = [[codec.encode(parse_record(make(n, seed=n))).body for n in (3, 5)], [], [b"x" * 7]]
+    header = {"lease_id": "L", "groups": [{"instance_id": i} for i in "abc"], "meta": {"num_records": 3}}
+    raw = b"".join(codec.pack_batch(header, bodies))
+    got_header, got = codec.unpack_batch(raw)
+    assert got == bodies and got_header["lease_id"] == "L"
+    assert [g["num_records"] for g in got_header["groups"]] == [2, 0, 1]
+    assert codec.decode(got[0][1]) == parse_record(make(5, seed=5))
+    with pytest.raises(ValueError, match="ends inside a record of groups\\[2\\]"):
+        codec.unpack_batch(raw[:-1])
+    with pytest.raises(ValueError, match="1 bytes after the last record"):
+        codec.unpack_batch(raw + b"!")
+    with pytest.raises(ValueError, match="bad magic"):
+        codec.unpack_batch(b"TRQ1" + raw[4:])
+    with pytest.raises(ValueError, match="not a valid packed record"):
+        codec.decode(got[2][0])
+    with pytest.raises(ValueError, match="describe each group"):
+        codec.pack_batch({"groups": []}, bodies)
