@@ -54,7 +54,13 @@ from eval_server.schema import EvalResult, TimingStats, TrialResult  # noqa: E40
 from slime_ext import fastjson  # noqa: E402
 from slime_ext.service import running_service  # noqa: E402
 from slime_ext.trajectory import TrajectoryRecord, parse_record  # noqa: E402
-from slime_ext.trajectory_codec import PACKED_MEDIA_TYPE, pack_request  # noqa: E402
+from slime_ext.trajectory_codec import (  # noqa: E402
+    PACKED_BATCH_MEDIA_TYPE,
+    PACKED_MEDIA_TYPE,
+    decode,
+    pack_request,
+    unpack_batch,
+)
 
 PROMPT_TOKENS = 1024
 RESPONSE_TOKENS = 4096
@@ -258,17 +264,31 @@ class PackedTemplate(BodyTemplate):
 
 
 def _post_stdlib(
-    conn: http.client.HTTPConnection, path: str, payload: dict | bytes, content_type: str = "application/json"
+    conn: http.client.HTTPConnection,
+    path: str,
+    payload: dict | bytes,
+    content_type: str = "application/json",
+    accept: str = "application/json",
 ) -> tuple[int, bytes]:
     body = payload if isinstance(payload, bytes) else fastjson.dumps(payload)
-    conn.request("POST", path, body=body, headers={"Content-Type": content_type})
+    conn.request("POST", path, body=body, headers={"Content-Type": content_type, "Accept": accept})
     resp = conn.getresponse()
     return resp.status, resp.read()
 
 
-def _post_httpx(client: httpx.Client, path: str, payload: dict) -> tuple[int, bytes]:
-    resp = client.post(path, content=fastjson.dumps(payload))
+def _post_httpx(
+    client: httpx.Client, path: str, payload: dict, accept: str = "application/json"
+) -> tuple[int, bytes]:
+    resp = client.post(path, content=fastjson.dumps(payload), headers={"Accept": accept})
     return resp.status_code, resp.content
+
+
+def _records_of(raw: bytes, packed: bool) -> list[list[TrajectoryRecord]]:
+    """A batch reply as the trainer's plug-in turns it into records, per group."""
+    if packed:
+        _, groups = unpack_batch(raw)
+        return [[decode(body) for body in bodies] for bodies in groups]
+    return [[parse_record(r) for r in g["records"]] for g in fastjson.loads(raw)["groups"]]
 
 
 def _write_groups(hx: httpx.Client, group_bodies: list[BodyTemplate], n: int, offset: int) -> None:
@@ -280,12 +300,16 @@ def _write_groups(hx: httpx.Client, group_bodies: list[BodyTemplate], n: int, of
 
 def _drain(hx: httpx.Client) -> None:
     """Lease and ack every ready group, 64 at a time (one reply for a backlog of thousands of
-    groups would be gigabytes, on both sides)."""
+    groups would be gigabytes, on both sides), packed (a JSON lease would turn on the server's
+    JSON preparer)."""
     while True:
-        batch = hx.post("/batches", json={"num_groups": 64, "timeout_s": 0}).json()
-        if not batch["groups"]:
+        reply = hx.post(
+            "/batches", json={"num_groups": 64, "timeout_s": 0}, headers={"Accept": PACKED_BATCH_MEDIA_TYPE}
+        )
+        header, _ = unpack_batch(reply.content)
+        if not header["groups"]:
             return
-        hx.post("/batches/ack", json={"lease_id": batch["lease_id"]}).raise_for_status()
+        hx.post("/batches/ack", json={"lease_id": header["lease_id"]}).raise_for_status()
 
 
 def read_phase(
@@ -296,6 +320,7 @@ def read_phase(
     reads: int,
     scenario: str,
     client: str,
+    form: str,
 ) -> dict:
     """`reads` timed POST /batches of `groups` groups, each acked before the next.
 
@@ -305,12 +330,21 @@ def read_phase(
     scenario "fresh": `groups` groups are written (untimed) just before each read, after the
     backlog was drained: a trainer that keeps up.
     client "http.client" reads the reply in one call; "httpx" in 64 kB chunks through h11
-    (slower on 30 MB). The client's JSON decode of each reply is timed apart.
+    (slower on 30 MB). form "packed": the reply the trainer's client asks for (Accept:
+    PACKED_BATCH_MEDIA_TYPE, stored bodies as they lie); "json": the JSON reply. The client's
+    decode of each reply into TrajectoryRecords (what the trainer's plug-in does next) is timed
+    apart.
     """
-    latencies, decode, sizes = [], [], []
+    packed = form == "packed"
+    accept = PACKED_BATCH_MEDIA_TYPE if packed else "application/json"
+    latencies, decode_s, sizes = [], [], []
     with httpx.Client(base_url=url, timeout=120) as hx:
         conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=120)
-        post = partial(_post_stdlib, conn) if client == "http.client" else partial(_post_httpx, hx)
+        post = (
+            partial(_post_stdlib, conn, accept=accept)
+            if client == "http.client"
+            else partial(_post_httpx, hx, accept=accept)
+        )
         if scenario == "fresh":
             _drain(hx)
         for r in range(reads):
@@ -322,17 +356,19 @@ def read_phase(
             if status != 200:
                 raise RuntimeError(f"read failed: {status}: {raw[:300]!r}")
             t1 = time.perf_counter()
-            batch = fastjson.loads(raw)
-            decode.append(time.perf_counter() - t1)
+            records = _records_of(raw, packed)
+            decode_s.append(time.perf_counter() - t1)
             sizes.append(len(raw))
-            got = [len(g["records"]) for g in batch["groups"]]
+            got = [len(g) for g in records]
             if len(got) != groups or any(n != group_size for n in got):
                 raise RuntimeError(f"expected {groups} groups of {group_size}, got {got}")
-            hx.post("/batches/ack", json={"lease_id": batch["lease_id"]}).raise_for_status()
+            lease_id = unpack_batch(raw)[0]["lease_id"] if packed else fastjson.loads(raw)["lease_id"]
+            hx.post("/batches/ack", json={"lease_id": lease_id}).raise_for_status()
         conn.close()
     return {
         "scenario": scenario,
         "client": client,
+        "form": form,
         "groups": groups,
         "records_per_read": groups * group_size,
         "reads": reads,
@@ -340,7 +376,7 @@ def read_phase(
         "p50_ms": round(percentile(latencies, 0.5) * 1e3, 1),
         "p95_ms": round(percentile(latencies, 0.95) * 1e3, 1),
         "max_ms": round(max(latencies) * 1e3, 1),
-        "client_decode_p50_ms": round(percentile(decode, 0.5) * 1e3, 1),
+        "client_decode_p50_ms": round(percentile(decode_s, 0.5) * 1e3, 1),
     }
 
 
@@ -414,12 +450,15 @@ def main() -> None:
             write_single = write_phase(svc.url, single, args.clients, args.seconds, svc.pid)
             write_packed = write_phase(svc.url, packed, args.clients, args.seconds, svc.pid)
             write_packed_large = write_phase(svc.url, packed_large, args.clients, args.seconds, svc.pid)
+            # Packed first: the first JSON lease turns on the server's JSON preparer.
             reads = [
-                read_phase(svc.url, group_bodies, args.groups, args.group_size, args.reads, scenario, client)
-                for scenario, client in (
-                    ("backlog", "http.client"),
-                    ("fresh", "http.client"),
-                    ("fresh", "httpx"),
+                read_phase(svc.url, group_bodies, args.groups, args.group_size, args.reads, *how)
+                for how in (
+                    ("backlog", "http.client", "packed"),
+                    ("fresh", "http.client", "packed"),
+                    ("backlog", "http.client", "json"),
+                    ("fresh", "http.client", "json"),
+                    ("fresh", "httpx", "json"),
                 )
             ]
             stats = httpx.get(f"{svc.url}/stats").json()
@@ -476,10 +515,10 @@ def main() -> None:
     )
     for rd in reads:
         print(
-            f"read {rd['groups']} groups x {args.group_size} ({rd['reply_mb']} MB), {rd['scenario']}, {rd['client']}: "
-            f"p50 {rd['p50_ms']} ms, p95 {rd['p95_ms']} ms, max {rd['max_ms']} ms"
+            f"read {rd['groups']} groups x {args.group_size} {rd['form']} ({rd['reply_mb']} MB), {rd['scenario']}, "
+            f"{rd['client']}: p50 {rd['p50_ms']} ms, p95 {rd['p95_ms']} ms, max {rd['max_ms']} ms; "
+            f"client decode to records p50 {rd['client_decode_p50_ms']} ms"
         )
-    print(f"client JSON decode of one reply ({fastjson.BACKEND}): p50 {reads[1]['client_decode_p50_ms']} ms")
     print(
         f"on disk after the run: {result['db_mb_after']} MB for {result['records_held']} records still held "
         f"({result['records_stored']} written); server {result['server_stats']}"

@@ -4,7 +4,9 @@ counters, restart, and all-or-nothing batches. Time-based rules run on a fake cl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import random
 import sqlite3
 import threading
 import time
@@ -87,12 +89,22 @@ def uids(lease) -> dict[str, list[str]]:
     return {g.instance_id: [r["uid"] for r in g.decoded()] for g in lease.groups}
 
 
-def bodies_match_states(store: BufferStore) -> bool:
-    """Invariant: rows exist exactly for the records that are ready or leased (consumed and
-    dropped ones are pruned), each points at its own readable body, and every body segment on
-    disk but the one being appended to holds a stored record."""
+def store_invariants_hold(store: BufferStore) -> bool:
+    """Invariants: rows exist exactly for the records that are ready or leased (consumed and
+    dropped ones are pruned), each points at its own readable body, every body segment on disk
+    but the one being appended to holds a stored record, and ready_groups is exactly the
+    aggregate of the ready records."""
     with sqlite3.connect(store.path) as conn:
         rows = conn.execute("SELECT uid, state, segment, offset, length FROM records").fetchall()
+        kept = sorted(conn.execute("SELECT * FROM ready_groups"))
+        computed = sorted(
+            conn.execute(
+                "SELECT instance_id, COUNT(*), MIN(seq), MIN(stored_at), MIN(reward), MAX(reward), "
+                "MIN(policy_version) FROM records WHERE state = 'ready' GROUP BY instance_id"
+            )
+        )
+    if kept != computed:
+        return False
     for uid, state, segment, offset, length in rows:
         if (
             state not in ("ready", "leased")
@@ -149,7 +161,7 @@ def test_a_group_is_handed_out_whole_and_once(open_store):
     assert stats["records"]["consumed"] == 4 and stats["records"]["stored"] == 0
     assert stats["groups"]["consumed"] == 1
     assert store.put(records).duplicates == 4  # consumed uids stay known
-    assert bodies_match_states(store)
+    assert store_invariants_hold(store)
 
 
 def test_a_group_includes_records_beyond_group_size(open_store):
@@ -239,7 +251,7 @@ def test_timed_out_partial_groups_are_kept_or_dropped_by_min_size(open_store, cl
     assert stats["dropped_records"]["group_timeout"] == 1
     assert stats["dropped_groups"]["group_timeout"] == 1
     assert stats["records"]["dropped"] == 1 and stats["groups"]["partial"] == 0
-    assert bodies_match_states(store)
+    assert store_invariants_hold(store)
 
 
 def test_group_timeout_none_waits_forever(open_store, clock):
@@ -259,7 +271,7 @@ def test_zero_variance_groups_are_dropped_and_counted(open_store):
     stats = store.stats()
     assert stats["dropped_records"]["zero_variance"] == 3
     assert stats["dropped_groups"]["zero_variance"] == 1
-    assert bodies_match_states(store)
+    assert store_invariants_hold(store)
 
 
 def test_zero_variance_groups_are_kept_when_the_rule_is_off(open_store):
@@ -282,7 +294,7 @@ def test_stale_records_are_dropped_on_arrival_and_when_the_version_moves(open_st
     assert stats["records"]["ready"] == 0
     with pytest.raises(PolicyVersionError, match="version: 3 < current 4"):
         store.set_policy_version(3)
-    assert bodies_match_states(store)
+    assert store_invariants_hold(store)
 
 
 def test_stale_leased_groups_are_not_pulled_back(open_store):
@@ -360,7 +372,7 @@ def test_a_batch_is_all_or_nothing(open_store):
     stats = store.stats()
     assert stats["records"]["total"] == 0 and stats["records"]["ready"] == 0
     assert store.put(good).accepted == 2  # not duplicates: nothing of the failed batch was kept
-    assert bodies_match_states(store)
+    assert store_invariants_hold(store)
 
 
 def test_concurrent_puts_are_group_committed_and_stay_idempotent(open_store):
@@ -384,7 +396,7 @@ def test_concurrent_puts_are_group_committed_and_stay_idempotent(open_store):
     stats = store.stats()
     assert stats["records"]["total"] == 100 and stats["records"]["ready"] == 100
     assert stats["write_commits"] <= 200  # concurrent puts share commits
-    assert bodies_match_states(store)
+    assert store_invariants_hold(store)
 
 
 def test_a_failed_group_commit_fails_only_the_bad_put(open_store):
@@ -516,7 +528,7 @@ def test_consumed_and_dropped_records_are_pruned_but_stay_known(tmp_path, clock)
         with sqlite3.connect(store.path) as conn:
             assert conn.execute("SELECT COUNT(*) FROM records").fetchone()[0] == 0
         assert store._bodies.segments() == [store._bodies.active]  # every other segment deleted
-        assert bodies_match_states(store)
+        assert store_invariants_hold(store)
         retry = store.put(group("done", 2) + group("flat", 2) + group("kept", 1) + group("old", 1))
         assert (retry.accepted, retry.duplicates) == (0, 6)  # pruned uids are still duplicates
         assert store.uids_with_prefix("done-") == {"done-0", "done-1"}  # the runner's resume
@@ -597,6 +609,62 @@ def test_a_crash_between_body_append_and_commit_leaves_nothing_visible(tmp_path)
         assert orphan[0][0] not in reopened._bodies.segments()  # the orphan segment was collected
         assert uids(reopened.lease(5)) == {"p0": ["p0-0", "p0-1"]}
         assert reopened.put([rec("ghost", "p9")]).accepted == 1  # never acknowledged: not known
+
+
+def test_ready_groups_follow_every_change_of_the_records(open_store, clock):
+    """Random puts (whole, partial, duplicate, stale), leases, acks, releases, expiries, version
+    moves and group timeouts: after each step ready_groups equals the aggregate of the records,
+    and every group handed out holds exactly that instance's ready records."""
+    rng = random.Random(7)
+    store = open_store(group_size=4, group_timeout_s=50.0, lease_s=30.0, max_staleness=1)
+    leases: list[str] = []
+    n = 0
+    for step in range(300):
+        op = rng.random()
+        if op < 0.45:
+            iid = f"p{rng.randrange(40)}"
+            size = rng.randrange(1, 6)
+            version = max(0, store.policy_version - rng.randrange(3))
+            rewards = [rng.choice([0.0, 1.0, 0.5]) for _ in range(size)]
+            batch = [rec(f"u{n + i}", iid, rewards[i], version) for i in range(size)]
+            n += size
+            if rng.random() < 0.1 and n > size:
+                batch.append(rec(f"u{rng.randrange(n - size)}", iid))  # a retry: duplicate
+            store.put(batch)
+        elif op < 0.65:
+            lease = store.lease(rng.randrange(1, 4), packed=rng.random() < 0.5)
+            if lease.lease_id is not None:
+                leases.append(lease.lease_id)
+        elif op < 0.75 and leases:
+            with contextlib.suppress(LeaseError):  # it may have expired meanwhile
+                store.ack(leases.pop(rng.randrange(len(leases))))
+        elif op < 0.82 and leases:
+            store.release(leases.pop(rng.randrange(len(leases))))
+        elif op < 0.9:
+            clock.advance(rng.choice([5.0, 20.0, 40.0]))  # leases expire, partial groups time out
+            store.stats()
+        elif op < 0.95:
+            store.set_policy_version(store.policy_version + 1)
+        assert store_invariants_hold(store), f"step {step}"
+
+
+def test_a_schema_2_database_is_migrated_in_place(tmp_path, clock):
+    path = tmp_path / "v2.sqlite"
+    with BufferStore(path, GroupRules(group_size=2), clock=clock) as store:
+        store.put(group("a", 2) + group("b", 1) + group("c", 2))
+        store.lease(1)  # "a" leased, never acked
+    with sqlite3.connect(path) as conn:  # what schema 2 was: no ready_groups and no triggers
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("DROP TABLE ready_groups")
+        conn.execute("UPDATE meta SET value = 2 WHERE key = 'schema_version'")
+    with BufferStore(path, GroupRules(group_size=2, lease_s=10.0), clock=clock) as store:
+        assert store_invariants_hold(store)
+        assert uids(store.lease(5)) == {"c": ["c-0", "c-1"]}
+        store.put(group("b", 2)[1:])
+        assert uids(store.lease(5)) == {"b": ["b-0", "b-1"]}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == 3
 
 
 def test_a_database_of_another_schema_is_refused_untouched(tmp_path):
