@@ -34,7 +34,7 @@ import numpy as np
 
 from slime_ext import fastjson
 from slime_ext.trajectory import FIELD_NAMES, REQUIRED_FIELDS, parse_record
-from slime_ext.trajectory_codec import EncodedRecord, encode_arrays, unpack_request
+from slime_ext.trajectory_codec import EncodedRecord, encode_arrays, validate_request
 
 try:  # pragma: no cover - depends on the environment
     import simdjson as _simdjson
@@ -155,8 +155,11 @@ class IngestPool:
         return self._run(_ENCODE_BODY, raw, max_records)
 
     def unpack_request(self, raw: bytes, max_records: int) -> list[EncodedRecord]:
-        """`codec.unpack_request` (a packed upload) in a worker; its ValidationError comes back."""
-        return self._run(_UNPACK_REQUEST, raw, max_records)
+        """`codec.unpack_request` (a packed upload) in a worker; its ValidationError comes back.
+        The worker sends back each record's few-kB prefix; the arrays are taken from `raw` here
+        (codec.SplicedRecord), which spares the pipe and pickle a copy of the whole body."""
+        view = memoryview(raw)
+        return [r.encoded(view) for r in self._run(_VALIDATE_REQUEST, raw, max_records)]
 
     def _run(self, kind: int, raw: bytes, max_records: int) -> Any:
         worker = self._idle.get()
@@ -202,10 +205,10 @@ class _Worker:
 
 
 _TASK = struct.Struct("<BI")  # function, max_records; the body follows as its own message
-_ENCODE_BODY, _UNPACK_REQUEST = 0, 1
+_ENCODE_BODY, _VALIDATE_REQUEST = 0, 1
 _FUNCTIONS: dict[int, Callable[[bytes, int], Any]] = {
     _ENCODE_BODY: encode_body,
-    _UNPACK_REQUEST: unpack_request,
+    _VALIDATE_REQUEST: validate_request,
 }
 
 

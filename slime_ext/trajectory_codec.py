@@ -31,6 +31,7 @@ __all__ = [
     "PACKED_BATCH_MEDIA_TYPE",
     "PACKED_MEDIA_TYPE",
     "EncodedRecord",
+    "SplicedRecord",
     "decode",
     "encode",
     "encode_arrays",
@@ -39,6 +40,7 @@ __all__ = [
     "to_json",
     "unpack_batch",
     "unpack_request",
+    "validate_request",
 ]
 
 MAGIC = b"TRB1"
@@ -135,20 +137,24 @@ def encode_arrays(
     return _encoded(fields, kind, len(prompt), n, arrays)
 
 
+def _prefix(fields: dict[str, Any], kind: int, n_prompt: int, n_response: int) -> bytes:
+    """What comes before a body's arrays: the header and the fields' JSON (written from the
+    validated values, so it is canonical)."""
+    head = fastjson.dumps({name: fields[name] for name in _HEAD_FIELDS})[:-1]
+    tail = fastjson.dumps({name: fields[name] for name in _TAIL_FIELDS})[1:]
+    return b"".join((_HEADER.pack(MAGIC, kind, n_prompt, n_response, len(head), len(tail)), head, tail))
+
+
 def _encoded(
     fields: dict[str, Any], kind: int, n_prompt: int, n_response: int, arrays: tuple[bytes | memoryview, ...]
 ) -> EncodedRecord:
-    """The record with its body: header, the fields' JSON (written from the validated values,
-    so it is canonical), then the packed arrays."""
-    head = fastjson.dumps({name: fields[name] for name in _HEAD_FIELDS})[:-1]
-    tail = fastjson.dumps({name: fields[name] for name in _TAIL_FIELDS})[1:]
-    header = _HEADER.pack(MAGIC, kind, n_prompt, n_response, len(head), len(tail))
+    """The record with its body: the prefix, then the packed arrays."""
     return EncodedRecord(
         uid=fields["uid"],
         instance_id=fields["instance_id"],
         policy_version=fields["policy_version"],
         reward=fields["reward"],
-        body=b"".join((header, head, tail, *arrays)),
+        body=b"".join((_prefix(fields, kind, n_prompt, n_response), *arrays)),
     )
 
 
@@ -181,7 +187,7 @@ class _Layout:
     values_at: int  # offset of the log-probs
 
 
-def _layout(body: bytes) -> _Layout:
+def _layout(body: bytes | memoryview) -> _Layout:
     """The layout of a packed body (uploads are untrusted): ValueError if its header does not
     fit its size."""
     if len(body) < _HEADER.size:
@@ -199,14 +205,14 @@ def _layout(body: bytes) -> _Layout:
     return _Layout(kind, n_prompt, n_response, n_head, n_tail, ids_at, bits_at, values_at)
 
 
-def _mask_bits(body: bytes, at: _Layout) -> np.ndarray:
+def _mask_bits(body: bytes | memoryview, at: _Layout) -> np.ndarray:
     """The loss mask as one uint8 per bit of its packed bytes (padding bits included)."""
     return np.unpackbits(
         np.frombuffer(body, dtype=np.uint8, count=at.values_at - at.bits_at, offset=at.bits_at)
     )
 
 
-def _values(body: bytes, at: _Layout, n_sampled: int) -> np.ndarray:
+def _values(body: bytes | memoryview, at: _Layout, n_sampled: int) -> np.ndarray:
     count = at.n_response if at.kind == LP_ALL_F64 else n_sampled
     dtype = "<f4" if at.kind == LP_SAMPLED_F32 else "<f8"
     if len(body) != at.values_at + count * np.dtype(dtype).itemsize:
@@ -214,7 +220,7 @@ def _values(body: bytes, at: _Layout, n_sampled: int) -> np.ndarray:
     return np.frombuffer(body, dtype=dtype, count=count, offset=at.values_at)
 
 
-def _unpack(body: bytes) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _unpack(body: bytes | memoryview) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The parts of a packed body, ValueError if one does not fit."""
     at = _layout(body)
     view = memoryview(body)
@@ -303,8 +309,33 @@ def pack_request(records: list[TrajectoryRecord] | list[EncodedRecord]) -> bytes
     return b"".join(parts)
 
 
+@dataclass(frozen=True)
+class SplicedRecord:
+    """A validated record of a packed upload whose stored body is `prefix + raw[start:end]`,
+    `raw` being the upload's bytes: the arrays stay where they lie, so an ingest worker process
+    sends back only the few kB of `prefix`, not the record (start == end: prefix is the body)."""
+
+    uid: str
+    instance_id: str
+    policy_version: int
+    reward: float
+    prefix: bytes
+    start: int
+    end: int
+
+    def encoded(self, raw: bytes | memoryview) -> EncodedRecord:
+        body = b"".join((self.prefix, raw[self.start : self.end])) if self.end > self.start else self.prefix
+        return EncodedRecord(self.uid, self.instance_id, self.policy_version, self.reward, body)
+
+
 def unpack_request(raw: bytes, max_records: int) -> list[EncodedRecord]:
     """Validate a packed `POST /trajectories` body; ValidationError names the record and field."""
+    view = memoryview(raw)
+    return [r.encoded(view) for r in validate_request(raw, max_records)]
+
+
+def validate_request(raw: bytes, max_records: int) -> list[SplicedRecord]:
+    """`unpack_request` without building the bodies (what an ingest worker returns)."""
     if len(raw) < _REQUEST_HEADER.size:
         raise ValidationError("packed body: shorter than its header")
     magic, count = _REQUEST_HEADER.unpack_from(raw)
@@ -312,7 +343,8 @@ def unpack_request(raw: bytes, max_records: int) -> list[EncodedRecord]:
         raise ValidationError(f"packed body: bad magic {magic!r} (expected {REQUEST_MAGIC!r})")
     if not 1 <= count <= max_records:
         raise ValidationError(f"records: expected 1 to {max_records} records, got {count}")
-    out: list[EncodedRecord] = []
+    out: list[SplicedRecord] = []
+    view = memoryview(raw)
     at = _REQUEST_HEADER.size
     for i in range(count):
         if at + _LENGTH.size > len(raw):
@@ -321,18 +353,19 @@ def unpack_request(raw: bytes, max_records: int) -> list[EncodedRecord]:
         at += _LENGTH.size
         if at + n > len(raw):
             raise ValidationError(f"records[{i}]: packed body ends inside this record")
-        out.append(_validate_packed(raw[at : at + n], f"records[{i}]"))
+        out.append(_validate_packed(view[at : at + n], at, f"records[{i}]"))
         at += n
     if at != len(raw):
         raise ValidationError(f"packed body: {len(raw) - at} bytes after the last record")
     return out
 
 
-def _validate_packed(body: bytes, path: str) -> EncodedRecord:
+def _validate_packed(body: memoryview, offset: int, path: str) -> SplicedRecord:
+    """One record of an upload; `body` lies at `offset` in the upload."""
     try:
         at = _layout(body)
-        head = body[_HEADER.size : _HEADER.size + at.n_head]
-        tail = body[_HEADER.size + at.n_head : at.ids_at]
+        head = bytes(body[_HEADER.size : _HEADER.size + at.n_head])
+        tail = bytes(body[_HEADER.size + at.n_head : at.ids_at])
         if not head.startswith(b"{") or not tail.endswith(b"}"):
             raise ValueError("field JSON is not framed as an object")
     except ValueError as exc:
@@ -346,22 +379,26 @@ def _validate_packed(body: bytes, path: str) -> EncodedRecord:
         raise ValidationError(f"{path}: unexpected field(s) {extra} beside the packed arrays")
     record = parse_record({**small, **_STAND_INS}, path=path, strict_json=True)
     fields = {name: getattr(record, name) for name in _SMALL_FIELDS}
+    index = (fields["uid"], fields["instance_id"], fields["policy_version"], fields["reward"])
     try:
         if at.kind == LP_SAMPLED_F32:
-            return _accept_canonical(body, at, fields)
+            _check_in_place(body, at)
+            prefix = _prefix(fields, LP_SAMPLED_F32, at.n_prompt, at.n_response)
+            return SplicedRecord(*index, prefix, offset + at.ids_at, offset + len(body))
         # float64 log-probs: unpacked and packed again, which picks the canonical encoding
         _, _, prompt, response, sampled, log_probs = _unpack(body)
-        return encode_arrays(
+        encoded = encode_arrays(
             fields, prompt.astype(np.int64), response.astype(np.int64), sampled.astype(np.int64), log_probs
         )
+        return SplicedRecord(*index, encoded.body, 0, 0)
     except ValueError as exc:
         raise ValidationError(f"{path}: {exc}") from None
 
 
-def _accept_canonical(body: bytes, at: _Layout, fields: dict[str, Any]) -> EncodedRecord:
-    """A float32-log-prob body checked where it lies (the writers' usual case): its arrays are
-    kept byte for byte, only the fields' JSON is written again from the validated values, so
-    the stored body is what `encode_arrays` makes of the same record, at a fifth of its CPU.
+def _check_in_place(body: memoryview, at: _Layout) -> None:
+    """A float32-log-prob body is checked where it lies (the writers' usual case): its arrays
+    are kept byte for byte, only the fields' JSON is written again from the validated values,
+    so the stored body is what `encode_arrays` makes of the same record, at a fifth of its CPU.
     Token ids need no check (uint32 is MAX_TOKEN_ID's range) and unsampled log-probs are 0.0
     by construction; what is left: the mask's padding bits and finite log-probs."""
     if at.n_prompt == 0:
@@ -371,7 +408,6 @@ def _accept_canonical(body: bytes, at: _Layout, fields: dict[str, Any]) -> Encod
         raise ValueError("the packed loss mask has bits set beyond the response")
     if not np.isfinite(_values(body, at, int(bits.sum()))).all():
         raise ValueError("a log-prob is not finite, or not 0.0 where loss_mask is 0")
-    return _encoded(fields, LP_SAMPLED_F32, at.n_prompt, at.n_response, (memoryview(body)[at.ids_at :],))
 
 
 # --------------------------------------------------------------------------- packed batch replies
