@@ -108,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument(
         "--ingest-workers",
         type=int,
-        default=0,
-        help="processes that parse and validate POST /trajectories bodies (default 0: in the server process)",
+        default=2,
+        help="processes that parse and validate POST /trajectories bodies, beside the server's own "
+        "(default 2; 0: all in the server process)",
     )
     store.add_argument(
         "--json-cache-mb",
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     from buffer_server.app import create_app
     from slime_ext.trajectory_codec import unpack_request
 
-    pool = ingest.IngestPool(args.ingest_workers) if args.ingest_workers > 0 and ingest.AVAILABLE else None
+    pool = ingest.IngestPool(args.ingest_workers) if args.ingest_workers > 0 else None
     if pool is not None:
         pool.warm_up()
     max_body = int(args.max_body_mb * (1 << 20))

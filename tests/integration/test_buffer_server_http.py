@@ -88,10 +88,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def server_with_ingest_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The same server with bodies parsed and validated in one ingest worker process."""
-    tmp = tmp_path_factory.mktemp("buffersrv-ingest")
-    args = ("--group-size", "3", "--max-body-mb", "1", "--ingest-workers", "1")
+def server_in_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same server with bodies parsed and validated in the server process (no ingest workers)."""
+    tmp = tmp_path_factory.mktemp("buffersrv-in-process")
+    args = ("--group-size", "3", "--max-body-mb", "1", "--ingest-workers", "0")
     with buffer_server(tmp, tmp / "buffer.sqlite", *args) as svc:
         yield svc.url
 
@@ -143,7 +143,7 @@ def test_a_bad_record_rejects_its_whole_batch_and_names_field_and_index(server: 
     assert resp.json() == {"accepted": 2, "duplicates": 0, "stale": 0}
 
 
-@pytest.mark.parametrize("server_fixture", ["server", "server_with_ingest_workers"])
+@pytest.mark.parametrize("server_fixture", ["server", "server_in_process"])
 def test_packed_upload_is_stored_and_served_like_json(
     server_fixture: str, request: pytest.FixtureRequest
 ) -> None:
