@@ -2,7 +2,7 @@
 
 Starts `python -m buffer_server` on loopback with a fresh database, then:
 1. writes realistic records for `--seconds` from `--clients` threads, 8 records per POST and
-   then 1 record per POST, then packed (codec.pack_request) 8 and `--large-batch` records per
+   then 1 record per POST, then packed (trajectory_codec.pack_request) 8 and `--large-batch` records per
    POST; a record counts once the server answered 200 (committed with synchronous=FULL). Last,
    without HTTP, the agent runner's own path: `BufferStore.put` of parsed records, 8 per call
    (one group), from `--clients` threads into a second database in this process.
@@ -10,10 +10,11 @@ Starts `python -m buffer_server` on loopback with a fresh database, then:
    float32-valued log-probs, 2 feedback turns with mask 0), 3 eval results as the eval server
    returns them, timing metadata; ~120 kB of JSON;
 2. reads `--groups` groups of `--group-size` records with one POST /batches (timeout 0),
-   `--reads` times per scenario, acking each batch: first the oldest groups the write phases
-   left ("backlog"), then groups written just before each read ("fresh"); the latency is until
-   the last byte of the reply is in (http.client, and httpx for comparison); the client's JSON
-   decode of the reply is reported apart.
+   `--reads` times per scenario, acking each batch: the oldest groups the write phases left
+   ("backlog"), and groups written just before each read ("fresh"); packed replies first (what
+   the trainer's client reads), then JSON (the first JSON read turns on the server's JSON
+   preparer); the latency is until the last byte of the reply is in (http.client, and httpx
+   for comparison); the client's decode of the reply into TrajectoryRecords is reported apart.
 Request bodies are encoded once per template and only the uids are substituted, so the
 client spends its CPU on HTTP, not on JSON (the server still decodes, validates and encodes
 every record). Client and server share this machine's cores.

@@ -269,7 +269,7 @@ def decode(body: bytes) -> TrajectoryRecord:
         raise ValueError(f"not a valid packed record ({exc})") from None
     if not isinstance(small, dict) or not set(small) <= _SMALL_FIELDS:
         raise ValueError("not a valid packed record (its fields are not the record's)")
-    record = parse_record({**small, **_STAND_INS})
+    record = parse_record({**small, **_STAND_INS}, strict_json=fastjson.STRICT_DECODER)
     record.prompt_token_ids = prompt.tolist()
     record.response_token_ids = response.tolist()
     record.loss_mask = sampled.tolist()
@@ -377,7 +377,7 @@ def _validate_packed(body: memoryview, offset: int, path: str) -> SplicedRecord:
     if not isinstance(small, dict) or not set(small) <= _SMALL_FIELDS:
         extra = sorted(set(small) - _SMALL_FIELDS) if isinstance(small, dict) else small
         raise ValidationError(f"{path}: unexpected field(s) {extra} beside the packed arrays")
-    record = parse_record({**small, **_STAND_INS}, path=path, strict_json=True)
+    record = parse_record({**small, **_STAND_INS}, path=path, strict_json=fastjson.STRICT_DECODER)
     fields = {name: getattr(record, name) for name in _SMALL_FIELDS}
     index = (fields["uid"], fields["instance_id"], fields["policy_version"], fields["reward"])
     try:
