@@ -395,6 +395,11 @@ def main() -> None:
     p.add_argument("--groups", type=int, default=32, help="groups per batch read")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--reads", type=int, default=10)
+    p.add_argument(
+        "--phases",
+        default="json,json1,packed,packed_large,reads,in_process",
+        help="comma-separated subset of json,json1,packed,packed_large,reads,in_process (in this order)",
+    )
     p.add_argument("--db-dir", default=None, help="where the database goes (default: a temp dir)")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument(
@@ -433,6 +438,16 @@ def main() -> None:
     ]
     single = [BodyTemplate(r) for r in records]
     env = dict(kv.split("=", 1) for kv in args.server_env)
+    write_phases = {
+        "json": (f"write, {args.batch} per POST", args.batch, batched),
+        "json1": ("write, 1 per POST", 1, single),
+        "packed": (f"write packed, {args.batch}/POST", args.batch, packed),
+        "packed_large": (f"write packed, {args.large_batch}/POST", args.large_batch, packed_large),
+    }
+    phases = set(args.phases.split(","))
+    unknown = phases - {*write_phases, "reads", "in_process"}
+    if unknown:
+        p.error(f"--phases: unknown {sorted(unknown)}")
 
     with tempfile.TemporaryDirectory(dir=args.db_dir) as tmp:
         db = Path(tmp) / "bench.sqlite"
@@ -447,10 +462,15 @@ def main() -> None:
         with running_service("buffer_server", server_args, Path(tmp), env=env, startup_timeout_s=60) as svc:
             health = httpx.get(f"{svc.url}/health").json()
             load_before = os.getloadavg()[0]
-            write_batched = write_phase(svc.url, batched, args.clients, args.seconds, svc.pid)
-            write_single = write_phase(svc.url, single, args.clients, args.seconds, svc.pid)
-            write_packed = write_phase(svc.url, packed, args.clients, args.seconds, svc.pid)
-            write_packed_large = write_phase(svc.url, packed_large, args.clients, args.seconds, svc.pid)
+            writes = {
+                key: {
+                    "label": label,
+                    "records_per_post": per_post,
+                    **write_phase(svc.url, templates, args.clients, args.seconds, svc.pid),
+                }
+                for key, (label, per_post, templates) in write_phases.items()
+                if key in phases
+            }
             # Packed first: the first JSON lease turns on the server's JSON preparer.
             reads = [
                 read_phase(svc.url, group_bodies, args.groups, args.group_size, args.reads, *how)
@@ -461,13 +481,16 @@ def main() -> None:
                     ("fresh", "http.client", "json"),
                     ("fresh", "httpx", "json"),
                 )
+                if "reads" in phases
             ]
             stats = httpx.get(f"{svc.url}/stats").json()
         store_files = [*Path(tmp).glob("bench.sqlite*"), *Path(tmp).glob("bench.sqlite.bodies/*")]
         db_mb = sum(f.stat().st_size for f in store_files if f.is_file()) / 1e6
         parsed = [parse_record({**r, "uid": "u", "instance_id": "i"}) for r in records]
-        in_process = store_phase(
-            Path(tmp) / "runner.sqlite", parsed, args.group_size, args.clients, args.seconds
+        in_process = (
+            store_phase(Path(tmp) / "runner.sqlite", parsed, args.group_size, args.clients, args.seconds)
+            if "in_process" in phases
+            else None
         )
 
     result = {
@@ -482,11 +505,9 @@ def main() -> None:
         },
         "record_json_bytes": record_bytes,
         "clients": args.clients,
-        "write_batched": {"records_per_post": args.batch, **write_batched},
-        "write_single": {"records_per_post": 1, **write_single},
-        "write_packed": {"records_per_post": args.batch, **write_packed},
-        "write_packed_large": {"records_per_post": args.large_batch, **write_packed_large},
-        "store_put_in_process": {"records_per_call": args.group_size, **in_process},
+        "server_args": args.server_arg,
+        "writes": writes,
+        "store_put_in_process": in_process and {"records_per_call": args.group_size, **in_process},
         "reads": reads,
         "db_mb_after": round(db_mb, 1),  # database and body files, with the backlog still stored
         "records_stored": stats["records"]["total"],
@@ -500,20 +521,16 @@ def main() -> None:
         f"{'phase':<24}{'records/s':>10}{'MB/s':>8}{'req p50 ms':>12}{'req p95 ms':>12}"
         f"{'server CPU ms/rec':>19}{'client CPU ms/rec':>19}"
     )
-    for name, w in (
-        (f"write, {args.batch} per POST", write_batched),
-        ("write, 1 per POST", write_single),
-        (f"write packed, {args.batch}/POST", write_packed),
-        (f"write packed, {args.large_batch}/POST", write_packed_large),
-    ):
+    for w in writes.values():
         print(
-            f"{name:<24}{w['records_per_s']:>10}{w['mb_per_s']:>8}{w['request_p50_ms']:>12}{w['request_p95_ms']:>12}"
-            f"{w['server_cpu_ms_per_record']:>19}{w['client_cpu_ms_per_record']:>19}"
+            f"{w['label']:<24}{w['records_per_s']:>10}{w['mb_per_s']:>8}{w['request_p50_ms']:>12}"
+            f"{w['request_p95_ms']:>12}{w['server_cpu_ms_per_record']:>19}{w['client_cpu_ms_per_record']:>19}"
         )
-    print(
-        f"{'store.put in process':<24}{in_process['records_per_s']:>10}  ({args.group_size} per call, "
-        f"{args.clients} threads, {in_process['cpu_ms_per_record']} ms CPU per record, no HTTP)"
-    )
+    if in_process is not None:
+        print(
+            f"{'store.put in process':<24}{in_process['records_per_s']:>10}  ({args.group_size} per call, "
+            f"{args.clients} threads, {in_process['cpu_ms_per_record']} ms CPU per record, no HTTP)"
+        )
     for rd in reads:
         print(
             f"read {rd['groups']} groups x {args.group_size} {rd['form']} ({rd['reply_mb']} MB), {rd['scenario']}, "
