@@ -113,12 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 2; 0: all in the server process)",
     )
     store.add_argument(
-        "--commit-linger-ms",
-        type=float,
-        default=2.0,
-        help="how long a group commit waits for writes still being validated to join it (0 = never)",
-    )
-    store.add_argument(
         "--json-cache-mb",
         type=float,
         default=256.0,
@@ -171,12 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         raise SystemExit(f"buffer_server: {exc}") from None
     try:
-        store = BufferStore(
-            args.db,
-            rules,
-            json_cache_bytes=int(args.json_cache_mb * (1 << 20)),
-            commit_linger_s=args.commit_linger_ms / 1e3,
-        )
+        store = BufferStore(args.db, rules, json_cache_bytes=int(args.json_cache_mb * (1 << 20)))
     except StoreError as exc:
         raise SystemExit(f"buffer_server: {exc}") from None
 

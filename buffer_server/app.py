@@ -151,11 +151,8 @@ def create_app(
     def put_trajectories() -> tuple[Response, int]:
         raw = _request_bytes()
         if request.mimetype == PACKED_MEDIA_TYPE:  # records packed by the writer (codec.pack_request)
-            with store.expect_put():
-                encoded = unpack_packed(raw, MAX_RECORDS_PER_REQUEST)
-            return _put_reply(store.put_encoded(encoded))
-        with store.expect_put():
-            encoded = encode_body(raw, MAX_RECORDS_PER_REQUEST)  # None: the full path decides
+            return _put_reply(store.put_encoded(unpack_packed(raw, MAX_RECORDS_PER_REQUEST)))
+        encoded = encode_body(raw, MAX_RECORDS_PER_REQUEST)  # None: the full path decides
         if encoded is not None:
             return _put_reply(store.put_encoded(encoded))
         body = _json_object(raw, 'with a record, or {"records": [...]}')

@@ -91,9 +91,7 @@ WAIT_POLL_S = 0.25
 WRITE_RATE_WINDOW_S = 10.0
 # A pending group (a ready_groups row) that may be handed out; parameters from _group_params.
 _ELIGIBLE = "size >= :size OR (oldest <= :cutoff AND size >= :min_size)"
-DEFAULT_JSON_CACHE_BYTES = 256 << 20
-# Longest a group commit waits for puts announced by `expect_put` (in validation) to join it.
-DEFAULT_COMMIT_LINGER_S = 0.002  # prepared reply JSON (~2000 records of 4k tokens)
+DEFAULT_JSON_CACHE_BYTES = 256 << 20  # prepared reply JSON (~2000 records of 4k tokens)
 # At most one preparer pass per interval: a pass scans every ready row (with thousands of
 # partial groups, a pass after every commit cost more CPU than the writes themselves).
 PREPARE_INTERVAL_S = 0.1
@@ -309,7 +307,6 @@ class BufferStore:
         clock: Callable[[], float] = time.time,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         json_cache_bytes: int = DEFAULT_JSON_CACHE_BYTES,
-        commit_linger_s: float = DEFAULT_COMMIT_LINGER_S,
     ) -> None:
         self.path = Path(path).expanduser().resolve()
         self.rules = rules or GroupRules()
@@ -333,8 +330,6 @@ class BufferStore:
         self._put_cond = threading.Condition()
         self._put_queue: list[_PendingPut] = []
         self._put_leading = False
-        self._incoming = 0  # puts announced by `expect_put` that have not reached put_encoded yet
-        self.commit_linger_s = commit_linger_s
         self._write_commits = 0  # transactions that stored puts, since this process started
         # Held from a group commit's body append to its commit, and by segment collection, so a
         # segment is never deleted between a body's write and the commit of its row.
@@ -490,11 +485,6 @@ class BufferStore:
                 self._put_cond.wait()
             if not item.done:  # lead: commit everything queued so far, this put included
                 self._put_leading = True
-                # Linger (like PostgreSQL's commit_delay) only while announced puts are on their
-                # way: they join this commit instead of each paying for their own.
-                deadline = time.monotonic() + self.commit_linger_s
-                while self._incoming > 0 and (left := deadline - time.monotonic()) > 0:
-                    self._put_cond.wait(left)
                 batch, self._put_queue = self._put_queue, []
         if not item.done:
             try:
@@ -507,20 +497,6 @@ class BufferStore:
             raise item.error
         assert item.result is not None
         return item.result
-
-    @contextlib.contextmanager
-    def expect_put(self) -> Iterator[None]:
-        """Announce a put that is being prepared (the HTTP app validates a request in here): a
-        commit that starts meanwhile waits up to `commit_linger_s` for it, so concurrent writers
-        share commits (fsyncs) instead of each paying for one."""
-        with self._put_cond:
-            self._incoming += 1
-        try:
-            yield
-        finally:
-            with self._put_cond:
-                self._incoming -= 1
-                self._put_cond.notify_all()
 
     def _commit_puts(self, batch: list[_PendingPut]) -> None:
         try:

@@ -399,47 +399,6 @@ def test_concurrent_puts_are_group_committed_and_stay_idempotent(open_store):
     assert store_invariants_hold(store)
 
 
-def test_a_commit_lingers_only_for_announced_puts(tmp_path):
-    """A put announced with expect_put (a request being validated) joins the commit that starts
-    meanwhile; with nothing announced, or once the announced put gave up, nobody waits."""
-    with BufferStore(tmp_path / "b.sqlite", GroupRules(group_size=2), commit_linger_s=30.0) as store:
-        t0 = time.monotonic()
-        store.put(group("alone", 2))  # nothing announced: no linger
-        assert time.monotonic() - t0 < 10
-        commits = store.stats()["write_commits"]
-        announced, done = threading.Event(), threading.Event()
-
-        def late_writer() -> None:
-            with store.expect_put():
-                announced.set()
-                time.sleep(0.3)  # "validating"
-            store.put(group("late", 2))
-            done.set()
-
-        writer = threading.Thread(target=late_writer)
-        writer.start()
-        announced.wait(10)
-        store.put(group("early", 2))  # leads, and waits for the announced put to join
-        writer.join(10)
-        assert done.is_set() and store.stats()["write_commits"] == commits + 1
-        assert set(uids(store.lease(5))) == {"alone", "early", "late"}
-
-        def failing_writer() -> None:
-            with contextlib.suppress(ValueError), store.expect_put():
-                announced.set()
-                time.sleep(0.3)
-                raise ValueError("a 400: nothing to put")
-
-        announced.clear()
-        writer = threading.Thread(target=failing_writer)
-        writer.start()
-        announced.wait(10)
-        t0 = time.monotonic()
-        store.put(group("after", 2))  # waits only until the announced put gave up
-        assert time.monotonic() - t0 < 10
-        writer.join(10)
-
-
 def test_a_failed_group_commit_fails_only_the_bad_put(open_store):
     from buffer_server.store import _PendingPut
 
