@@ -197,15 +197,18 @@ def write_phase(
         finally:
             conn.close()
 
+    commits0 = httpx.get(f"{url}/stats").json()["write_commits"]
     server_cpu0, client_cpu0 = cpu_seconds(server_pid), cpu_seconds()
     elapsed = run_threads(client, clients)
     server_cpu, client_cpu = cpu_seconds(server_pid) - server_cpu0, cpu_seconds() - client_cpu0
+    commits = httpx.get(f"{url}/stats").json()["write_commits"] - commits0
     if errors:
         raise RuntimeError(f"write failed: {errors[0]}")
     lat = [x for xs in latencies for x in xs]
     return {
         "records": sum(accepted),
         "requests": len(lat),
+        "commits": commits,  # group commits (one fsync of bodies, one SQLite commit each)
         "seconds": round(elapsed, 3),
         "records_per_s": round(sum(accepted) / elapsed, 1),
         "mb_per_s": round(sum(body_bytes) / elapsed / 1e6, 1),
@@ -519,12 +522,13 @@ def main() -> None:
           f"server JSON backend {health['json_backend']}; {os.cpu_count()} CPUs shared by client and server")  # fmt: skip
     print(
         f"{'phase':<24}{'records/s':>10}{'MB/s':>8}{'req p50 ms':>12}{'req p95 ms':>12}"
-        f"{'server CPU ms/rec':>19}{'client CPU ms/rec':>19}"
+        f"{'server CPU ms/rec':>19}{'client CPU ms/rec':>19}{'req/commit':>12}"
     )
     for w in writes.values():
         print(
             f"{w['label']:<24}{w['records_per_s']:>10}{w['mb_per_s']:>8}{w['request_p50_ms']:>12}"
             f"{w['request_p95_ms']:>12}{w['server_cpu_ms_per_record']:>19}{w['client_cpu_ms_per_record']:>19}"
+            f"{w['requests'] / max(1, w['commits']):>12.2f}"
         )
     if in_process is not None:
         print(
