@@ -968,8 +968,16 @@ class BufferStore:
         returns their ids. Runs after every ack, at open and with `stats`."""
         with self._append_lock:  # no body is between its append and its row's commit
             with self._db_lock:
-                live = {s for (s,) in self._conn.execute("SELECT DISTINCT segment FROM records")}
-            return self._bodies.remove(s for s in self._bodies.segments() if s not in live)
+                # One index probe per segment file (a handful), not a scan of every row.
+                dead = [
+                    segment
+                    for segment in self._bodies.segments()
+                    if self._conn.execute(
+                        "SELECT 1 FROM records WHERE segment = ? LIMIT 1", (segment,)
+                    ).fetchone()
+                    is None
+                ]
+            return self._bodies.remove(dead)
 
     def release(self, lease_id: str) -> int:
         """Give a lease's groups back to the buffer now (instead of waiting for expiry).
@@ -1011,14 +1019,12 @@ class BufferStore:
             self._maintain(cur, now)
             eligible, partial = self._eligible(cur, now), self._partial(cur, now)
             counters = dict(cur.execute("SELECT name, value FROM counters").fetchall())
-            by_state = dict(
-                cur.execute(
-                    "SELECT state, COUNT(*) FROM records WHERE state IN ('ready', 'leased') GROUP BY state"
-                ).fetchall()
-            )
-            active_leases = cur.execute("SELECT COUNT(*) FROM leases WHERE state = 'active'").fetchone()[0]
+            # From the per-group and per-lease rows, not a count of every record.
+            ready = cur.execute("SELECT COALESCE(SUM(size), 0) FROM ready_groups").fetchone()[0]
+            active_leases, leased = cur.execute(
+                "SELECT COUNT(*), COALESCE(SUM(records), 0) FROM leases WHERE state = 'active'"
+            ).fetchone()
         self.collect_segments()  # bodies of records the rules just dropped
-        ready, leased = by_state.get("ready", 0), by_state.get("leased", 0)
         dropped_records = {r: counters.get(f"dropped_records.{r}", 0) for r in DROP_REASONS}
         dropped_groups = {r: counters.get(f"dropped_groups.{r}", 0) for r in DROP_REASONS if r != DROP_STALE}
         return {
