@@ -157,9 +157,12 @@ CREATE INDEX IF NOT EXISTS ready_groups_by_arrival ON ready_groups (first_seq);
 CREATE INDEX IF NOT EXISTS ready_groups_by_age ON ready_groups (oldest);
 CREATE INDEX IF NOT EXISTS ready_groups_by_version ON ready_groups (min_version);
 -- A record leaving or re-entering `ready` (lease, release, expiry, drop): the group's row is
--- computed again from its ready records (a handful, through records_by_state).
+-- computed again from its ready records (a handful, through records_by_state). A lease takes
+-- whole groups and deletes a group's row before it moves the group's records: nothing to
+-- recount then (the WHEN clause).
 CREATE TRIGGER IF NOT EXISTS ready_groups_on_state AFTER UPDATE OF state ON records
 WHEN old.state IS NOT new.state
+    AND (new.state = 'ready' OR EXISTS (SELECT 1 FROM ready_groups WHERE instance_id = old.instance_id))
 BEGIN
     DELETE FROM ready_groups WHERE instance_id = old.instance_id;
     INSERT INTO ready_groups (instance_id, size, first_seq, oldest, lo, hi, min_version)
@@ -801,6 +804,8 @@ class BufferStore:
         deadline = start + max(0.0, timeout_s)
         lease_id: str | None = None
         held = 0
+        rows: list[tuple[int, str, int, int, int]] = []
+        expires_at: float | None = None
         while True:
             with self._wake:
                 gen = self._write_gen
@@ -818,6 +823,9 @@ class BufferStore:
                             (lease_id, now, now + (deadline - time.monotonic()) + lease_s),
                         )
                     for instance_id, _size in take:
+                        # The whole group leaves `ready`: its row goes first, which spares the
+                        # state trigger a recount per record (see _SCHEMA).
+                        cur.execute("DELETE FROM ready_groups WHERE instance_id = ?", (instance_id,))
                         cur.execute(
                             "UPDATE records SET state = 'leased', lease_id = ? "
                             "WHERE state = 'ready' AND instance_id = ?",
@@ -829,8 +837,17 @@ class BufferStore:
                         )
                     held += len(take)
                     self._bump(cur, "groups_leased", len(take))
-            remaining = deadline - time.monotonic()
-            if held >= max_groups or remaining <= 0:
+                remaining = deadline - time.monotonic()
+                done = held >= max_groups or remaining <= 0
+                if done and lease_id is not None:  # in the same transaction: one commit in all
+                    expires_at = now + lease_s
+                    cur.execute("UPDATE leases SET expires_at = ? WHERE lease_id = ?", (expires_at, lease_id))
+                    rows = cur.execute(
+                        "SELECT seq, instance_id, segment, offset, length FROM records "
+                        "WHERE lease_id = ? AND state = 'leased' ORDER BY seq",
+                        (lease_id,),
+                    ).fetchall()
+            if done:
                 break
             with self._wake:
                 if self._write_gen == gen:
@@ -838,14 +855,6 @@ class BufferStore:
         waited = time.monotonic() - start
         if lease_id is None:
             return Lease(None, [], None, self._policy_version, waited)
-        with self._transaction() as cur:
-            expires_at = self._clock() + lease_s
-            cur.execute("UPDATE leases SET expires_at = ? WHERE lease_id = ?", (expires_at, lease_id))
-            rows = cur.execute(
-                "SELECT seq, instance_id, segment, offset, length FROM records "
-                "WHERE lease_id = ? AND state = 'leased' ORDER BY seq",
-                (lease_id,),
-            ).fetchall()
         # Read and unpacked outside the store lock (writers go on meanwhile): leased rows are
         # deleted only by this lease's ack, which the caller cannot send before this returns.
         by_instance: dict[str, list[bytes]] = {}
