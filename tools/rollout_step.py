@@ -1,6 +1,6 @@
 """One rollout step against a running buffer server, as slime's rollout function does it:
-`POST /rollout/start`, lease whole GRPO groups with `POST /batches` until NUM_GROUPS are in hand,
-ack every lease, `POST /rollout/stop`. Writes the trajectories (jsonl, one record per line, as
+`POST /rollout/start`, lease whole GRPO groups with `POST /batches` (packed, through the
+plug-in's BufferClient) until NUM_GROUPS are in hand, ack every lease, `POST /rollout/stop`. Writes the trajectories (jsonl, one record per line, as
 the buffer handed them out) and a per-turn summary (JSON), each atomically.
 
   python -m tools.rollout_step --buffer-url http://127.0.0.1:8889 --num-groups 4 \\
@@ -22,11 +22,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from slime_ext.data.files import atomic_write_jsonl
 from slime_ext.fileio import atomic_write
-from slime_ext.trajectory import TrajectoryRecord, parse_record
+from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
+from slime_ext.trajectory import TrajectoryRecord
+from slime_ext.trajectory_codec import decode
 
 __all__ = ["consume_step", "format_summary", "main", "summarize"]
 
@@ -35,42 +35,35 @@ class StepError(RuntimeError):
     """The buffer did not deliver the step (message names the endpoint and its answer)."""
 
 
-def _post(client: httpx.Client, path: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    try:
-        response = client.post(path, json=body, timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        raise StepError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
-    if response.status_code != 200:
-        raise StepError(f"POST {path}: HTTP {response.status_code}: {response.text[:500]}")
-    return response.json()
-
-
 def consume_step(
     buffer_url: str, num_groups: int, *, timeout_s: float = 600.0, poll_s: float = 30.0
 ) -> list[TrajectoryRecord]:
-    """Start the runner, lease and ack `num_groups` whole groups, stop the runner; the records."""
+    """Start the runner, lease and ack `num_groups` whole groups, stop the runner; the records.
+    Leases are read packed and decoded, exactly as the rollout plug-in does (BufferClient)."""
     records: list[TrajectoryRecord] = []
     groups = 0
     deadline = time.monotonic() + timeout_s
-    with httpx.Client(base_url=buffer_url.rstrip("/")) as client:
-        _post(client, "/rollout/start", {}, 30.0)
+    client = BufferClient(buffer_url)
+    try:
+        client.start_runner()
         try:
             while groups < num_groups:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise StepError(f"only {groups}/{num_groups} groups after {timeout_s:.0f} s")
-                wait = min(poll_s, left)
-                batch = _post(
-                    client, "/batches", {"num_groups": num_groups - groups, "timeout_s": wait}, wait + 30.0
-                )
+                batch = client.lease(num_groups - groups, timeout_s=min(poll_s, left))
                 for group in batch["groups"]:
-                    records += [parse_record(r) for r in group["records"]]
+                    records += [decode(body) for body in group["records"]]
                 groups += len(batch["groups"])
                 if batch["groups"]:
-                    _post(client, "/batches/ack", {"lease_id": batch["lease_id"]}, 30.0)
+                    client.ack(batch["lease_id"])
                     print(f"rollout_step: {groups}/{num_groups} groups ({len(records)} records)", flush=True)
         finally:
-            _post(client, "/rollout/stop", {}, 900.0)
+            client.stop_runner()
+    except BufferError as exc:
+        raise StepError(str(exc)) from exc
+    finally:
+        client.close()
     return records
 
 

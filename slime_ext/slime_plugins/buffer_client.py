@@ -83,6 +83,11 @@ class BufferClient:
     def start_runner(self) -> dict[str, Any]:
         return self._request("POST", "/rollout/start", {})
 
+    def stop_runner(self, *, wait_s: float = 780.0) -> dict[str, Any]:
+        """`POST /rollout/stop`: answers once the runner's episodes in flight have ended or were
+        abandoned, hence the longer wait."""
+        return self._request("POST", "/rollout/stop", {}, wait_s=wait_s)
+
     def set_policy_version(self, version: int) -> dict[str, Any]:
         return self._request("POST", "/policy_version", {"version": version})
 
