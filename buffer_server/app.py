@@ -99,8 +99,8 @@ def create_app(
     unpack_packed: Callable[[bytes, int], list[EncodedRecord]] = unpack_request,
 ) -> Flask:
     """`encode_body` is the fast path of POST /trajectories for JSON bodies (ingest.py),
-    `unpack_packed` the validator of packed ones (codec.py); an IngestPool's run them in worker
-    processes."""
+    `unpack_packed` the validator of packed ones (slime_ext/trajectory_codec.py); an
+    IngestPool's run them in worker processes."""
     app = json_flask_app("buffer_server", max_body_bytes)
     server_info = dict(info or {})
 

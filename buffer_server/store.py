@@ -1,5 +1,6 @@
 """Durable trajectory store with GRPO group hand-out: small rows in one SQLite file in WAL
-mode, packed record bodies (codec.py) in append-only segment files beside it (bodylog.py).
+mode, packed record bodies (slime_ext/trajectory_codec.py) in append-only segment files beside
+it (bodylog.py).
 
 Durability. A `put` appends its bodies to the body log and fdatasyncs them, then commits their
 rows in one transaction with `synchronous=FULL`, and only then returns, so an acknowledged
@@ -101,7 +102,8 @@ _SCHEMA = """
 -- what idempotency (a late retry is still a duplicate) and the runner's resume need.
 CREATE TABLE IF NOT EXISTS uids (uid TEXT PRIMARY KEY CHECK (length(uid) > 0)) WITHOUT ROWID;
 -- One row per record held now (ready or leased); deleted when it is consumed or dropped. Its
--- packed body (codec.py, ~40 kB) is in the body log (bodylog.py) at segment/offset/length.
+-- packed body (slime_ext/trajectory_codec.py, ~40 kB) is in the body log (bodylog.py) at
+-- segment/offset/length.
 -- AUTOINCREMENT: rows are deleted, and a reused seq would break arrival order and the JSON cache.
 CREATE TABLE IF NOT EXISTS records (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
