@@ -34,7 +34,14 @@ import numpy as np
 
 from slime_ext import fastjson
 from slime_ext.trajectory import FIELD_NAMES, REQUIRED_FIELDS, parse_record
-from slime_ext.trajectory_codec import EncodedRecord, encode_arrays, validate_request
+from slime_ext.trajectory_codec import (
+    ARRAY_FIELDS,
+    ARRAY_STAND_INS,
+    EncodedRecord,
+    encode_arrays,
+    splice,
+    validate_request,
+)
 
 try:  # pragma: no cover - depends on the environment
     import simdjson as _simdjson
@@ -49,15 +56,6 @@ __all__ = ["AVAILABLE", "IngestPool", "encode_body"]
 log = logging.getLogger("buffer_server.ingest")
 
 AVAILABLE = _simdjson is not None
-_ARRAYS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_log_probs")
-# parse_record checks every other field; these stand-ins satisfy its checks of the arrays,
-# which are checked here instead.
-_STAND_INS: dict[str, list[Any]] = {
-    "prompt_token_ids": [0],
-    "response_token_ids": [],
-    "loss_mask": [],
-    "rollout_log_probs": [],
-}
 _REQUIRED = frozenset(REQUIRED_FIELDS)
 
 
@@ -94,7 +92,7 @@ def _encode_record(obj: Any, keys: list[str] | None = None) -> EncodedRecord:
     names = set(keys)
     if len(names) != len(keys) or not names <= FIELD_NAMES or not names >= _REQUIRED:
         raise _NotFast  # duplicate, unknown or missing fields: parse_record says which
-    arrays = [obj[name] for name in _ARRAYS]
+    arrays = [obj[name] for name in ARRAY_FIELDS]
     if not all(isinstance(a, _simdjson.Array) for a in arrays):
         raise _NotFast
     # as_buffer raises TypeError for any element of another JSON type (bool and null included)
@@ -104,13 +102,13 @@ def _encode_record(obj: Any, keys: list[str] | None = None) -> EncodedRecord:
     small = {
         name: fastjson.loads(value.mini) if isinstance(value := obj[name], _CONTAINERS) else value
         for name in keys
-        if name not in _STAND_INS
+        if name not in ARRAY_STAND_INS
     }
     try:
-        record = parse_record({**small, **_STAND_INS}, strict_json=True)
+        record = parse_record({**small, **ARRAY_STAND_INS}, strict_json=True)
     except ValueError:  # ValidationError: let the full path name the field
         raise _NotFast from None
-    fields = {name: getattr(record, name) for name in FIELD_NAMES if name not in _STAND_INS}
+    fields = {name: getattr(record, name) for name in FIELD_NAMES if name not in ARRAY_STAND_INS}
     return encode_arrays(fields, prompt, response, mask, log_probs)
 
 
@@ -158,8 +156,7 @@ class IngestPool:
         """`codec.unpack_request` (a packed upload) in a worker; its ValidationError comes back.
         The worker sends back each record's few-kB prefix; the arrays are taken from `raw` here
         (codec.SplicedRecord), which spares the pipe and pickle a copy of the whole body."""
-        view = memoryview(raw)
-        return [r.encoded(view) for r in self._run(_VALIDATE_REQUEST, raw, max_records)]
+        return splice(raw, self._run(_VALIDATE_REQUEST, raw, max_records))
 
     def _run(self, kind: int, raw: bytes, max_records: int) -> Any:
         worker = self._idle.get()

@@ -28,6 +28,8 @@ from slime_ext.trajectory import MAX_TOKEN_ID, TrajectoryRecord, parse_record
 from slime_ext.validation import ValidationError
 
 __all__ = [
+    "ARRAY_FIELDS",
+    "ARRAY_STAND_INS",
     "PACKED_BATCH_MEDIA_TYPE",
     "PACKED_MEDIA_TYPE",
     "EncodedRecord",
@@ -37,6 +39,7 @@ __all__ = [
     "encode_arrays",
     "pack_batch",
     "pack_request",
+    "splice",
     "to_json",
     "unpack_batch",
     "unpack_request",
@@ -58,9 +61,9 @@ _TAIL_FIELDS = (
     "created_at",
     "sample_index",
 )
-_ARRAY_FIELDS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_log_probs")
+ARRAY_FIELDS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_log_probs")
 # The record's JSON field order is the dataclass's: head fields, the four arrays, tail fields.
-assert tuple(TrajectoryRecord.__dataclass_fields__) == _HEAD_FIELDS + _ARRAY_FIELDS + _TAIL_FIELDS
+assert tuple(TrajectoryRecord.__dataclass_fields__) == _HEAD_FIELDS + ARRAY_FIELDS + _TAIL_FIELDS
 
 try:  # pragma: no cover - depends on the environment, like fastjson
     import orjson as _orjson
@@ -269,7 +272,7 @@ def decode(body: bytes) -> TrajectoryRecord:
         raise ValueError(f"not a valid packed record ({exc})") from None
     if not isinstance(small, dict) or not set(small) <= _SMALL_FIELDS:
         raise ValueError("not a valid packed record (its fields are not the record's)")
-    record = parse_record({**small, **_STAND_INS}, strict_json=fastjson.STRICT_DECODER)
+    record = parse_record({**small, **ARRAY_STAND_INS}, strict_json=fastjson.STRICT_DECODER)
     record.prompt_token_ids = prompt.tolist()
     record.response_token_ids = response.tolist()
     record.loss_mask = sampled.tolist()
@@ -291,7 +294,9 @@ REQUEST_MAGIC = b"TRQ1"
 _REQUEST_HEADER = struct.Struct("<4sI")
 _LENGTH = struct.Struct("<I")
 _SMALL_FIELDS = frozenset(_HEAD_FIELDS + _TAIL_FIELDS)
-_STAND_INS: dict[str, list[Any]] = {
+# parse_record checks every other field; these stand-ins satisfy its checks of the arrays,
+# which the packed layout and the vectorised checks here (or in ingest.py) cover instead.
+ARRAY_STAND_INS: dict[str, list[Any]] = {
     "prompt_token_ids": [0],
     "response_token_ids": [],
     "loss_mask": [],
@@ -299,14 +304,46 @@ _STAND_INS: dict[str, list[Any]] = {
 }
 
 
+def _count(raw: bytes, magic: bytes, what: str, error: type[ValueError]) -> int:
+    """The count field of the `<4sI` header that starts a packed upload or batch reply."""
+    if len(raw) < _REQUEST_HEADER.size:
+        raise error(f"{what}: shorter than its header")
+    found, count = _REQUEST_HEADER.unpack_from(raw)
+    if found != magic:
+        raise error(f"{what}: bad magic {found!r} (expected {magic!r})")
+    return count
+
+
+def _framed(bodies: list[bytes]) -> list[bytes]:
+    """Each body after its `<I` byte length."""
+    pieces: list[bytes] = []
+    for body in bodies:
+        pieces += [_LENGTH.pack(len(body)), body]
+    return pieces
+
+
+def _frame(raw: bytes, at: int, error: type[ValueError], before: str, inside: str) -> tuple[int, int]:
+    """(start, end) of the length-prefixed body at `at`; `error(before)` if even its length
+    is cut off, `error(inside)` if the body is."""
+    if at + _LENGTH.size > len(raw):
+        raise error(before)
+    (n,) = _LENGTH.unpack_from(raw, at)
+    start = at + _LENGTH.size
+    if start + n > len(raw):
+        raise error(inside)
+    return start, start + n
+
+
+def _check_end(raw: bytes, at: int, what: str, error: type[ValueError]) -> None:
+    if at != len(raw):
+        raise error(f"{what}: {len(raw) - at} bytes after the last record")
+
+
 def pack_request(records: list[TrajectoryRecord] | list[EncodedRecord]) -> bytes:
     """The body of a packed `POST /trajectories` (the client side; records are packed with
     `encode`, which checks their arrays)."""
     bodies = [r.body if isinstance(r, EncodedRecord) else encode(r).body for r in records]
-    parts = [_REQUEST_HEADER.pack(REQUEST_MAGIC, len(bodies))]
-    for body in bodies:
-        parts += [_LENGTH.pack(len(body)), body]
-    return b"".join(parts)
+    return b"".join([_REQUEST_HEADER.pack(REQUEST_MAGIC, len(bodies)), *_framed(bodies)])
 
 
 @dataclass(frozen=True)
@@ -330,33 +367,34 @@ class SplicedRecord:
 
 def unpack_request(raw: bytes, max_records: int) -> list[EncodedRecord]:
     """Validate a packed `POST /trajectories` body; ValidationError names the record and field."""
+    return splice(raw, validate_request(raw, max_records))
+
+
+def splice(raw: bytes, records: list[SplicedRecord]) -> list[EncodedRecord]:
+    """The records `validate_request(raw, ...)` returned, with their bodies."""
     view = memoryview(raw)
-    return [r.encoded(view) for r in validate_request(raw, max_records)]
+    return [r.encoded(view) for r in records]
 
 
 def validate_request(raw: bytes, max_records: int) -> list[SplicedRecord]:
     """`unpack_request` without building the bodies (what an ingest worker returns)."""
-    if len(raw) < _REQUEST_HEADER.size:
-        raise ValidationError("packed body: shorter than its header")
-    magic, count = _REQUEST_HEADER.unpack_from(raw)
-    if magic != REQUEST_MAGIC:
-        raise ValidationError(f"packed body: bad magic {magic!r} (expected {REQUEST_MAGIC!r})")
+    count = _count(raw, REQUEST_MAGIC, "packed body", ValidationError)
     if not 1 <= count <= max_records:
         raise ValidationError(f"records: expected 1 to {max_records} records, got {count}")
     out: list[SplicedRecord] = []
     view = memoryview(raw)
     at = _REQUEST_HEADER.size
     for i in range(count):
-        if at + _LENGTH.size > len(raw):
-            raise ValidationError(f"records[{i}]: packed body ends before this record")
-        (n,) = _LENGTH.unpack_from(raw, at)
-        at += _LENGTH.size
-        if at + n > len(raw):
-            raise ValidationError(f"records[{i}]: packed body ends inside this record")
-        out.append(_validate_packed(view[at : at + n], at, f"records[{i}]"))
-        at += n
-    if at != len(raw):
-        raise ValidationError(f"packed body: {len(raw) - at} bytes after the last record")
+        path = f"records[{i}]"
+        start, at = _frame(
+            raw,
+            at,
+            ValidationError,
+            f"{path}: packed body ends before this record",
+            f"{path}: packed body ends inside this record",
+        )
+        out.append(_validate_packed(view[start:at], start, path))
+    _check_end(raw, at, "packed body", ValidationError)
     return out
 
 
@@ -377,7 +415,7 @@ def _validate_packed(body: memoryview, offset: int, path: str) -> SplicedRecord:
     if not isinstance(small, dict) or not set(small) <= _SMALL_FIELDS:
         extra = sorted(set(small) - _SMALL_FIELDS) if isinstance(small, dict) else small
         raise ValidationError(f"{path}: unexpected field(s) {extra} beside the packed arrays")
-    record = parse_record({**small, **_STAND_INS}, path=path, strict_json=fastjson.STRICT_DECODER)
+    record = parse_record({**small, **ARRAY_STAND_INS}, path=path, strict_json=fastjson.STRICT_DECODER)
     fields = {name: getattr(record, name) for name in _SMALL_FIELDS}
     index = (fields["uid"], fields["instance_id"], fields["policy_version"], fields["reward"])
     try:
@@ -430,22 +468,17 @@ def pack_batch(header: dict[str, Any], groups: list[list[bytes]]) -> list[bytes]
     for described, bodies in zip(header["groups"], groups, strict=True):
         described["num_records"] = len(bodies)
     head = fastjson.dumps(header)
-    pieces = [_REQUEST_HEADER.pack(BATCH_MAGIC, len(head)), head]
-    for bodies in groups:
-        for body in bodies:
-            pieces += [_LENGTH.pack(len(body)), body]
-    return pieces
+    return [
+        _REQUEST_HEADER.pack(BATCH_MAGIC, len(head)),
+        head,
+        *_framed([b for bodies in groups for b in bodies]),
+    ]
 
 
 def unpack_batch(raw: bytes) -> tuple[dict[str, Any], list[list[bytes]]]:
     """The header and the packed bodies, per group, of a packed batch reply (ValueError if its
     framing or record counts do not add up)."""
-    if len(raw) < _REQUEST_HEADER.size:
-        raise ValueError("packed batch: shorter than its header")
-    magic, n_head = _REQUEST_HEADER.unpack_from(raw)
-    if magic != BATCH_MAGIC:
-        raise ValueError(f"packed batch: bad magic {magic!r} (expected {BATCH_MAGIC!r})")
-    at = _REQUEST_HEADER.size + n_head
+    at = _REQUEST_HEADER.size + _count(raw, BATCH_MAGIC, "packed batch", ValueError)
     header = fastjson.loads(raw[_REQUEST_HEADER.size : at])
     if not isinstance(header, dict) or not isinstance(header.get("groups"), list):
         raise ValueError("packed batch: its header has no group list")
@@ -457,15 +490,14 @@ def unpack_batch(raw: bytes) -> tuple[dict[str, Any], list[list[bytes]]]:
             raise ValueError(f"packed batch: groups[{g}] has no record count")
         bodies = []
         for _ in range(count):
-            if at + _LENGTH.size > len(raw):
-                raise ValueError(f"packed batch: ends inside groups[{g}]")
-            (n,) = _LENGTH.unpack_from(raw, at)
-            at += _LENGTH.size
-            if at + n > len(raw):
-                raise ValueError(f"packed batch: ends inside a record of groups[{g}]")
-            bodies.append(bytes(view[at : at + n]))
-            at += n
+            start, at = _frame(
+                raw,
+                at,
+                ValueError,
+                f"packed batch: ends inside groups[{g}]",
+                f"packed batch: ends inside a record of groups[{g}]",
+            )
+            bodies.append(bytes(view[start:at]))
         groups.append(bodies)
-    if at != len(raw):
-        raise ValueError(f"packed batch: {len(raw) - at} bytes after the last record")
+    _check_end(raw, at, "packed batch", ValueError)
     return header, groups

@@ -126,7 +126,7 @@ def test_arrays_that_break_the_invariants_are_refused(field: str, value: list) -
         "log_probs": [-1.0, 0.0, -2.0],
         field: value,
     }
-    fields = {k: v for k, v in make(3).items() if k not in codec._ARRAY_FIELDS}
+    fields = {k: v for k, v in make(3).items() if k not in codec.ARRAY_FIELDS}
     with pytest.raises(ValueError):
         codec.encode_arrays(
             fields,
