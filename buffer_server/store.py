@@ -97,7 +97,18 @@ DEFAULT_JSON_CACHE_BYTES = 256 << 20  # prepared reply JSON (~2000 records of 4k
 # partial groups, a pass after every commit cost more CPU than the writes themselves).
 PREPARE_INTERVAL_S = 0.1
 
-_SCHEMA = """
+# The ready_groups rows of the ready records (WHERE clause open: callers narrow and group it).
+_RECOUNT = (
+    "INSERT INTO ready_groups (instance_id, size, first_seq, oldest, lo, hi, min_version) "
+    "SELECT instance_id, COUNT(*), MIN(seq), MIN(stored_at), MIN(reward), MAX(reward), MIN(policy_version) "
+    "FROM records WHERE state = 'ready'"
+)
+# A trigger's recount of the group of the record it fired for.
+_RECOUNT_OLD_GROUP = (
+    "DELETE FROM ready_groups WHERE instance_id = old.instance_id; "
+    f"{_RECOUNT} AND instance_id = old.instance_id GROUP BY instance_id;"
+)
+_SCHEMA = f"""
 -- Every uid ever accepted, also after its record was consumed or dropped and its rows deleted:
 -- what idempotency (a late retry is still a duplicate) and the runner's resume need.
 CREATE TABLE IF NOT EXISTS uids (uid TEXT PRIMARY KEY CHECK (length(uid) > 0)) WITHOUT ROWID;
@@ -165,19 +176,9 @@ CREATE INDEX IF NOT EXISTS ready_groups_by_version ON ready_groups (min_version)
 CREATE TRIGGER IF NOT EXISTS ready_groups_on_state AFTER UPDATE OF state ON records
 WHEN old.state IS NOT new.state
     AND (new.state = 'ready' OR EXISTS (SELECT 1 FROM ready_groups WHERE instance_id = old.instance_id))
-BEGIN
-    DELETE FROM ready_groups WHERE instance_id = old.instance_id;
-    INSERT INTO ready_groups (instance_id, size, first_seq, oldest, lo, hi, min_version)
-    SELECT instance_id, COUNT(*), MIN(seq), MIN(stored_at), MIN(reward), MAX(reward), MIN(policy_version)
-    FROM records WHERE state = 'ready' AND instance_id = old.instance_id GROUP BY instance_id;
-END;
+BEGIN {_RECOUNT_OLD_GROUP} END;
 CREATE TRIGGER IF NOT EXISTS ready_groups_on_delete AFTER DELETE ON records WHEN old.state = 'ready'
-BEGIN
-    DELETE FROM ready_groups WHERE instance_id = old.instance_id;
-    INSERT INTO ready_groups (instance_id, size, first_seq, oldest, lo, hi, min_version)
-    SELECT instance_id, COUNT(*), MIN(seq), MIN(stored_at), MIN(reward), MAX(reward), MIN(policy_version)
-    FROM records WHERE state = 'ready' AND instance_id = old.instance_id GROUP BY instance_id;
-END;
+BEGIN {_RECOUNT_OLD_GROUP} END;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value NOT NULL);
 """
@@ -404,11 +405,7 @@ class BufferStore:
         (the new tables and triggers exist by now: _SCHEMA creates what is missing)."""
         log.info("%s: migrating the schema from version %d to %d", self.path, version, SCHEMA_VERSION)
         cur.execute("DELETE FROM ready_groups")
-        cur.execute(
-            "INSERT INTO ready_groups (instance_id, size, first_seq, oldest, lo, hi, min_version) "
-            "SELECT instance_id, COUNT(*), MIN(seq), MIN(stored_at), MIN(reward), MAX(reward), MIN(policy_version) "
-            "FROM records WHERE state = 'ready' GROUP BY instance_id"
-        )
+        cur.execute(f"{_RECOUNT} GROUP BY instance_id")
         cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
 
     def close(self) -> None:
