@@ -287,12 +287,14 @@ def _post_httpx(
     return resp.status_code, resp.content
 
 
-def _records_of(raw: bytes, packed: bool) -> list[list[TrajectoryRecord]]:
-    """A batch reply as the trainer's plug-in turns it into records, per group."""
+def _records_of(raw: bytes, packed: bool) -> tuple[str, list[list[TrajectoryRecord]]]:
+    """A batch reply as the trainer's plug-in turns it into records: its lease id and the
+    records per group."""
     if packed:
-        _, groups = unpack_batch(raw)
-        return [[decode(body) for body in bodies] for bodies in groups]
-    return [[parse_record(r) for r in g["records"]] for g in fastjson.loads(raw)["groups"]]
+        header, groups = unpack_batch(raw)
+        return header["lease_id"], [[decode(body) for body in bodies] for bodies in groups]
+    batch = fastjson.loads(raw)
+    return batch["lease_id"], [[parse_record(r) for r in g["records"]] for g in batch["groups"]]
 
 
 def _write_groups(hx: httpx.Client, group_bodies: list[BodyTemplate], n: int, offset: int) -> None:
@@ -360,13 +362,12 @@ def read_phase(
             if status != 200:
                 raise RuntimeError(f"read failed: {status}: {raw[:300]!r}")
             t1 = time.perf_counter()
-            records = _records_of(raw, packed)
+            lease_id, records = _records_of(raw, packed)
             decode_s.append(time.perf_counter() - t1)
             sizes.append(len(raw))
             got = [len(g) for g in records]
             if len(got) != groups or any(n != group_size for n in got):
                 raise RuntimeError(f"expected {groups} groups of {group_size}, got {got}")
-            lease_id = unpack_batch(raw)[0]["lease_id"] if packed else fastjson.loads(raw)["lease_id"]
             hx.post("/batches/ack", json={"lease_id": lease_id}).raise_for_status()
         conn.close()
     return {
