@@ -1,10 +1,11 @@
 """Records' reply JSON, prepared ahead of the batch read that will hand them out.
 
-A packed body (slime_ext/trajectory_codec.py) costs ~0.3 ms of CPU to turn back into its
-~118 kB of JSON, so a batch of 256 records would spend ~80 ms encoding before the first byte
-goes out. The store's preparer thread fills this cache with the JSON of ready records, oldest first (the order in
-which leases take groups), while the trainer is busy; a lease then pops the prepared bytes and
-only encodes what is missing. Bounded in bytes; memory only (nothing here needs durability).
+A packed body (slime_ext/trajectory_codec.py) costs ~0.3 ms of CPU to turn back into its ~118
+kB of JSON, so a batch of 256 records would spend ~80 ms encoding before the first byte goes
+out. The store's preparer thread fills this cache with the JSON of ready records, oldest first
+(the order in which leases take groups), while the trainer is busy; a lease then pops the
+prepared bytes and only encodes what is missing. Bounded in bytes; memory only (nothing here
+needs durability).
 """
 
 from __future__ import annotations

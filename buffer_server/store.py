@@ -656,9 +656,12 @@ class BufferStore:
 
         Ready groups are eligible for hand-out (the agent runner's backpressure counts them)."""
         with self._transaction() as cur:
-            now = self._clock()
-            self._maintain(cur, now)
-            return self._eligible(cur, now), self._partial(cur, now)
+            return self._pending(cur)
+
+    def _pending(self, cur: sqlite3.Cursor) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        now = self._clock()
+        self._maintain(cur, now)
+        return self._eligible(cur, now), self._partial(cur, now)
 
     def get_meta(self, key: str) -> str | None:
         """A value stored with `set_meta` (None if absent). Keys of other components are
@@ -1023,16 +1026,15 @@ class BufferStore:
     def stats(self) -> dict[str, Any]:
         """Counts for /stats and /metrics (applies the time-based rules first)."""
         with self._transaction() as cur:
-            now = self._clock()
-            self._maintain(cur, now)
-            eligible, partial = self._eligible(cur, now), self._partial(cur, now)
+            eligible, partial = self._pending(cur)
             counters = dict(cur.execute("SELECT name, value FROM counters").fetchall())
             # From the per-group and per-lease rows, not a count of every record.
-            ready = cur.execute("SELECT COALESCE(SUM(size), 0) FROM ready_groups").fetchone()[0]
             active_leases, leased = cur.execute(
                 "SELECT COUNT(*), COALESCE(SUM(records), 0) FROM leases WHERE state = 'active'"
             ).fetchone()
         self.collect_segments()  # bodies of records the rules just dropped
+        ready_records, partial_records = sum(n for _, n in eligible), sum(n for _, n in partial)
+        ready = ready_records + partial_records
         dropped_records = {r: counters.get(f"dropped_records.{r}", 0) for r in DROP_REASONS}
         dropped_groups = {r: counters.get(f"dropped_groups.{r}", 0) for r in DROP_REASONS if r != DROP_STALE}
         return {
@@ -1052,9 +1054,9 @@ class BufferStore:
             },
             "groups": {
                 "ready": len(eligible),
-                "ready_records": sum(size for _, size in eligible),
+                "ready_records": ready_records,
                 "partial": len(partial),
-                "partial_records": sum(size for _, size in partial),
+                "partial_records": partial_records,
                 "leased_total": counters.get("groups_leased", 0),
                 "consumed": counters.get("groups_consumed", 0),
             },
