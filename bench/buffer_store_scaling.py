@@ -11,7 +11,6 @@ trainer that fell behind the producers pays on every batch, under the lock write
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import statistics
 import sys
@@ -24,11 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from buffer_server.store import BufferStore, GroupRules  # noqa: E402
 from slime_ext.trajectory import parse_record  # noqa: E402
-
-try:  # the record codec's home since the fourth session; before, buffer_server.codec
-    from slime_ext.trajectory_codec import encode  # noqa: E402
-except ImportError:  # pragma: no cover - measuring an older commit
-    from buffer_server.codec import encode  # type: ignore[no-redef]  # noqa: E402
+from slime_ext.trajectory_codec import encode  # noqa: E402
 
 BASE = {
     "uid": "u",
@@ -78,8 +73,6 @@ def main() -> None:
     p.add_argument("--json", default=None)
     args = p.parse_args()
     rules = GroupRules(group_size=args.group_size, drop_zero_variance=False, max_staleness=None)
-    # packed bodies need no JSON on the way out (stores before the fourth session had no choice)
-    packed = {"packed": True} if "packed" in inspect.signature(BufferStore.lease).parameters else {}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         store = BufferStore(Path(tmp) / "scaling.sqlite", rules, json_cache_bytes=0)
@@ -90,7 +83,7 @@ def main() -> None:
             held = size + args.repeats * per_lease
 
             def lease_ack() -> None:
-                lease = store.lease(args.groups, **packed)
+                lease = store.lease(args.groups, packed=True)
                 store.ack(lease.lease_id)
 
             lease_ms = timed(lease_ack, args.repeats)
