@@ -85,16 +85,20 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
         log.warning("episode for %s aborted: %s", info["instance_id"], ep.abort_reason)
     # Evaluation reports the trajectory return per episode, whatever the training credit mode.
     credit = "trajectory" if evaluation else episode.reward.credit
-    return episode_samples(ep, sample, credit=credit, info=info)
+    # Eval samples from slime's eval_rollout carry `index` but no `group_index`.
+    return episode_samples(ep, sample, credit=credit, info=info, evaluation=evaluation)
 
 
-async def reward(args: Any, samples: Any, **kwargs: Any) -> Any:
-    """slime's custom RM (per-sample or batched shape): the reward generate already set.
+async def reward(args: Any, sample: Any, **kwargs: Any) -> Any:
+    """slime's custom RM: the reward generate already set.
 
-    slime calls the RM only for samples whose reward is None, which never happens after this
-    generate; a None here means another generate produced the sample, which is a setup error.
+    The parameter is named `sample` as in slime's RM contract (`async_rm(args, sample)`); slime's
+    `batched_async_rm` passes a list in the same position (after a list-returning generate), so
+    both shapes are accepted. slime calls the RM only for samples whose reward is None, which never
+    happens after this generate; a None here means another generate produced the sample, which is
+    a setup error.
     """
-    items = samples if isinstance(samples, list) else [samples]
+    items = sample if isinstance(sample, list) else [sample]
     missing = [getattr(s, "index", None) for s in items if s.reward is None]
     if missing:
         raise ValueError(
@@ -102,4 +106,4 @@ async def reward(args: Any, samples: Any, **kwargs: Any) -> Any:
             "reward set by slime_ext.slime_plugins.generate.generate (use both flags together)"
         )
     values = [s.reward for s in items]
-    return values if isinstance(samples, list) else values[0]
+    return values if isinstance(sample, list) else values[0]

@@ -269,7 +269,7 @@ async def _evaluate_async(args: Any, cfg: PluginConfig, ev: _EvalSet) -> list[An
             ep = await run_problem(record, res, episode, max_new_tokens=ev.max_new_tokens)
         base = Sample(group_index=p, index=p * ev.n + j, prompt=record.reference, label=record.instance_id)
         info = {"instance_id": record.instance_id, "level": record.level, "problem_id": record.problem_id}
-        return episode_samples(ep, base, credit="trajectory", info=info)
+        return episode_samples(ep, base, credit="trajectory", info=info, evaluation=True)
 
     try:
         return list(

@@ -3,14 +3,17 @@
     --custom-rollout-log-function-path      slime_ext.slime_plugins.rollout_log.log_rollout
     --custom-eval-rollout-log-function-path slime_ext.slime_plugins.rollout_log.log_eval_rollout
 
-slime calls `log_rollout(rollout_id, args, samples, extra_metrics, rollout_time)` with the flat
-samples of a rollout before its default logging, and skips that logging if the function returns
-True. This one adds `rollout/kernel/...` metrics (slime_ext.slime_plugins.metrics) and returns
-False, so slime's own metrics are still logged: when slime passes an `extra_metrics` dict (the
-rollout function's metrics) the kernel metrics are added to it and go out in slime's single log
-call; otherwise they are logged here with slime's `rollout/step`.
+slime calls `log_rollout(rollout_id, args, samples, rollout_extra_metrics, rollout_time)` with
+the flat samples of a rollout before its default logging, and skips that logging if the function
+returns True. This one adds `rollout/kernel/...` metrics (slime_ext.slime_plugins.metrics) and
+returns False, so slime's own metrics are still logged: when slime passes a
+`rollout_extra_metrics` dict (the rollout function's metrics) the kernel metrics are added to it
+and go out in slime's single log call; otherwise they are logged here with slime's `rollout/step`.
 `log_eval_rollout(rollout_id, args, data, extra_metrics)` does the same for evaluation data
 (`eval/<name>/kernel/...`, step `eval/step`).
+
+Parameter names are slime's own (`slime/observability/rollout_metrics.py` and its plug-in contract
+test `tests/plugin_contracts/test_plugin_runtime_hook_contracts.py`, which compares them exactly).
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ def _emit(args: Any, rollout_id: int, metrics: dict[str, float], extra: Any, ste
 
 
 def log_rollout(
-    rollout_id: int, args: Any, samples: list[Any], extra_metrics: Any, rollout_time: float
+    rollout_id: int, args: Any, samples: list[Any], rollout_extra_metrics: Any, rollout_time: float
 ) -> bool:
     """slime's custom rollout log hook; returns False (slime's default logging still runs)."""
-    _emit(args, rollout_id, kernel_metrics(samples, "rollout/kernel/"), extra_metrics, "rollout/step")
+    metrics = kernel_metrics(samples, "rollout/kernel/")
+    _emit(args, rollout_id, metrics, rollout_extra_metrics, "rollout/step")
     return False
 
 

@@ -10,7 +10,9 @@ once more by `check_sample` (slime_interfaces.md section 2):
 - `status` is COMPLETED, TRUNCATED or ABORTED (never PENDING);
 - `index`, `group_index` and `rollout_id` are ints; fan-out siblings (per_turn credit: the turn
   samples of one trajectory) share `index`, `group_index` and `rollout_id` (= the trajectory's
-  index), as slime's own agent fan-out does.
+  index), as slime's own agent fan-out does. Evaluation samples are the one exception: slime's
+  `eval_rollout` sets `index` on each eval sample but never `group_index` (eval samples are not
+  normalised by group), so with `evaluation=True` `group_index` may be None.
 
 An aborted episode (engine abort, eval outage) trains nothing: reward 0.0, `remove_sample=True`,
 mask all 0. If it has no response token at all, the last prompt token is counted as its one
@@ -80,13 +82,22 @@ def turn_summary(eval_result: Mapping[str, Any] | None, reward: float) -> dict[s
     }
 
 
-def check_sample(sample: Any) -> None:
-    """Raise SampleInvariantError unless `sample` satisfies every invariant in the module doc."""
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_sample(sample: Any, *, evaluation: bool = False) -> None:
+    """Raise SampleInvariantError unless `sample` satisfies every invariant in the module doc.
+
+    `evaluation`: the sample comes from slime's eval path, which leaves `group_index` None."""
     where = f"sample index={sample.index}"
     for name in ("index", "group_index", "rollout_id"):
         value = getattr(sample, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SampleInvariantError(f"{where}: {name} must be an int, got {value!r}")
+        if name == "group_index" and evaluation and value is None:
+            continue
+        if not _is_int(value):
+            kind = "an int" if name != "group_index" else "an int (None only for evaluation samples)"
+            raise SampleInvariantError(f"{where}: {name} must be {kind}, got {value!r}")
     n = sample.response_length
     if not isinstance(n, int) or n < 1:
         raise SampleInvariantError(f"{where}: response_length must be >= 1, got {n!r}")
@@ -128,9 +139,11 @@ def fill_sample(
     status: str,
     response: str = "",
     metadata: Mapping[str, Any] | None = None,
+    evaluation: bool = False,
 ) -> Any:
     """Set the training fields of `sample` (other fields, e.g. prompt, label, session_id, are
-    kept), apply the aborted-sample rule, check the invariants and return the sample."""
+    kept), apply the aborted-sample rule, check the invariants and return the sample.
+    `evaluation`: an eval sample (see `check_sample`)."""
     if status not in _STATUS_NAMES:
         raise SampleInvariantError(f"status {status!r} is not one of {sorted(_STATUS_NAMES)}")
     prompt, resp = [int(t) for t in prompt_ids], [int(t) for t in response_ids]
@@ -158,7 +171,7 @@ def fill_sample(
     sample.remove_sample = aborted
     if metadata:
         sample.metadata = {**(sample.metadata or {}), **metadata}
-    check_sample(sample)
+    check_sample(sample, evaluation=evaluation)
     return sample
 
 
@@ -264,7 +277,9 @@ def _episode_metadata(ep: Episode, base: Mapping[str, Any], turn: int | None) ->
     }
 
 
-def episode_samples(ep: Episode, base_sample: Any, *, credit: str, info: Mapping[str, Any]) -> Any:
+def episode_samples(
+    ep: Episode, base_sample: Any, *, credit: str, info: Mapping[str, Any], evaluation: bool = False
+) -> Any:
     """An episode run inside slime's loop -> the Sample to return from custom generate.
 
     `trajectory` credit: `base_sample` filled with the whole episode, reward R.
@@ -272,7 +287,8 @@ def episode_samples(ep: Episode, base_sample: Any, *, credit: str, info: Mapping
     response = that turn's sampled tokens, reward G_t), all sharing the base sample's index,
     group_index and rollout_id. An aborted episode is one removed sample (a one-element list in
     per_turn mode, so the shape never depends on the outcome).
-    `info` goes into `metadata["kernel_rl"]` (instance_id, level, ...).
+    `info` goes into `metadata["kernel_rl"]` (instance_id, level, ...). `evaluation`: the base
+    sample comes from slime's eval path (its `group_index` may be None, see `check_sample`).
     """
     if base_sample.rollout_id is None:
         base_sample.rollout_id = base_sample.index
@@ -287,6 +303,7 @@ def episode_samples(ep: Episode, base_sample: Any, *, credit: str, info: Mapping
             status=ep.status,
             response="".join(t.text for t in ep.turns),
             metadata=_episode_metadata(ep, info, None),
+            evaluation=evaluation,
         )
         return [sample] if credit == "per_turn" else sample
     per_turn = episode_to_samples_per_turn(ep)
@@ -308,6 +325,7 @@ def episode_samples(ep: Episode, base_sample: Any, *, credit: str, info: Mapping
                 status=status,
                 response=ep.turns[ts.turn].text,
                 metadata=_episode_metadata(ep, info, ts.turn),
+                evaluation=evaluation,
             )
         )
     return out

@@ -154,6 +154,7 @@ def _good() -> Sample:
     ("mutate", "message"),
     [
         (lambda s: setattr(s, "index", None), "index must be an int"),
+        (lambda s: setattr(s, "group_index", None), "group_index must be an int \\(None only for evaluation"),
         (lambda s: setattr(s, "rollout_id", None), "rollout_id must be an int"),
         (lambda s: setattr(s, "response_length", 0), "response_length must be >= 1"),
         (lambda s: setattr(s, "tokens", RESPONSE), "no prompt before the response"),
@@ -252,3 +253,26 @@ def test_aborted_episode_is_one_removed_sample() -> None:
         make_episode([0.3], status="aborted"), base_sample(), credit="trajectory", info={}
     )
     assert isinstance(single, Sample) and single.remove_sample
+
+
+def test_eval_sample_without_group_index() -> None:
+    """slime's eval_rollout sets `index` on each eval sample and leaves `group_index` None: allowed
+    for evaluation only; every other invariant still holds there."""
+    s = _good()
+    s.group_index = None
+    check_sample(s, evaluation=True)
+    with pytest.raises(SampleInvariantError, match="group_index"):
+        check_sample(s)
+    s.rollout_id = None
+    with pytest.raises(SampleInvariantError, match="rollout_id must be an int"):
+        check_sample(s, evaluation=True)
+
+
+def test_episode_from_an_eval_sample() -> None:
+    """The in-slime eval path: a Sample as slime's eval_rollout builds it (index, no group_index)."""
+    base = Sample(index=4, prompt="ref source", label="kb_L1_001")
+    out = episode_samples(make_episode([0.1, 0.3]), base, credit="trajectory", info={}, evaluation=True)
+    assert (out.index, out.group_index, out.rollout_id) == (4, None, 4)
+    assert out.reward == pytest.approx(0.1 + 0.4 * 0.3)
+    with pytest.raises(SampleInvariantError, match="group_index"):
+        episode_samples(make_episode([0.1]), Sample(index=4, prompt="x"), credit="trajectory", info={})
