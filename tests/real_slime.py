@@ -42,6 +42,8 @@ __all__ = [
     "megatron_src",
     "missing_source_reason",
     "real_slime",
+    "record_logs",
+    "rollout_manager",
     "slime_args",
     "slime_src",
 ]
@@ -210,17 +212,20 @@ def real_slime(*, megatron: bool = False) -> Iterator[None]:
 # --------------------------------------------------------------------------- arguments
 
 
-# Megatron-side arguments slime's rollout code reads (their Megatron defaults).
-MEGATRON_SIDE = {"load": None, "save": None, "ref_load": None, "save_interval": None, "micro_batch_size": 1}
+# Arguments of Megatron's and SGLang's parsers that slime's rollout code reads, with their defaults.
+OTHER_PARSERS = {
+    "load": None, "save": None, "ref_load": None, "save_interval": None, "micro_batch_size": 1,
+    "sglang_server_concurrency": 512, "sglang_dp_size": None, "sglang_router_ip": None, "sglang_router_port": None,
+}  # fmt: skip
 
 
-def slime_args(argv: list[str], **megatron_side: Any) -> argparse.Namespace:
+def slime_args(argv: list[str], **other: Any) -> argparse.Namespace:
     """slime's argument namespace for `argv`, from slime's own code: its pre-parse flags and its
     argument groups (`get_slime_extra_args_provider`) parsed like `parse_args` does, then
     `slime_validate_args` (which also loads `--custom-config-path` and the eval datasets). Megatron's
     and SGLang's parsers are not run (test_real_slime_args.py runs the whole parse_args);
-    `megatron_side` sets the Megatron arguments that slime's rollout code reads. Call inside
-    `real_slime()`."""
+    `other` sets the arguments of those parsers that slime's rollout code reads (OTHER_PARSERS
+    gives their defaults). Call inside `real_slime()`."""
     from slime.utils import arguments
 
     with mock.patch.object(sys, "argv", ["train.py", *argv]):
@@ -231,7 +236,37 @@ def slime_args(argv: list[str], **megatron_side: Any) -> argparse.Namespace:
     flags = [a for a in unknown if a.startswith("--")]
     if flags:
         raise ValueError(f"not slime arguments: {flags}")
-    for key, value in {**MEGATRON_SIDE, **megatron_side, **vars(pre)}.items():
+    for key, value in {**OTHER_PARSERS, **other, **vars(pre)}.items():
         setattr(args, key, value)
     arguments.slime_validate_args(args)
     return args
+
+
+# --------------------------------------------------------------------------- RolloutManager
+
+
+def rollout_manager(args: argparse.Namespace) -> Any:
+    """slime's RolloutManager with the attributes its __init__ sets for rollout, conversion and
+    eval calls, built in-process: no Ray actor, no engines (the tests supply the rollout
+    function's partners). Call inside `real_slime()`."""
+    from slime.ray import rollout as ray_rollout
+    from slime.utils.misc import load_function
+
+    cls = getattr(getattr(ray_rollout.RolloutManager, "__ray_metadata__", None), "modified_class", None)
+    mgr = object.__new__(cls or ray_rollout.RolloutManager)
+    mgr.args, mgr.data_source, mgr._health_monitors = args, None, []
+    mgr.generate_rollout = load_function(args.rollout_function_path)
+    mgr.eval_generate_rollout = load_function(args.eval_function_path)
+    hook = args.custom_reward_post_process_path
+    mgr.custom_reward_post_process_func = load_function(hook) if hook else None
+    mgr.custom_convert_samples_to_train_data_func = None
+    return mgr
+
+
+def record_logs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Record what slime would send to W&B / TensorBoard (its `logging_utils.log`, the sink)."""
+    from slime.observability import logging_utils
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(logging_utils, "log", lambda args, metrics, step_key: calls.append(dict(metrics)))
+    return calls

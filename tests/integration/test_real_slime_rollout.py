@@ -22,7 +22,7 @@ import yaml
 from slime_ext.service import running_service
 from slime_ext.slime_plugins.rollout import reset_state
 from slime_ext.slime_plugins.samples import TRAJECTORY_KEY
-from tests.real_slime import real_slime, slime_args
+from tests.real_slime import real_slime, record_logs, rollout_manager, slime_args
 
 pytestmark = pytest.mark.integration
 
@@ -54,12 +54,7 @@ def buffer_url(slime: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @pytest.fixture
 def logged(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """What slime would send to W&B / TensorBoard (its `logging_utils.log`, recorded)."""
-    from slime.observability import logging_utils
-
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(logging_utils, "log", lambda args, metrics, step_key: calls.append(dict(metrics)))
-    return calls
+    return record_logs(monkeypatch)
 
 
 _versions = itertools.count(1)
@@ -98,23 +93,6 @@ def _args(tmp_path: Path, url: str, *, credit: str, batch: int, n: int, gbs: int
             + 2
         ] = []
     return slime_args(argv, global_batch_size=gbs, ref_load=str(tmp_path / "ref"))
-
-
-def _manager(args: Any) -> Any:
-    """slime's RolloutManager with the attributes its __init__ sets for these calls (no Ray, no
-    engines: the rollout function reads the buffer)."""
-    from slime.ray import rollout as ray_rollout
-    from slime.utils.misc import load_function
-
-    cls = getattr(getattr(ray_rollout.RolloutManager, "__ray_metadata__", None), "modified_class", None)
-    mgr = object.__new__(cls or ray_rollout.RolloutManager)
-    mgr.args, mgr.data_source, mgr._health_monitors = args, None, []
-    mgr.generate_rollout = load_function(args.rollout_function_path)
-    mgr.eval_generate_rollout = load_function(args.eval_function_path)
-    hook = args.custom_reward_post_process_path
-    mgr.custom_reward_post_process_func = load_function(hook) if hook else None
-    mgr.custom_convert_samples_to_train_data_func = None
-    return mgr
 
 
 def _advantages(args: Any, train_data: dict[str, Any]) -> tuple[list[list[int]], list[torch.Tensor]]:
@@ -162,7 +140,7 @@ def test_trajectory_groups_through_slime(buffer_url: str, tmp_path: Path, logged
         buffer_url, [_record(f"{g}{i}", g, r, version) for g, rs in rewards.items() for i, r in enumerate(rs)]
     )
     args = _args(tmp_path, buffer_url, credit="trajectory", batch=2, n=4, gbs=8)
-    mgr = _manager(args)
+    mgr = rollout_manager(args)
 
     from slime.observability.rollout_metrics import log_rollout_data
 
@@ -189,7 +167,9 @@ def test_trajectory_groups_through_slime(buffer_url: str, tmp_path: Path, logged
     assert train["rollout_ids"] == [s.index for s in data] and len(set(train["rollout_ids"])) == 8
     assert train["rollout_mask_sums"] == [3] * 8 and train["truncated"] == [0] * 8
 
-    no_hook = _manager(_args(tmp_path, buffer_url, credit="trajectory", batch=2, n=4, gbs=8, hook=False))
+    no_hook = rollout_manager(
+        _args(tmp_path, buffer_url, credit="trajectory", batch=2, n=4, gbs=8, hook=False)
+    )
     _, slime_rewards = no_hook._post_process_rewards(data)  # slime's own normalisation
     assert slime_rewards == pytest.approx(train["rewards"], abs=1e-6)
 
@@ -218,7 +198,7 @@ def test_per_turn_fan_out_through_slime(buffer_url: str, tmp_path: Path, logged:
     }
     _post(buffer_url, [turn(iid, ep, k, r) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)])
     args = _args(tmp_path, buffer_url, credit="per_turn", batch=2, n=2, gbs=4)
-    mgr = _manager(args)
+    mgr = rollout_manager(args)
     data, metrics = mgr._get_rollout_data(rollout_id=version)
     assert len(data) == 8 and metrics["rollout/buffer/trajectories"] == 4.0
 
@@ -231,7 +211,7 @@ def test_per_turn_fan_out_through_slime(buffer_url: str, tmp_path: Path, logged:
     mean = {"p": (0.22 + 0.3 + 0.12 + 0.3) / 4, "q": 1.3 / 2}
     expected = [s.reward - mean[s.label] for s in data]
     assert train["rewards"] == pytest.approx(expected, abs=1e-6)
-    _, pooled = _manager(
+    _, pooled = rollout_manager(
         _args(tmp_path, buffer_url, credit="per_turn", batch=2, n=2, gbs=4, hook=False)
     )._post_process_rewards(data)
     assert pooled != pytest.approx(expected, abs=1e-3)  # why per_turn needs the hook
