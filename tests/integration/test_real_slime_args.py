@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,8 @@ def _parse(tmp_path: Path, script: str, **env: str) -> dict[str, Any]:
     report = json.loads(out.read_text())
     allowed = [] if report["sglang_parsed"] else [f for f in SGLANG_FLAGS if f in trainer]
     assert report["unrecognised"] == allowed, "flags no slime parser knows"
+    if allowed:
+        warnings.warn(f"SGLang is not installed: its flags {allowed} were not parsed", stacklevel=2)
     return report
 
 
