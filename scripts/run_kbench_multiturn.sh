@@ -83,7 +83,19 @@ krl_gpu_split
 # which may be shared with other sessions, must not carry it).
 KRL_RUN_ID="${RUN_NAME}-$$-${RANDOM}"
 RUN_RECIPE="${RUN_DIR}/recipe.yaml"
-: "${SGLANG_URL:=http://${ROUTER_HOST}:${ROUTER_PORT}}"  # what the agent runner generates with
+# slime starts its router at ROUTER_HOST:ROUTER_PORT (SLIME_HOST_IP=ROUTER_HOST below); the agent
+# runner and the plug-ins generate with SGLANG_URL.
+if [[ -z "${SGLANG_URL:-}" ]]; then
+  if [[ "${ROUTER_HOST}" == *:* ]]; then
+    SGLANG_URL="http://[${ROUTER_HOST}]:${ROUTER_PORT}" # IPv6, bracketed as slime does
+  else
+    SGLANG_URL="http://${ROUTER_HOST}:${ROUTER_PORT}"
+  fi
+fi
+if [[ -n "${SLIME_HOST_IP:-}" && "${SLIME_HOST_IP}" != "${ROUTER_HOST}" ]]; then
+  krl_die "SLIME_HOST_IP=${SLIME_HOST_IP} differs from ROUTER_HOST=${ROUTER_HOST}: slime binds its router to SLIME_HOST_IP; set only ROUTER_HOST"
+fi
+SLIME_HOST_IP="${ROUTER_HOST}" # exported to the trainer and its Ray job (krl_write_trainer_cmd)
 : "${TOKENIZER:=${HF_CKPT}}"
 export RUN_DIR TMUX_SESSION
 RAY_TMPDIR="${RAY_TMPDIR:-${TMPDIR:-/tmp}/ray-${RUN_NAME}}"
@@ -115,13 +127,13 @@ krl_init_run_dir EVAL_PORT BUFFER_PORT ROUTER_HOST ROUTER_PORT RAY_PORT RAY_DASH
 
 # The run's recipe: the user's plus this run's URLs, data, tokenizer and temperature; read by
 # the buffer's agent runner (--recipe) and by slime's plug-ins (--custom-config-path: the
-# `plugins` section gets this run's buffer and eval URLs).
+# `plugins` section gets this run's buffer, eval and generate URLs).
 "${PYTHON}" -m tools.run_recipe write "${RECIPE}" "${RUN_RECIPE}" \
   --set "runner.sglang_url=${SGLANG_URL}" --set "runner.eval_urls=http://127.0.0.1:${EVAL_PORT}" \
   --set "runner.prompt_data=${PROMPT_DATA}" --set "runner.tokenizer=${TOKENIZER}" \
   --set "runner.temperature=${ROLLOUT_TEMPERATURE}" \
   --set "plugins.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "plugins.eval_urls=[http://127.0.0.1:${EVAL_PORT}]" \
-  --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}" ||
+  --set "plugins.sglang_url=${SGLANG_URL}" --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}" ||
   krl_die "could not write the run's recipe from ${RECIPE} (see the message above)"
 
 windows=()

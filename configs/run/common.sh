@@ -45,7 +45,11 @@
 : "${EVAL_PORT:=18188}"
 : "${BUFFER_PORT:=8889}"
 : "${ROUTER_PORT:=30000}"        # slime starts its SGLang router on this port ...
-: "${ROUTER_HOST:=$(hostname -I 2>/dev/null | awk '{print $1}')}"  # ... at the node's IP
+# ... at the address slime's get_host_info() returns: $SLIME_HOST_IP when set, else an address it
+# probes itself. The launcher chooses it once here (SLIME_HOST_IP if the caller set it, else the
+# node's first IPv4 address, as slime prefers IPv4) and exports SLIME_HOST_IP=ROUTER_HOST to the
+# trainer and its Ray job, so the router and SGLANG_URL agree by construction.
+: "${ROUTER_HOST:=${SLIME_HOST_IP:-$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -m1 -E '^[0-9]+(\.[0-9]+){3}$' || true)}}"
 : "${ROUTER_HOST:=127.0.0.1}"
 : "${RAY_PORT:=6379}"
 : "${RAY_DASHBOARD_PORT:=8265}"

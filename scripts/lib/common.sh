@@ -311,13 +311,14 @@ krl_init_run_dir() {
 
 # krl_write_trainer_cmd ENTRY ARGS...: the trainer window's script: TRAINER_CMD when set (tests,
 # dry run), else ray_train.sh running slime's ENTRY (train.py, train_async.py) with ARGS on
-# RAY_NUM_GPUS GPUs (CUDA_VISIBLE_DEVICES=RAY_VISIBLE_DEVICES).
+# RAY_NUM_GPUS GPUs (CUDA_VISIBLE_DEVICES=RAY_VISIBLE_DEVICES). SLIME_HOST_IP=ROUTER_HOST: the
+# address slime's get_host_info() returns, where it binds its SGLang router and engines.
 krl_write_trainer_cmd() {
   local env_lines=("${KRL_CMD_ENV[@]}")
   KRL_CMD_ENV+=("$(krl_env_line SLIME_DIR)" "$(krl_env_line MEGATRON_DIR)" "$(krl_env_line MASTER_ADDR)"
     "$(krl_env_line RAY_PORT)" "$(krl_env_line RAY_DASHBOARD_PORT)" "$(krl_env_line RAY_TMPDIR)"
     "$(krl_env_line RAY_NUM_GPUS)" "export CUDA_VISIBLE_DEVICES=${RAY_VISIBLE_DEVICES}"
-    "$(krl_env_line KRL_REPO_ROOT)")
+    "$(krl_env_line KRL_REPO_ROOT)" "export SLIME_HOST_IP=$(printf '%q' "${ROUTER_HOST}")")
   krl_write_window trainer "${TRAINER_CMD:-}" bash "${KRL_LIB_DIR}/ray_train.sh" "$@"
   KRL_CMD_ENV=("${env_lines[@]}")
 }

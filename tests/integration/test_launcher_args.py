@@ -1,6 +1,7 @@
 """What the launchers would run (PRINT_ONLY=1: window scripts written and printed, nothing
 started): slime argument groups, the GPU split and its overrides, colocated mode, resume from
-the latest checkpoint, the run's recipe, the SFT run; and the bad settings they refuse."""
+the latest checkpoint, the run's recipe, the SFT run, the router address slime binds and the
+runner calls; and the bad settings they refuse."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def _run(script: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProce
         RAY_PORT="0",
         RAY_DASHBOARD_PORT="0",
     )
+    env.pop("SLIME_HOST_IP", None)
     env.update(extra)
     return subprocess.run(
         ["bash", str(REPO / "scripts" / script)],
@@ -157,6 +159,10 @@ def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
         ({"NUM_GPUS": "8", "TRAIN_GPUS": "3"}, "not a multiple of TP*CP*PP=4"),
         ({"NUM_GPUS": "8", "MODEL_ARGS_FILE": "/nonexistent/model.sh"}, "model args not found"),
         ({"NUM_GPUS": "8", "RECIPE": "/nonexistent/recipe.yaml"}, "recipe not found"),
+        (
+            {"NUM_GPUS": "8", "SLIME_HOST_IP": "10.0.0.1", "ROUTER_HOST": "10.0.0.2"},
+            "SLIME_HOST_IP=10.0.0.1 differs from ROUTER_HOST=10.0.0.2",
+        ),
     ],
 )
 def test_bad_settings_are_refused_with_the_reason(
@@ -164,6 +170,10 @@ def test_bad_settings_are_refused_with_the_reason(
 ) -> None:
     res = _run("run_kbench_multiturn.sh", tmp_path, **extra)
     assert res.returncode == 1 and message in res.stderr
+    assert (
+        res.stderr.strip().splitlines()[-1].startswith("[")
+        and "ERROR: " in res.stderr.strip().splitlines()[-1]
+    )
     assert not (tmp_path / "runs" / "r" / "cmd").exists()
 
 
@@ -191,13 +201,11 @@ def test_sft_run(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "SFT data not found" in missing.stderr
 
 
-def test_ray_train_command_line(tmp_path: Path) -> None:
-    """scripts/lib/ray_train.sh with a TEST DOUBLE of the `ray` CLI on PATH (Ray and slime cannot
-    run here): the double only records its arguments, so this checks what the trainer window
-    would run: a Ray head on this run's ports and temp dir, then the slime job with Megatron-LM
-    and this repository on PYTHONPATH and the run id in its environment."""
+def _fake_ray(tmp_path: Path) -> tuple[Path, Path]:
+    """A TEST DOUBLE of the `ray` CLI (Ray and slime cannot run here): it only records its
+    arguments. Returns (its bin directory, the calls file)."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     calls = tmp_path / "calls.jsonl"
     fake = bin_dir / "ray"
     fake.write_text(
@@ -205,6 +213,19 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
         f"import json, sys\nopen({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
     )
     fake.chmod(0o755)
+    return bin_dir, calls
+
+
+def _ray_calls(calls: Path) -> tuple[list[str], list[str]]:
+    start, submit = [json.loads(line) for line in calls.read_text().splitlines()]
+    return start, submit
+
+
+def test_ray_train_command_line(tmp_path: Path) -> None:
+    """scripts/lib/ray_train.sh with the `ray` TEST DOUBLE on PATH: what the trainer window would
+    run: a Ray head on this run's ports and temp dir, then the slime job with Megatron-LM and
+    this repository on PYTHONPATH and the run id and slime's host address in its environment."""
+    bin_dir, calls = _fake_ray(tmp_path)
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "MASTER_ADDR": "127.0.0.1",
@@ -216,22 +237,24 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
         "MEGATRON_DIR": str(tmp_path / "megatron"),
         "KRL_REPO_ROOT": str(REPO),
         "KRL_RUN_ID": "run-1",
+        "SLIME_HOST_IP": "10.1.2.3",
     }
-    res = subprocess.run(
-        ["bash", str(REPO / "scripts/lib/ray_train.sh"), "train.py", "--lr", "1e-6", "--x", "a b"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    cmd = ["bash", str(REPO / "scripts/lib/ray_train.sh"), "train.py", "--lr", "1e-6", "--x", "a b"]
+    missing = subprocess.run(
+        cmd, env={k: v for k, v in env.items() if k != "SLIME_HOST_IP"}, capture_output=True, text=True
     )
+    assert missing.returncode != 0 and "SLIME_HOST_IP" in missing.stderr
+    assert not calls.exists()  # refused before a Ray head was started
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    start, submit = [json.loads(line) for line in calls.read_text().splitlines()]
+    start, submit = _ray_calls(calls)
     assert start[:2] == ["start", "--head"]
     assert _flag(start, "--port") == "6390" and _flag(start, "--num-gpus") == "6"
     assert _flag(start, "--temp-dir") == str(tmp_path / "ray") and _flag(start, "--dashboard-port") == "8270"
     assert submit[:2] == ["job", "submit"] and _flag(submit, "--address") == "http://127.0.0.1:8270"
     runtime = json.loads(_flag(submit, "--runtime-env-json"))["env_vars"]
     assert runtime["PYTHONPATH"] == f"{tmp_path / 'megatron'}:{REPO}" and runtime["KRL_RUN_ID"] == "run-1"
+    assert runtime["SLIME_HOST_IP"] == "10.1.2.3"
     assert submit[submit.index("--") + 1 :] == [
         "python3",
         str(tmp_path / "slime" / "train.py"),
@@ -248,3 +271,60 @@ def test_eval_on_cpu_still_needs_the_ray_gpus(tmp_path: Path) -> None:
     ok = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="6", EVAL_DEVICES="cpu")
     assert ok.returncode == 0, ok.stderr
     assert _flag(_argv(tmp_path / "runs" / "r", "eval"), "--devices") == "cpu"
+
+
+# --------------------------------------------------------------------------- router address
+
+
+def _exported(script: Path, name: str) -> str:
+    """The value a window script exports for NAME."""
+    prefix = f"export {name}="
+    line = next(x for x in script.read_text().splitlines() if x.startswith(prefix))
+    return shlex.split(line[len(prefix) :])[0]
+
+
+def _node_ipv4() -> str:
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    return next((a for a in out if a.count(".") == 3 and a.replace(".", "").isdigit()), "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("extra", "host", "url_host"),
+    [
+        ({}, None, None),  # derived from the node's addresses
+        ({"ROUTER_HOST": "10.9.8.7"}, "10.9.8.7", "10.9.8.7"),
+        ({"SLIME_HOST_IP": "10.4.5.6"}, "10.4.5.6", "10.4.5.6"),  # the caller's slime setting is kept
+        ({"ROUTER_HOST": "fd00::5"}, "fd00::5", "[fd00::5]"),
+    ],
+)
+def test_router_address_is_chosen_once(
+    tmp_path: Path, extra: dict[str, str], host: str | None, url_host: str | None
+) -> None:
+    """slime binds its router where get_host_info() says (SLIME_HOST_IP when set); the runner's
+    URL and the plug-ins' URL use the same value, which the trainer window and the Ray job's
+    runtime env both carry (the written trainer script is run with the `ray` TEST DOUBLE)."""
+    bin_dir, calls = _fake_ray(tmp_path)
+    res = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path,
+        NUM_GPUS="8",
+        ROUTER_PORT="30123",
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        **extra,
+    )
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    ip = _exported(run / "cmd" / "trainer.sh", "SLIME_HOST_IP")
+    assert ip == (host or _node_ipv4())
+    url = f"http://{url_host or ip}:30123"
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    assert recipe["runner"]["sglang_url"] == url and recipe["plugins"]["sglang_url"] == url
+    assert _flag(_argv(run, "trainer"), "--sglang-router-port") == "30123"
+
+    job = subprocess.run(
+        ["bash", str(run / "cmd" / "trainer.sh")], capture_output=True, text=True, timeout=60
+    )
+    assert job.returncode == 0, job.stderr
+    _, submit = _ray_calls(calls)
+    assert json.loads(_flag(submit, "--runtime-env-json"))["env_vars"]["SLIME_HOST_IP"] == ip
+    assert _flag(submit, "--sglang-router-port") == "30123"
