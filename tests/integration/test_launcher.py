@@ -3,17 +3,20 @@ eval server (CPU) and buffer server in their windows, a harmless trainer command
 
 Checks: the windows and their order, per-window logs and PID files, health gating (a service
 that dies or never answers stops the start and leaves nothing behind), busy ports refused, and
-that stop.sh leaves no process of the run while an unrelated process survives.
+that stop.sh leaves no process of the run while an unrelated process survives; the in-slime mode
+(no buffer window); the single-GPU tiny preset's real engine window.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -46,10 +49,18 @@ def runner_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"PROMPT_DATA": str(root / "prompts.jsonl"), "TOKENIZER": str(root / "tokenizer")}
 
 
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model's HF directory, as `python -m slime_ext.tiny_model --out DIR` writes it."""
+    from slime_ext.tiny_model import write_model_dir
+
+    return write_model_dir(tmp_path_factory.mktemp("tiny") / "Qwen3-tiny")
+
+
 def _env(tmp_path: Path, inputs: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("kernel_rl:\n  runner:\n    temperature: 0.8\n", encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "SLIME_HOST_IP")}
     env.update(
         TMUX_SOCKET=str(tmp_path / "tmux.sock"),  # a private tmux server, removed with tmp_path
         RUNS_ROOT=str(tmp_path / "runs"),
@@ -240,5 +251,60 @@ def test_ctrl_c_in_a_window_stops_its_command_and_keeps_the_log(tmp_path: Path) 
             "buffer",
             "trainer",
         ]
+    finally:
+        _stop(run_dir, env)
+
+
+def test_in_slime_mode_runs_without_a_buffer_window(tmp_path: Path, runner_inputs: dict[str, str]) -> None:
+    env = _env(tmp_path, runner_inputs, MODE="in_slime", TRAINER_CMD="echo in-slime-trainer; sleep 600")
+    run_dir = tmp_path / "runs" / "t"
+    try:
+        res = _launch(env)
+        assert res.returncode == 0, res.stderr + res.stdout
+        assert _tmux(env, "list-windows", "-t", "t", "-F", "#{window_name}").stdout.split() == [
+            "eval",
+            "trainer",
+        ]
+        assert {p.name for p in (run_dir / "pids").glob("*.pid")} == {"eval.pid", "trainer.pid"}
+        assert (run_dir / "prompts_train.jsonl").is_file()
+        procs = _run_processes(run_dir)
+        assert _stop(run_dir, env).returncode == 0
+        assert _wait_gone(procs) == set()
+        assert _tmux(env, "has-session", "-t", "t").returncode != 0
+    finally:
+        _stop(run_dir, env)
+
+
+def _preset_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """PRESET=single_gpu_tiny TRAIN_ONLY=1 on this CPU machine: the eval server on the CPU."""
+    return _env(
+        tmp_path,
+        PRESET="single_gpu_tiny",
+        TRAIN_ONLY="1",
+        ENGINE_PORT=str(free_port()),
+        EVAL_DEVICES="cpu",
+        SGLANG_URL="",  # the preset's engine
+        **extra,
+    )
+
+
+def test_single_gpu_tiny_preset_starts_its_engine(
+    tmp_path: Path, runner_inputs: dict[str, str], tiny_hf: Path
+) -> None:
+    env = _preset_env(tmp_path, **runner_inputs, HF_CKPT=str(tiny_hf), TRAINER_CMD="sleep 600")
+    run_dir = tmp_path / "runs" / "t"
+    try:
+        res = _launch(env)
+        assert res.returncode == 0, res.stderr + res.stdout
+        windows = _tmux(env, "list-windows", "-t", "t", "-F", "#{window_name}").stdout.split()
+        assert windows == ["engine", "eval", "buffer", "trainer"]
+        assert res.stderr.index("engine is healthy") < res.stderr.index("starting window eval")
+        info = json.loads(
+            urllib.request.urlopen(f"http://127.0.0.1:{env['ENGINE_PORT']}/get_model_info", timeout=10).read()
+        )
+        assert Path(info["model_path"]) == tiny_hf
+        procs = _run_processes(run_dir)
+        assert _stop(run_dir, env).returncode == 0
+        assert _wait_gone(procs) == set()
     finally:
         _stop(run_dir, env)

@@ -1,7 +1,7 @@
 """What the launchers would run (PRINT_ONLY=1: window scripts written and printed, nothing
 started): slime argument groups, the GPU split and its overrides, colocated mode, resume from
 the latest checkpoint, the run's recipe, the SFT run, the router address slime binds and the
-runner calls; and the bad settings they refuse."""
+runner calls, the in-slime mode, the single-GPU tiny preset; and the bad settings they refuse."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def _run(script: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProce
         ROUTER_PORT="0",
         RAY_PORT="0",
         RAY_DASHBOARD_PORT="0",
+        ENGINE_PORT="0",
     )
     env.pop("SLIME_HOST_IP", None)
     env.update(extra)
@@ -159,6 +160,12 @@ def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
         ({"NUM_GPUS": "8", "TRAIN_GPUS": "3"}, "not a multiple of TP*CP*PP=4"),
         ({"NUM_GPUS": "8", "MODEL_ARGS_FILE": "/nonexistent/model.sh"}, "model args not found"),
         ({"NUM_GPUS": "8", "RECIPE": "/nonexistent/recipe.yaml"}, "recipe not found"),
+        ({"NUM_GPUS": "8", "MODE": "bogus"}, "use MODE=buffer or MODE=in_slime"),
+        ({"NUM_GPUS": "8", "ENGINE": "sglang"}, "use ENGINE=tiny"),
+        ({"NUM_GPUS": "8", "TRAIN_ONLY": "1", "MODE": "in_slime"}, "TRAIN_ONLY=1 needs MODE=buffer"),
+        ({"NUM_GPUS": "8", "TRAIN_ONLY": "1", "COLOCATE": "1"}, "nothing to colocate"),
+        ({"NUM_GPUS": "8", "TRAIN_ONLY": "1"}, "set ENGINE=tiny"),
+        ({"PRESET": "nope"}, "unknown PRESET=nope: configs/run/presets/ has single_gpu_tiny.sh"),
         (
             {"NUM_GPUS": "8", "SLIME_HOST_IP": "10.0.0.1", "ROUTER_HOST": "10.0.0.2"},
             "SLIME_HOST_IP=10.0.0.1 differs from ROUTER_HOST=10.0.0.2",
@@ -175,6 +182,12 @@ def test_bad_settings_are_refused_with_the_reason(
         and "ERROR: " in res.stderr.strip().splitlines()[-1]
     )
     assert not (tmp_path / "runs" / "r" / "cmd").exists()
+
+
+def test_bad_recipe_value_is_refused(tmp_path: Path) -> None:
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", CREDIT="bogus")
+    assert res.returncode == 1 and "credit must be one of" in res.stderr
+    assert not (tmp_path / "runs" / "r" / "cmd" / "trainer.sh").exists()
 
 
 def test_recipe_without_temperature_is_refused(tmp_path: Path) -> None:
@@ -328,3 +341,200 @@ def test_router_address_is_chosen_once(
     _, submit = _ray_calls(calls)
     assert json.loads(_flag(submit, "--runtime-env-json"))["env_vars"]["SLIME_HOST_IP"] == ip
     assert _flag(submit, "--sglang-router-port") == "30123"
+
+
+# --------------------------------------------------------------------------- in-slime mode
+
+
+def _prompts(path: Path) -> Path:
+    from eval_server.samples import load_problem
+    from slime_ext.problems import PromptRecord, write_prompt_records
+
+    write_prompt_records(
+        path,
+        [
+            PromptRecord("kb_relu", 1, "relu", "relu", load_problem("relu"), split="train"),
+            PromptRecord("kb_softmax", 1, "softmax", "softmax", load_problem("softmax"), split="holdout"),
+            PromptRecord("kb_matmul", 1, "matmul", "matmul", load_problem("matmul"), split="train"),
+        ],
+    )
+    return path
+
+
+def _windows(stdout: str) -> list[str]:
+    return [line.split()[2] for line in stdout.splitlines() if line.startswith("### window ")]
+
+
+def test_in_slime_mode(tmp_path: Path) -> None:
+    """MODE=in_slime: slime's default rollout calls our generate and RM; its data source reads the
+    train records with the reference as prompt (no chat template) and instance_id as label; no
+    buffer window; evaluation through the plug-ins' holdout path; the trainer command runs."""
+    prompts = _prompts(tmp_path / "prompts.jsonl")
+    bin_dir, calls = _fake_ray(tmp_path)
+    res = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path,
+        NUM_GPUS="8",
+        MODE="in_slime",
+        PROMPT_DATA=str(prompts),
+        CREDIT="per_turn",
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+    )
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    assert _windows(res.stdout) == ["eval", "trainer"]
+    assert not (run / "cmd" / "buffer.sh").exists()
+    trainer = _argv(run, "trainer")
+    assert _flag(trainer, "--rollout-function-path") == "slime.rollout.sglang_rollout.generate_rollout"
+    assert _flag(trainer, "--custom-generate-function-path") == "slime_ext.slime_plugins.generate.generate"
+    assert _flag(trainer, "--custom-rm-path") == "slime_ext.slime_plugins.generate.reward"
+    assert _flag(trainer, "--eval-function-path") == "slime_ext.slime_plugins.rollout.generate_rollout"
+    assert (
+        _flag(trainer, "--custom-reward-post-process-path")
+        == "slime_ext.slime_plugins.reward_post.post_process"
+    )
+    assert _flag(trainer, "--input-key") == "reference" and _flag(trainer, "--label-key") == "instance_id"
+    assert "--apply-chat-template" not in trainer
+    assert trainer.count("--prompt-data") == 1
+    train_file = Path(_flag(trainer, "--prompt-data"))
+    assert train_file == run / "prompts_train.jsonl"
+    rows = [json.loads(line) for line in train_file.read_text().splitlines()]
+    assert [r["instance_id"] for r in rows] == ["kb_relu", "kb_matmul"]  # train split only, in order
+    from eval_server.samples import load_problem
+
+    assert rows[0]["reference"] == load_problem("relu")  # what slime hands generate as sample.prompt
+    ev = trainer.index("--eval-prompt-data")
+    assert trainer[ev + 1 : ev + 3] == ["kernelbench_holdout", str(prompts)]
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    assert recipe["episode"]["reward"]["credit"] == "per_turn"
+    assert recipe["plugins"]["prompt_data"] == str(prompts)  # level lookup by the generate plug-in
+    assert (
+        recipe["plugins"]["sglang_url"]
+        == f"http://{_exported(run / 'cmd' / 'trainer.sh', 'SLIME_HOST_IP')}:0"
+    )
+
+    job = subprocess.run(
+        ["bash", str(run / "cmd" / "trainer.sh")], capture_output=True, text=True, timeout=60
+    )
+    assert job.returncode == 0, job.stderr
+    _, submit = _ray_calls(calls)
+    assert submit[submit.index("--") + 1 :][2:] == trainer[3:]  # the job runs train.py with these args
+
+
+def test_in_slime_mode_needs_train_records(tmp_path: Path) -> None:
+    from slime_ext.problems import PromptRecord, write_prompt_records
+
+    only_holdout = tmp_path / "holdout.jsonl"
+    write_prompt_records(
+        only_holdout, [PromptRecord("a", 1, "a", "a", "class Model: pass\n", split="holdout")]
+    )
+    res = _run(
+        "run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", MODE="in_slime", PROMPT_DATA=str(only_holdout)
+    )
+    assert res.returncode == 1 and "has no train record" in res.stderr
+    assert "could not write the train split" in res.stderr.strip().splitlines()[-1]
+
+
+# --------------------------------------------------------------------------- single-GPU preset
+
+
+def test_single_gpu_tiny_preset_train_only(tmp_path: Path) -> None:
+    """PRESET=single_gpu_tiny TRAIN_ONLY=1 prints every window on a machine without GPUs: the
+    embedded engine on HF_CKPT, eval on GPU 0, buffer, and slime --debug-train-only on GPU 0 with
+    the tiny model's flags, TP=CP=PP=1 (no sequence parallelism), small batches, KL to REF_LOAD."""
+    res = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path,
+        PRESET="single_gpu_tiny",
+        TRAIN_ONLY="1",
+        MODEL_ARGS_FILE="",  # the preset's model: configs/models/qwen3-tiny.sh
+        CREDIT="per_turn",
+        ENGINE_ARGS="--torch-threads 2 --seed 7",
+    )
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    assert _windows(res.stdout) == ["engine", "eval", "buffer", "trainer"]
+    hf = tmp_path / "ckpt" / "Qwen3-tiny"
+    assert _argv(run, "engine")[1:] == [
+        "-m",
+        "slime_ext.tiny_engine",
+        "--model",
+        str(hf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--torch-threads",
+        "2",
+        "--seed",
+        "7",
+    ]
+    trainer = _argv(run, "trainer")
+    tiny_args = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'source "$1"; printf "%s\\n" "${MODEL_ARGS[@]}"',
+            "_",
+            str(REPO / "configs/models/qwen3-tiny.sh"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert trainer[3 : 3 + len(tiny_args)] == tiny_args and _flag(trainer, "--hidden-size") == "64"
+    assert "--debug-train-only" in trainer and "--colocate" not in trainer
+    assert "--sglang-router-port" not in trainer and "--sglang-mem-fraction-static" not in trainer
+    for flag in ("--tensor-model-parallel-size", "--context-parallel-size", "--pipeline-model-parallel-size"):
+        assert _flag(trainer, flag) == "1"
+    assert "--sequence-parallel" not in trainer
+    assert _flag(trainer, "--actor-num-gpus-per-node") == "1" and _flag(trainer, "--rollout-num-gpus") == "0"
+    assert _flag(trainer, "--rollout-batch-size") == "4" and _flag(trainer, "--n-samples-per-prompt") == "4"
+    assert _flag(trainer, "--global-batch-size") == "16"
+    assert _flag(trainer, "--num-rollout") == "3" and _flag(trainer, "--save-interval") == "3"
+    assert _flag(trainer, "--rollout-max-response-len") == "256"
+    assert _flag(trainer, "--rollout-max-context-len") == "4096"
+    assert _flag(trainer, "--max-tokens-per-gpu") == "8192"
+    assert "--use-kl-loss" in trainer and float(_flag(trainer, "--kl-loss-coef")) > 0
+    assert _flag(trainer, "--ref-load") == f"{hf}_torch_dist" and _flag(trainer, "--hf-checkpoint") == str(hf)
+    assert "--eval-interval" not in trainer
+    script = run / "cmd" / "trainer.sh"
+    assert _exported(script, "CUDA_VISIBLE_DEVICES") == "0" and _exported(script, "RAY_NUM_GPUS") == "1"
+    assert _flag(_argv(run, "eval"), "--devices") == "0"  # shares GPU 0
+    buf = _argv(run, "buffer")
+    assert "--no-drop-zero-variance" in buf and _flag(buf, "--group-size") == "4"
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    assert recipe["runner"]["sglang_url"] == recipe["plugins"]["sglang_url"] == "http://127.0.0.1:0"
+    assert recipe["episode"]["reward"]["credit"] == "per_turn"
+    assert recipe["runner"]["max_new_tokens"] == recipe["episode"]["max_new_tokens_per_turn"] == 256
+    assert recipe["runner"]["max_context_tokens"] == 4096
+
+
+def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
+    """Without TRAIN_ONLY the same preset colocates SGLang on GPU 0 (no engine window); values
+    the caller sets win over the preset's."""
+    res = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path,
+        PRESET="single_gpu_tiny",
+        MODEL_ARGS_FILE="",
+        NUM_GPUS="1",
+        N_SAMPLES_PER_PROMPT="2",
+        RECIPE_SET="runner.concurrency=3",
+    )
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    assert _windows(res.stdout) == ["eval", "buffer", "trainer"]
+    trainer = _argv(run, "trainer")
+    assert "--colocate" in trainer and "--debug-train-only" not in trainer
+    assert (
+        _flag(trainer, "--rollout-num-gpus") == "1"
+        and _flag(trainer, "--sglang-mem-fraction-static") == "0.4"
+    )
+    assert _flag(trainer, "--n-samples-per-prompt") == "2" and _flag(trainer, "--global-batch-size") == "8"
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    ip = _exported(run / "cmd" / "trainer.sh", "SLIME_HOST_IP")
+    assert recipe["runner"]["sglang_url"] == f"http://{ip}:0"  # slime's router
+    assert recipe["runner"]["concurrency"] == 3 and recipe["episode"]["reward"]["credit"] == "trajectory"
+    too_few = _run("run_kbench_multiturn.sh", tmp_path, PRESET="single_gpu_tiny", NUM_GPUS="0")
+    assert too_few.returncode == 1 and "needs 1 GPUs" in too_few.stderr

@@ -196,8 +196,20 @@ def test_gate_is_silent_when_the_trainer_inputs_are_good_and_one_line_otherwise(
     assert line.endswith("[1 more: scripts/preflight.sh lists them]")
 
 
-def test_gate_cli(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_gate_cli_and_an_unknown_preset(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("HF_CKPT", str(tmp_path / "nothing"))
     assert preflight.main(["--gate"]) == 1
     out = capsys.readouterr().out
     assert len(out.strip().splitlines()) == 1 and out.startswith("hf checkpoint: ")
+    monkeypatch.setenv("PRESET", "nope")
+    assert preflight.main([]) == 1
+    assert "unknown PRESET=nope" in capsys.readouterr().out
+
+
+def test_preset_defaults_reach_the_settings(tmp_path: Path) -> None:
+    s = preflight.launcher_settings(
+        {"PATH": os.environ["PATH"], "PRESET": "single_gpu_tiny", "CKPT_ROOT": str(tmp_path), "TP": "1"}
+    )
+    assert s["HF_CKPT"] == f"{tmp_path}/Qwen3-tiny" and s["MODEL"] == "qwen3-tiny"
+    assert s["TRAIN_GPUS"] == "1" and s["EVAL_GPUS"] == "0" and s["COLOCATE"] == "1"
+    assert s["MODEL_ARGS_FILE"].endswith("configs/models/qwen3-tiny.sh")
