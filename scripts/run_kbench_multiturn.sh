@@ -165,6 +165,11 @@ if [[ -z "${TRAINER_CMD}" ]]; then
   [[ "${TRAIN_ONLY}" == 1 ]] || ports+=("${ROUTER_PORT}")
 fi
 krl_preflight_session "${ports[@]}"
+# What slime would otherwise find wrong only after Ray and Megatron started: checkpoints,
+# tokenizer, model args against config.json, prompt data (one line naming the fix).
+if [[ -z "${TRAINER_CMD}" && "${PRINT_ONLY}" != 1 ]]; then
+  krl_check_inputs
+fi
 krl_report_resume "${LOAD_DIR}" "${REF_LOAD}"
 
 # --- run directory and window commands --------------------------------------------------------

@@ -92,10 +92,11 @@ krl_pid_alive() {
 krl_group_alive() { kill -0 -- "-$1" 2>/dev/null; }
 
 # krl_wait_healthy NAME URL TIMEOUT_S [PIDFILE]: poll URL until it answers 200. Fails (with the
-# tail of the window's log) when TIMEOUT_S passes or when the process in PIDFILE has exited.
+# tail of the window's log) when TIMEOUT_S passes or when the process in PIDFILE has exited; the
+# one-line reason, naming the fix, is left in KRL_WAIT_FAILURE.
 krl_wait_healthy() {
   local name="$1" url="$2" timeout_s="$3" pidfile="${4:-}"
-  local deadline=$((SECONDS + timeout_s)) seen_pid=0
+  local deadline=$((SECONDS + timeout_s)) seen_pid=0 log="${RUN_DIR:-.}/logs/$1.log"
   krl_info "waiting for ${name} at ${url} (up to ${timeout_s} s)"
   while true; do
     if krl_http_ok "${url}"; then
@@ -107,7 +108,8 @@ krl_wait_healthy() {
         seen_pid=1
         if ! krl_pid_alive "${pidfile}"; then
           krl_info "${name} exited before becoming healthy; last log lines:"
-          tail -n 30 "${RUN_DIR:-.}/logs/${name}.log" >&2 2>/dev/null || true
+          tail -n 30 "${log}" >&2 2>/dev/null || true
+          KRL_WAIT_FAILURE="${name} exited before answering ${url}: fix the error at the end of ${log} (shown above), then start again"
           return 1
         fi
       fi
@@ -115,9 +117,11 @@ krl_wait_healthy() {
     if ((SECONDS >= deadline)); then
       if ((seen_pid == 0)) && [[ -n "${pidfile}" ]]; then
         krl_info "${name} never started (no PID file ${pidfile})"
+        KRL_WAIT_FAILURE="${name} never started (no ${pidfile}): see ${log}"
       else
         krl_info "${name} not healthy after ${timeout_s} s; last log lines:"
-        tail -n 30 "${RUN_DIR:-.}/logs/${name}.log" >&2 2>/dev/null || true
+        tail -n 30 "${log}" >&2 2>/dev/null || true
+        KRL_WAIT_FAILURE="${name} not healthy at ${url} within HEALTH_TIMEOUT_S=${timeout_s} s: see ${log}; if it is only slow to start, raise HEALTH_TIMEOUT_S"
       fi
       return 1
     fi
@@ -284,6 +288,16 @@ krl_preflight_session() {
   done
 }
 
+# krl_check_inputs: what the trainer reads at start, checked before anything starts
+# (tools/preflight.py --gate: HF checkpoint and tokenizer, REF_LOAD, LOAD_DIR, MODEL_ARGS against
+# config.json, prompt data). Exits with one line naming the first problem and its fix.
+krl_check_inputs() {
+  local msg
+  msg="$(HF_CKPT="${HF_CKPT}" REF_LOAD="${REF_LOAD}" LOAD_DIR="${LOAD_DIR}" MODEL="${MODEL}" \
+    MODEL_ARGS_FILE="${MODEL_ARGS_FILE}" PROMPT_DATA="${PROMPT_DATA}" \
+    "${PYTHON:-python3}" -m tools.preflight --gate 2>&1)" || krl_die "${msg##*$'\n'}"
+}
+
 # krl_report_resume LOAD_DIR FALLBACK: say whether slime's --load will resume (it does when
 # latest_checkpointed_iteration.txt exists there) or start from FALLBACK.
 krl_report_resume() {
@@ -341,11 +355,12 @@ krl_start_windows() {
     krl_info "starting window ${w}"
     krl_open_window "${TMUX_SESSION}" "${w}"
     url="$(krl_health_url "${w}")"
+    KRL_WAIT_FAILURE="window ${w} did not start (no ${RUN_DIR}/pids/${w}.pid after 60 s): see ${RUN_DIR}/logs/${w}.log"
     if ! krl_wait_file "${RUN_DIR}/pids/${w}.pid" 60 ||
       { [[ -n "${url}" ]] && ! krl_wait_healthy "${w}" "${url}" "${HEALTH_TIMEOUT_S:-600}" "${RUN_DIR}/pids/${w}.pid"; }; then
       krl_info "start aborted: stopping what this run started"
       bash "${KRL_REPO_ROOT}/scripts/stop.sh" "${RUN_DIR}" || true
-      exit 1
+      krl_die "${KRL_WAIT_FAILURE}"
     fi
   done
   cat <<MSG
