@@ -62,7 +62,7 @@ fi
 # --- the recipe: one source for the multi-turn settings and the rollout temperature ----------
 [[ -f "${RECIPE}" ]] || krl_die "recipe not found: ${RECIPE} (set RECIPE=...)"
 if [[ -z "${ROLLOUT_TEMPERATURE:-}" ]]; then
-  ROLLOUT_TEMPERATURE="$("${PYTHON}" -m tools.run_recipe get "${RECIPE}" runner.temperature)" ||
+  ROLLOUT_TEMPERATURE="$(krl_py -m tools.run_recipe get "${RECIPE}" runner.temperature)" ||
     krl_die "set kernel_rl.runner.temperature in ${RECIPE} (or ROLLOUT_TEMPERATURE): slime's --rollout-temperature must equal it"
 fi
 : "${N_SAMPLES_PER_PROMPT:=8}"  # episodes per prompt: the GRPO group (buffer --group-size, slime n)
@@ -193,13 +193,13 @@ read -ra extra_sets <<<"${RECIPE_SET}"
 for item in "${extra_sets[@]}"; do
   recipe_sets+=(--set "${item}")
 done
-"${PYTHON}" -m tools.run_recipe write "${RECIPE}" "${RUN_RECIPE}" "${recipe_sets[@]}" ||
+krl_py -m tools.run_recipe write "${RECIPE}" "${RUN_RECIPE}" "${recipe_sets[@]}" ||
   krl_die "could not write the run's recipe from ${RECIPE} (see the message above)"
 if ((write_train_prompts)); then
   if [[ "${PRINT_ONLY}" == 1 && ! -f "${PROMPT_DATA}" ]]; then
     krl_info "PROMPT_DATA ${PROMPT_DATA} not found: ${TRAIN_PROMPT_DATA} not written (PRINT_ONLY)"
   else
-    "${PYTHON}" -m tools.split_prompts "${PROMPT_DATA}" "${TRAIN_PROMPT_DATA}" --split train >&2 ||
+    krl_py -m tools.split_prompts "${PROMPT_DATA}" "${TRAIN_PROMPT_DATA}" --split train >&2 ||
       krl_die "could not write the train split of ${PROMPT_DATA} (see the message above; or set TRAIN_PROMPT_DATA)"
   fi
 fi

@@ -12,6 +12,9 @@ KRL_REPO_ROOT="$(cd "${KRL_LIB_DIR}/../.." && pwd)"
 export KRL_LIB_DIR KRL_REPO_ROOT
 
 krl_info() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# krl_py ARGS...: this checkout's Python tools (`krl_py -m tools.X`), whatever the caller's
+# directory and whatever other copy of the project is installed.
+krl_py() { PYTHONPATH="${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON:-python3}" "$@"; }
 krl_die() {
   printf '[%s] ERROR: %s\n' "$(date +%H:%M:%S)" "$*" >&2
   exit 1
@@ -295,7 +298,7 @@ krl_check_inputs() {
   local msg
   msg="$(HF_CKPT="${HF_CKPT}" REF_LOAD="${REF_LOAD}" LOAD_DIR="${LOAD_DIR}" MODEL="${MODEL}" \
     MODEL_ARGS_FILE="${MODEL_ARGS_FILE}" PROMPT_DATA="${PROMPT_DATA}" \
-    "${PYTHON:-python3}" -m tools.preflight --gate 2>&1)" || krl_die "${msg##*$'\n'}"
+    krl_py -m tools.preflight --gate 2>&1)" || krl_die "${msg##*$'\n'}"
 }
 
 # krl_report_resume LOAD_DIR FALLBACK: say whether slime's --load will resume (it does when

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL_ARGS = "MODEL_ARGS=(--num-layers 36 --hidden-size 4096 --swiglu)\n"
 
 
-def _run(script: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+def _run(script: str, tmp_path: Path, cwd: Path = REPO, **extra: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "model.sh").write_text(MODEL_ARGS)
     (tmp_path / "recipe.yaml").write_text(
         "kernel_rl:\n  runner:\n    temperature: 0.7\n  episode:\n    max_turns: 2\n"
@@ -49,7 +49,7 @@ def _run(script: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProce
     return subprocess.run(
         ["bash", str(REPO / "scripts" / script)],
         env=env,
-        cwd=REPO,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
@@ -374,6 +374,7 @@ def test_in_slime_mode(tmp_path: Path) -> None:
     res = _run(
         "run_kbench_multiturn.sh",
         tmp_path,
+        cwd=tmp_path,  # the launcher's own tools come from this checkout, wherever it is started
         NUM_GPUS="8",
         MODE="in_slime",
         PROMPT_DATA=str(prompts),
