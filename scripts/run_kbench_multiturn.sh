@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# The main multi-turn GRPO run: one tmux session with three windows, each teeing to a log under
+# The main multi-turn GRPO run: one tmux session with these windows, each teeing to a log under
 # the run directory, started in order once the previous one answers /health:
+#   engine   (only with ENGINE=tiny or ENGINE_CMD) the embedded /generate engine
 #   eval     kernel eval server on the EVAL_GPUS (python -m eval_server)
-#   buffer   rollout buffer server + agent runner (python -m buffer_server --recipe ...)
+#   buffer   (MODE=buffer only) rollout buffer server + agent runner (python -m buffer_server)
 #   trainer  Ray head + `ray job submit ... python3 train.py` of slime with this project's plug-ins
 #
 # Usage: scripts/run_kbench_multiturn.sh            (settings from env vars, see docs/LAUNCH.md)
 #        PRINT_ONLY=1 scripts/run_kbench_multiturn.sh   (write and print the window commands only)
+#        PRESET=single_gpu_tiny TRAIN_ONLY=1 scripts/run_kbench_multiturn.sh   (one GPU, tiny model)
 #        scripts/stop.sh RUN_DIR                       (end the run: windows, servers, Ray)
 #
-# Settings: configs/run/common.sh (paths, GPU split, ports), configs/run/kbench_multiturn.sh
+# Settings: configs/run/common.sh (paths, GPU split, ports, PRESET), configs/run/kbench_multiturn.sh
 # (slime argument groups), configs/servers/*.sh (server flags), configs/models/${MODEL}.sh
 # (MODEL_ARGS), the recipe YAML (multi-turn, runner, rollout temperature).
+# MODE=buffer (default: the buffer server's agent runner plays the episodes, slime reads whole
+# groups) or MODE=in_slime (slime's own rollout loop calls our generate plug-in; no buffer window).
+# TRAIN_ONLY=1: slime's --debug-train-only (no SGLang engine, no weight push; MODE=buffer, with
+# ENGINE=tiny or SGLANG_URL giving the runner an engine).
 # Window command overrides (tests, the CPU dry run): EVAL_CMD, BUFFER_CMD, TRAINER_CMD (shell
 # strings run in place of the defaults), ENGINE_CMD + ENGINE_HEALTH_URL (an extra `engine`
 # window started first, e.g. the embedded CPU engine), EVAL_DEVICES=cpu.
@@ -34,15 +40,29 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${TRAINER_CMD:=}"
 : "${ENGINE_CMD:=}"
 : "${ENGINE_HEALTH_URL:=}"
+: "${ENGINE:=}"                 # tiny: an `engine` window serving HF_CKPT (python -m slime_ext.tiny_engine)
+: "${ENGINE_ARGS:=}"            # extra flags of that engine (words, e.g. "--torch-threads 4")
 : "${TRAIN_ENTRY:=train.py}"   # train_async.py overlaps rollout and training (not with COLOCATE=1)
+: "${MODE:=buffer}"            # buffer | in_slime (docs/SLIME_PLUGINS.md)
+: "${TRAIN_ONLY:=0}"           # 1: slime --debug-train-only
+: "${CREDIT:=}"                # trajectory | per_turn: the run recipe's episode.reward.credit
+: "${RECIPE_SET:=}"            # more KEY=VALUE words for the run recipe (tools.run_recipe --set)
 # Weights that sampled rollout N: N with train.py, N-1 with train_async.py (one step behind).
 if [[ "${TRAIN_ENTRY}" == train_async.py ]]; then POLICY_VERSION_LAG=1; else POLICY_VERSION_LAG=0; fi
 [[ "${TRAIN_ENTRY}" == train_async.py && "${COLOCATE}" == 1 ]] && krl_die "train_async.py cannot run with COLOCATE=1 (slime forbids it)"
+[[ "${MODE}" == buffer || "${MODE}" == in_slime ]] || krl_die "MODE=${MODE}: use MODE=buffer or MODE=in_slime"
+[[ -z "${ENGINE}" || "${ENGINE}" == tiny ]] || krl_die "ENGINE=${ENGINE}: use ENGINE=tiny, or ENGINE_CMD for another engine"
+if [[ "${TRAIN_ONLY}" == 1 ]]; then
+  # slime's default rollout function needs its own engines and router, which --debug-train-only
+  # does not start (nor its HTTP client): only the buffer's agent runner can generate then.
+  [[ "${MODE}" == buffer ]] || krl_die "TRAIN_ONLY=1 needs MODE=buffer: slime's own rollout (MODE=in_slime) needs the SGLang engines that --debug-train-only does not start"
+  [[ "${COLOCATE}" == 1 ]] && krl_die "TRAIN_ONLY=1 starts no SGLang engine, so there is nothing to colocate: unset COLOCATE"
+fi
 
 # --- the recipe: one source for the multi-turn settings and the rollout temperature ----------
 [[ -f "${RECIPE}" ]] || krl_die "recipe not found: ${RECIPE} (set RECIPE=...)"
 if [[ -z "${ROLLOUT_TEMPERATURE:-}" ]]; then
-  ROLLOUT_TEMPERATURE="$("${PYTHON}" -m tools.run_recipe get "${RECIPE}" runner.temperature)" ||
+  ROLLOUT_TEMPERATURE="$(krl_py -m tools.run_recipe get "${RECIPE}" runner.temperature)" ||
     krl_die "set kernel_rl.runner.temperature in ${RECIPE} (or ROLLOUT_TEMPERATURE): slime's --rollout-temperature must equal it"
 fi
 : "${N_SAMPLES_PER_PROMPT:=8}"  # episodes per prompt: the GRPO group (buffer --group-size, slime n)
@@ -52,6 +72,9 @@ krl_gpu_split() {
   local total need
   [[ "${TRAIN_GPUS}" =~ ^[0-9]+$ && "${ROLLOUT_GPUS}" =~ ^[0-9]+$ && "${EVAL_GPUS}" =~ ^[0-9]+$ ]] ||
     krl_die "TRAIN_GPUS, ROLLOUT_GPUS and EVAL_GPUS must be non-negative integers"
+  if [[ "${TRAIN_ONLY}" == 1 ]]; then
+    ROLLOUT_GPUS=0 # no SGLang engine
+  fi
   if ((TRAIN_GPUS % (TP * CP * PP) != 0)); then
     krl_die "TRAIN_GPUS=${TRAIN_GPUS} is not a multiple of TP*CP*PP=$((TP * CP * PP))"
   fi
@@ -69,6 +92,10 @@ krl_gpu_split() {
   [[ -z "${TRAINER_CMD}" ]] && need=${RAY_NUM_GPUS}
   [[ -z "${EVAL_DEVICES:-}" ]] && need=$((RAY_NUM_GPUS + EVAL_GPUS))
   total="${NUM_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
+  if [[ "${PRINT_ONLY}" == 1 && -z "${NUM_GPUS:-}" && "${total}" == 0 ]]; then
+    krl_info "no GPU visible: the split (${need} GPUs) is printed, not checked (set NUM_GPUS to check it)"
+    total="${need}"
+  fi
   ((total >= need)) || krl_die "the split needs ${need} GPUs (train ${TRAIN_GPUS}, rollout ${ROLLOUT_GPUS}," \
     "eval ${EVAL_GPUS}, colocate=${COLOCATE}) but ${total} are visible; set TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS or COLOCATE=1"
   if [[ -z "${EVAL_DEVICES:-}" ]]; then
@@ -83,7 +110,34 @@ krl_gpu_split
 # which may be shared with other sessions, must not carry it).
 KRL_RUN_ID="${RUN_NAME}-$$-${RANDOM}"
 RUN_RECIPE="${RUN_DIR}/recipe.yaml"
-: "${SGLANG_URL:=http://${ROUTER_HOST}:${ROUTER_PORT}}"  # what the agent runner generates with
+# In-slime mode: slime's data source reads every record of its --prompt-data, so it gets the
+# train split of PROMPT_DATA, written into the run directory below (unless given).
+write_train_prompts=0
+if [[ "${MODE}" == in_slime && -z "${TRAIN_PROMPT_DATA:-}" ]]; then
+  TRAIN_PROMPT_DATA="${RUN_DIR}/prompts_train.jsonl"
+  write_train_prompts=1
+fi
+: "${TRAIN_PROMPT_DATA:=}"
+
+# --- the engine the episodes generate with (SGLANG_URL) ----------------------------------------
+# slime starts its router at ROUTER_HOST:ROUTER_PORT (SLIME_HOST_IP=ROUTER_HOST below); the agent
+# runner (buffer mode) and the generate plug-in (in-slime mode) both generate with SGLANG_URL.
+if [[ "${ENGINE}" == tiny ]]; then
+  : "${ENGINE_HEALTH_URL:=http://127.0.0.1:${ENGINE_PORT}/health}"
+  : "${SGLANG_URL:=http://127.0.0.1:${ENGINE_PORT}}"
+fi
+if [[ -z "${SGLANG_URL:-}" ]]; then
+  [[ "${TRAIN_ONLY}" == 1 ]] && krl_die "TRAIN_ONLY=1 starts no SGLang router: set ENGINE=tiny (an engine window serving HF_CKPT) or SGLANG_URL=http://HOST:PORT of a /generate server"
+  if [[ "${ROUTER_HOST}" == *:* ]]; then
+    SGLANG_URL="http://[${ROUTER_HOST}]:${ROUTER_PORT}" # IPv6, bracketed as slime does
+  else
+    SGLANG_URL="http://${ROUTER_HOST}:${ROUTER_PORT}"
+  fi
+fi
+if [[ -n "${SLIME_HOST_IP:-}" && "${SLIME_HOST_IP}" != "${ROUTER_HOST}" ]]; then
+  krl_die "SLIME_HOST_IP=${SLIME_HOST_IP} differs from ROUTER_HOST=${ROUTER_HOST}: slime binds its router to SLIME_HOST_IP; set only ROUTER_HOST"
+fi
+SLIME_HOST_IP="${ROUTER_HOST}" # exported to the trainer and its Ray job (krl_write_trainer_cmd)
 : "${TOKENIZER:=${HF_CKPT}}"
 export RUN_DIR TMUX_SESSION
 RAY_TMPDIR="${RAY_TMPDIR:-${TMPDIR:-/tmp}/ray-${RUN_NAME}}"
@@ -103,36 +157,68 @@ TRAIN_ARGS=("${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${EVAL_AR
   "${PLACEMENT_ARGS[@]}")
 
 # --- checks before anything starts ------------------------------------------------------------
-ports=("${EVAL_PORT}" "${BUFFER_PORT}")
-[[ -z "${TRAINER_CMD}" ]] && ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${ROUTER_PORT}")
+ports=("${EVAL_PORT}")
+[[ "${MODE}" == buffer ]] && ports+=("${BUFFER_PORT}")
+[[ "${ENGINE}" == tiny && -z "${ENGINE_CMD}" ]] && ports+=("${ENGINE_PORT}")
+if [[ -z "${TRAINER_CMD}" ]]; then
+  ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}")
+  [[ "${TRAIN_ONLY}" == 1 ]] || ports+=("${ROUTER_PORT}")
+fi
 krl_preflight_session "${ports[@]}"
+# What slime would otherwise find wrong only after Ray and Megatron started: checkpoints,
+# tokenizer, model args against config.json, prompt data (one line naming the fix).
+if [[ -z "${TRAINER_CMD}" && "${PRINT_ONLY}" != 1 ]]; then
+  krl_check_inputs
+fi
 krl_report_resume "${LOAD_DIR}" "${REF_LOAD}"
 
 # --- run directory and window commands --------------------------------------------------------
-krl_init_run_dir EVAL_PORT BUFFER_PORT ROUTER_HOST ROUTER_PORT RAY_PORT RAY_DASHBOARD_PORT EVAL_DEVICES \
-  RAY_VISIBLE_DEVICES TRAIN_GPUS ROLLOUT_GPUS EVAL_GPUS COLOCATE ROLLOUT_TEMPERATURE N_SAMPLES_PER_PROMPT \
-  RECIPE RUN_RECIPE PROMPT_DATA SGLANG_URL
+krl_init_run_dir EVAL_PORT BUFFER_PORT ENGINE_PORT ROUTER_HOST ROUTER_PORT RAY_PORT RAY_DASHBOARD_PORT \
+  EVAL_DEVICES RAY_VISIBLE_DEVICES TRAIN_GPUS ROLLOUT_GPUS EVAL_GPUS COLOCATE MODE TRAIN_ONLY \
+  ROLLOUT_TEMPERATURE N_SAMPLES_PER_PROMPT RECIPE RUN_RECIPE PROMPT_DATA TRAIN_PROMPT_DATA SGLANG_URL
 
 # The run's recipe: the user's plus this run's URLs, data, tokenizer and temperature; read by
 # the buffer's agent runner (--recipe) and by slime's plug-ins (--custom-config-path: the
-# `plugins` section gets this run's buffer and eval URLs).
-"${PYTHON}" -m tools.run_recipe write "${RECIPE}" "${RUN_RECIPE}" \
-  --set "runner.sglang_url=${SGLANG_URL}" --set "runner.eval_urls=http://127.0.0.1:${EVAL_PORT}" \
-  --set "runner.prompt_data=${PROMPT_DATA}" --set "runner.tokenizer=${TOKENIZER}" \
-  --set "runner.temperature=${ROLLOUT_TEMPERATURE}" \
-  --set "plugins.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "plugins.eval_urls=[http://127.0.0.1:${EVAL_PORT}]" \
-  --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}" ||
+# `plugins` section gets this run's buffer, eval and generate URLs).
+recipe_sets=(
+  --set "runner.sglang_url=${SGLANG_URL}" --set "runner.eval_urls=http://127.0.0.1:${EVAL_PORT}"
+  --set "runner.prompt_data=${PROMPT_DATA}" --set "runner.tokenizer=${TOKENIZER}"
+  --set "runner.temperature=${ROLLOUT_TEMPERATURE}"
+  --set "plugins.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "plugins.eval_urls=[http://127.0.0.1:${EVAL_PORT}]"
+  --set "plugins.sglang_url=${SGLANG_URL}" --set "plugins.prompt_data=${PROMPT_DATA}"
+  --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}"
+)
+[[ -n "${CREDIT}" ]] && recipe_sets+=(--set "episode.reward.credit=${CREDIT}")
+read -ra extra_sets <<<"${RECIPE_SET}"
+for item in "${extra_sets[@]}"; do
+  recipe_sets+=(--set "${item}")
+done
+krl_py -m tools.run_recipe write "${RECIPE}" "${RUN_RECIPE}" "${recipe_sets[@]}" ||
   krl_die "could not write the run's recipe from ${RECIPE} (see the message above)"
+if ((write_train_prompts)); then
+  if [[ "${PRINT_ONLY}" == 1 && ! -f "${PROMPT_DATA}" ]]; then
+    krl_info "PROMPT_DATA ${PROMPT_DATA} not found: ${TRAIN_PROMPT_DATA} not written (PRINT_ONLY)"
+  else
+    krl_py -m tools.split_prompts "${PROMPT_DATA}" "${TRAIN_PROMPT_DATA}" --split train >&2 ||
+      krl_die "could not write the train split of ${PROMPT_DATA} (see the message above; or set TRAIN_PROMPT_DATA)"
+  fi
+fi
 
 windows=()
-if [[ -n "${ENGINE_CMD}" ]]; then
-  krl_write_shell_cmd "${RUN_DIR}/cmd/engine.sh" "${ENGINE_CMD}"
+if [[ -n "${ENGINE_CMD}" || "${ENGINE}" == tiny ]]; then
+  read -ra engine_args <<<"${ENGINE_ARGS}"
+  krl_write_window engine "${ENGINE_CMD}" "${PYTHON}" -m slime_ext.tiny_engine --model "${HF_CKPT}" \
+    --host 127.0.0.1 --port "${ENGINE_PORT}" "${engine_args[@]}"
   windows+=(engine)
 fi
 krl_write_window eval "${EVAL_CMD}" "${PYTHON}" -m eval_server "${EVAL_SERVER_ARGS[@]}"
-krl_write_window buffer "${BUFFER_CMD}" "${PYTHON}" -m buffer_server "${BUFFER_SERVER_ARGS[@]}"
+windows+=(eval)
+if [[ "${MODE}" == buffer ]]; then
+  krl_write_window buffer "${BUFFER_CMD}" "${PYTHON}" -m buffer_server "${BUFFER_SERVER_ARGS[@]}"
+  windows+=(buffer)
+fi
 krl_write_trainer_cmd "${TRAIN_ENTRY}" "${TRAIN_ARGS[@]}"
-windows+=(eval buffer trainer)
+windows+=(trainer)
 
 if [[ "${PRINT_ONLY}" == 1 ]]; then
   krl_print_windows "${windows[@]}"

@@ -11,8 +11,14 @@ Settings are the launcher's environment variables; their defaults come from
   scripts/preflight.sh                        # the main run's settings
   TRAIN_GPUS=2 ROLLOUT_GPUS=1 EVAL_GPUS=1 HF_CKPT=/data/Qwen3-8B scripts/preflight.sh
   python -m tools.preflight --json out.json   # same checks, also written as JSON
+  python -m tools.preflight --gate            # the launcher's start gate (below)
 
 Exit code 0 when nothing failed (warnings allowed), 1 otherwise.
+
+`--gate` runs only the checks of what slime's trainer reads at start (HF checkpoint and
+tokenizer, REF_LOAD, LOAD_DIR, MODEL_ARGS against config.json, prompt data), prints nothing when
+they pass and otherwise one line: the first failure and its fix. The launcher runs it before it
+starts anything, so a wrong path stops the run at once instead of after Ray and Megatron started.
 """
 
 from __future__ import annotations
@@ -80,15 +86,23 @@ class Check:
     fix: str = ""
 
 
+class SettingsError(RuntimeError):
+    """configs/run/common.sh refused the settings (e.g. an unknown PRESET); the message says why."""
+
+
 def launcher_settings(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The launcher's settings: `env` over the defaults of configs/run/common.sh."""
+    """The launcher's settings: `env` over the defaults of configs/run/common.sh (and of the
+    preset PRESET names)."""
     script = f'source "{REPO}/scripts/lib/common.sh"; source "{REPO}/configs/run/common.sh"; ' + "; ".join(
         f'printf "%s\\0" "${{{name}-}}"' for name in SETTINGS
     )
-    out = subprocess.run(
-        ["bash", "-c", script], env=dict(os.environ if env is None else env), capture_output=True, check=True
-    ).stdout.decode()
-    return dict(zip(SETTINGS, out.split("\0")[: len(SETTINGS)], strict=True))
+    res = subprocess.run(
+        ["bash", "-c", script], env=dict(os.environ if env is None else env), capture_output=True
+    )
+    if res.returncode != 0:
+        lines = res.stderr.decode(errors="replace").strip().splitlines()
+        raise SettingsError(lines[-1] if lines else f"configs/run/common.sh exited with {res.returncode}")
+    return dict(zip(SETTINGS, res.stdout.decode().split("\0")[: len(SETTINGS)], strict=True))
 
 
 # --------------------------------------------------------------------------- checks
@@ -96,7 +110,10 @@ def launcher_settings(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def check_hf_checkpoint(s: Mapping[str, str]) -> list[Check]:
     path = Path(s["HF_CKPT"])
-    fix = "download the HF model there, or set HF_CKPT=/path/to/model"
+    fix = (
+        "put the HF model there (the tiny model of PRESET=single_gpu_tiny: python -m slime_ext.tiny_model "
+        "--out DIR), or set HF_CKPT=/path/to/model"
+    )
     if not path.is_dir():
         return [Check("hf checkpoint", FAIL, f"{path} not found", fix)]
     config = path / "config.json"
@@ -157,18 +174,14 @@ def _tokenizer_check(path: Path) -> Check:
     return Check("tokenizer", PASS, f"{path}: vocab {len(tok)}, chat template, <|im_end|>={end}")
 
 
-def check_torch_dist(name: str, value: str, *, required: bool) -> Check:
+def check_torch_dist(name: str, value: str, *, required: bool, hf_dir: str = "HF_CKPT") -> Check:
     """A Megatron torch_dist checkpoint dir (latest_checkpointed_iteration.txt + its iteration dir),
     or an HF dir (slime also loads those)."""
     path = Path(value)
+    convert = f"convert the HF model: scripts/convert_hf_to_megatron.sh --hf-dir {hf_dir} --out {path}"
     if not path.is_dir():
         if required:
-            return Check(
-                name,
-                FAIL,
-                f"{path} not found",
-                "convert the HF model: scripts/convert_hf_to_megatron.sh (see docs/LAUNCH.md)",
-            )
+            return Check(name, FAIL, f"{path} not found", convert + " (docs/CONVERT.md)")
         return Check(name, PASS, f"{path} empty: a fresh run (nothing to resume)")
     tracker = path / "latest_checkpointed_iteration.txt"
     if tracker.is_file():
@@ -183,12 +196,7 @@ def check_torch_dist(name: str, value: str, *, required: bool) -> Check:
             )
         shards = list(sub.glob("*.distcp"))
         if not shards or not (sub / ".metadata").is_file():
-            return Check(
-                name,
-                FAIL,
-                f"{sub}: no .metadata / *.distcp (not torch_dist format)",
-                "convert with scripts/convert_hf_to_megatron.sh",
-            )
+            return Check(name, FAIL, f"{sub}: no .metadata / *.distcp (not torch_dist format)", convert)
         what = "resume from" if name == "load (resume)" else "torch_dist"
         return Check(name, PASS, f"{path}: {what} iteration {it}, {len(shards)} shard(s)")
     if (path / "config.json").is_file():
@@ -197,10 +205,7 @@ def check_torch_dist(name: str, value: str, *, required: bool) -> Check:
         )
     if required:
         return Check(
-            name,
-            FAIL,
-            f"{path}: neither torch_dist (latest_checkpointed_iteration.txt) nor HF",
-            "convert the HF model: scripts/convert_hf_to_megatron.sh",
+            name, FAIL, f"{path}: neither torch_dist (latest_checkpointed_iteration.txt) nor HF", convert
         )
     return Check(name, PASS, f"{path}: no checkpoint yet (a fresh run)")
 
@@ -454,15 +459,31 @@ def check_wandb(s: Mapping[str, str], env: Mapping[str, str]) -> Check:
     )
 
 
+def gate_checks(settings: Mapping[str, str]) -> list[Check]:
+    """What slime's trainer reads at start: the launcher's gate (`--gate`)."""
+    checks = check_hf_checkpoint(settings)
+    hf = settings["HF_CKPT"]
+    checks.append(check_torch_dist("ref load", settings["REF_LOAD"], required=True, hf_dir=hf))
+    checks.append(check_torch_dist("load (resume)", settings["LOAD_DIR"], required=False, hf_dir=hf))
+    checks.append(check_model_args(settings))
+    checks.append(check_prompt_data(settings))
+    return checks
+
+
+def gate_line(checks: list[Check]) -> str | None:
+    """One line for the first failed check (None when none failed)."""
+    failed = [c for c in checks if c.status == FAIL]
+    if not failed:
+        return None
+    more = f" [{len(failed) - 1} more: scripts/preflight.sh lists them]" if len(failed) > 1 else ""
+    return f"{failed[0].name}: {failed[0].detail} -> fix: {failed[0].fix}{more}"
+
+
 def run_checks(
     settings: Mapping[str, str], *, env: Mapping[str, str] | None = None, gpus: Callable[[], int] = gpu_count
 ) -> list[Check]:
     env = os.environ if env is None else env
-    checks = check_hf_checkpoint(settings)
-    checks.append(check_torch_dist("ref load", settings["REF_LOAD"], required=True))
-    checks.append(check_torch_dist("load (resume)", settings["LOAD_DIR"], required=False))
-    checks.append(check_model_args(settings))
-    checks.append(check_prompt_data(settings))
+    checks = gate_checks(settings)
     checks.append(check_recipe(settings))
     checks.append(check_gpus(settings, gpus()))
     checks.append(check_ports(settings))
@@ -493,8 +514,21 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", type=Path, help="also write the checks as JSON here")
+    p.add_argument(
+        "--gate", action="store_true", help="only the trainer's inputs; silent, or one line on failure"
+    )
     args = p.parse_args(argv)
-    checks = run_checks(launcher_settings())
+    try:
+        settings = launcher_settings()
+    except SettingsError as exc:
+        print(exc)
+        return 1
+    if args.gate:
+        line = gate_line(gate_checks(settings))
+        if line:
+            print(line)
+        return 1 if line else 0
+    checks = run_checks(settings)
     print(format_table(checks))
     if args.json:
         args.json.write_text(json.dumps([asdict(c) for c in checks], indent=2) + "\n", encoding="utf-8")

@@ -1,8 +1,19 @@
 # shellcheck shell=bash
-# Settings shared by every launcher (sourced by scripts/*.sh). Every value is an environment
-# variable with a default; set it before calling a script to override it. Paths default to
-# where the slime Docker image puts things (slime at /root/slime, Megatron-LM at /root/Megatron-LM)
-# and where slime's own run scripts keep checkpoints (/root/<model>...).
+# Settings shared by every launcher (sourced by scripts/*.sh after scripts/lib/common.sh). Every
+# value is an environment variable with a default; set it before calling a script to override
+# it. Paths default to where the slime Docker image puts things (slime at /root/slime,
+# Megatron-LM at /root/Megatron-LM) and where slime's own run scripts keep checkpoints
+# (/root/<model>...).
+#
+# PRESET=NAME sources configs/run/presets/NAME.sh first: a preset gives other defaults (its own
+# `: "${X:=...}"` lines), which variables set by the caller still override.
+
+if [[ -n "${PRESET:-}" ]]; then
+  [[ -f "${KRL_REPO_ROOT}/configs/run/presets/${PRESET}.sh" ]] ||
+    krl_die "unknown PRESET=${PRESET}: configs/run/presets/ has $(cd "${KRL_REPO_ROOT}/configs/run/presets" && ls -- *.sh)"
+  # shellcheck source=/dev/null
+  source "${KRL_REPO_ROOT}/configs/run/presets/${PRESET}.sh"
+fi
 
 # --- code -------------------------------------------------------------------------------------
 : "${SLIME_DIR:=/root/slime}"            # slime checkout (train.py, train_async.py)
@@ -45,8 +56,13 @@
 : "${EVAL_PORT:=18188}"
 : "${BUFFER_PORT:=8889}"
 : "${ROUTER_PORT:=30000}"        # slime starts its SGLang router on this port ...
-: "${ROUTER_HOST:=$(hostname -I 2>/dev/null | awk '{print $1}')}"  # ... at the node's IP
+# ... at the address slime's get_host_info() returns: $SLIME_HOST_IP when set, else an address it
+# probes itself. The launcher chooses it once here (SLIME_HOST_IP if the caller set it, else the
+# node's first IPv4 address, as slime prefers IPv4) and exports SLIME_HOST_IP=ROUTER_HOST to the
+# trainer and its Ray job, so the router and SGLANG_URL agree by construction.
+: "${ROUTER_HOST:=${SLIME_HOST_IP:-$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -m1 -E '^[0-9]+(\.[0-9]+){3}$' || true)}}"
 : "${ROUTER_HOST:=127.0.0.1}"
+: "${ENGINE_PORT:=30010}"        # ENGINE=tiny: the embedded /generate engine (loopback)
 : "${RAY_PORT:=6379}"
 : "${RAY_DASHBOARD_PORT:=8265}"
 : "${MASTER_ADDR:=127.0.0.1}"

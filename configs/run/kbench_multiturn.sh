@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # slime argument groups of the main run (scripts/run_kbench_multiturn.sh), in the order of
-# slime's own run scripts. Sourced after configs/run/common.sh and configs/models/${MODEL}.sh.
+# slime's own run scripts. Sourced after configs/run/common.sh and configs/models/${MODEL}.sh, with
+# MODE (buffer | in_slime), TRAIN_ONLY, RUN_RECIPE and TRAIN_PROMPT_DATA set by the launcher.
 # Multi-turn settings (max_turns, gamma, credit mode, reward shaping, early stop) and the
 # sampling temperature live in the recipe YAML (${RECIPE}); the launcher reads the temperature
 # from it (ROLLOUT_TEMPERATURE) and writes the run's copy RUN_RECIPE that slime and the buffer read.
@@ -12,10 +13,19 @@
 : "${MAX_CONTEXT_LEN:=32768}"      # prompt + all turns
 : "${LR:=1e-6}"
 : "${SAVE_INTERVAL:=20}"
+: "${EVAL_INTERVAL:=20}"           # 0: no evaluation
+: "${KL_LOSS_COEF:=0.00}"          # --use-kl-loss is always on, so --ref-load is always loaded
 
 # slime plug-ins of this project (dotted paths, importable in Ray workers: the project is
-# pip-installed in the image and its root is on PYTHONPATH of the Ray job).
-: "${ROLLOUT_FUNCTION_PATH:=slime_ext.slime_plugins.rollout.generate_rollout}"
+# pip-installed in the image and its root is on PYTHONPATH of the Ray job), docs/SLIME_PLUGINS.md.
+# MODE=buffer: our rollout function reads whole groups from the buffer server's agent runner.
+# MODE=in_slime: slime's own rollout function calls our generate (one episode per sample) and RM.
+BUFFER_ROLLOUT_FUNCTION=slime_ext.slime_plugins.rollout.generate_rollout
+if [[ "${MODE}" == in_slime ]]; then
+  : "${ROLLOUT_FUNCTION_PATH:=slime.rollout.sglang_rollout.generate_rollout}"  # slime's default
+else
+  : "${ROLLOUT_FUNCTION_PATH:=${BUFFER_ROLLOUT_FUNCTION}}"
+fi
 : "${EVAL_PROMPT_DATA:=${PROMPT_DATA}}"   # the plug-ins evaluate its holdout records (docs/SLIME_PLUGINS.md)
 
 CKPT_ARGS=(
@@ -32,7 +42,23 @@ ROLLOUT_ARGS=(
   --custom-reward-post-process-path slime_ext.slime_plugins.reward_post.post_process
   --custom-rollout-log-function-path slime_ext.slime_plugins.rollout_log.log_rollout
   --custom-eval-rollout-log-function-path slime_ext.slime_plugins.rollout_log.log_eval_rollout
-  --prompt-data "${PROMPT_DATA}"
+)
+if [[ "${MODE}" == in_slime ]]; then
+  # slime's data source hands each sample the record's `reference` as prompt (no chat template:
+  # the episode renders the chat) and `instance_id` as label; it reads every record of the file,
+  # so it gets the train split only. Evaluation runs the buffer-mode function's evaluation path
+  # (holdout records, straight against the router and the eval servers; no buffer involved).
+  ROLLOUT_ARGS+=(
+    --custom-generate-function-path slime_ext.slime_plugins.generate.generate
+    --custom-rm-path slime_ext.slime_plugins.generate.reward
+    --eval-function-path "${BUFFER_ROLLOUT_FUNCTION}"
+    --prompt-data "${TRAIN_PROMPT_DATA}"
+    --label-key instance_id
+  )
+else
+  ROLLOUT_ARGS+=(--prompt-data "${PROMPT_DATA}")  # slime builds its data source; the buffer feeds training
+fi
+ROLLOUT_ARGS+=(
   --input-key reference
   --rollout-shuffle
   --num-rollout "${NUM_ROLLOUT}"
@@ -45,18 +71,21 @@ ROLLOUT_ARGS=(
   --balance-data
 )
 
-EVAL_ARGS=(
-  --eval-interval 20
-  --eval-prompt-data kernelbench_holdout "${EVAL_PROMPT_DATA}"
-  --n-samples-per-eval-prompt 1
-  --eval-max-response-len "${MAX_RESPONSE_LEN}"
-)
+EVAL_ARGS=()
+if [[ "${EVAL_INTERVAL}" != 0 ]]; then
+  EVAL_ARGS=(
+    --eval-interval "${EVAL_INTERVAL}"
+    --eval-prompt-data kernelbench_holdout "${EVAL_PROMPT_DATA}"
+    --n-samples-per-eval-prompt 1
+    --eval-max-response-len "${MAX_RESPONSE_LEN}"
+  )
+fi
 
 GRPO_ARGS=(
   --advantage-estimator grpo
   --disable-grpo-std-normalization
   --use-kl-loss
-  --kl-loss-coef 0.00
+  --kl-loss-coef "${KL_LOSS_COEF}"
   --kl-loss-type low_var_kl
   --entropy-coef 0.00
   --eps-clip 0.2
@@ -73,11 +102,18 @@ OPTIMIZER_ARGS=(
   --clip-grad 0.05
 )
 
-SGLANG_ARGS=(
-  --rollout-num-gpus-per-engine "${ROLLOUT_GPUS_PER_ENGINE}"
-  --sglang-mem-fraction-static "${SGLANG_MEM_FRACTION:-0.7}"
-  --sglang-router-port "${ROUTER_PORT}"   # slime starts its router on this port at the node IP
-)
+SGLANG_ARGS=()
+if [[ "${TRAIN_ONLY}" == 1 ]]; then
+  # slime starts no SGLang engine and no router, pushes no weights, and still calls the rollout
+  # function every step (the agent runner generates with SGLANG_URL meanwhile).
+  SGLANG_ARGS=(--debug-train-only)
+else
+  SGLANG_ARGS=(
+    --rollout-num-gpus-per-engine "${ROLLOUT_GPUS_PER_ENGINE}"
+    --sglang-mem-fraction-static "${SGLANG_MEM_FRACTION:-0.7}"
+    --sglang-router-port "${ROUTER_PORT}"   # slime starts its router on this port at SLIME_HOST_IP
+  )
+fi
 
 # PERF_ARGS, WANDB_ARGS, MISC_ARGS: shared with the other runs.
 # shellcheck source=shared_args.sh

@@ -5,9 +5,12 @@
 
 : "${MAX_TOKENS_PER_GPU:=16384}"
 
-PERF_ARGS=(
-  --tensor-model-parallel-size "${TP}"
-  --sequence-parallel
+PERF_ARGS=(--tensor-model-parallel-size "${TP}")
+# Sequence parallelism splits along the TP group: with TP=1 Megatron turns it off with a warning.
+if ((TP > 1)); then
+  PERF_ARGS+=(--sequence-parallel)
+fi
+PERF_ARGS+=(
   --pipeline-model-parallel-size "${PP}"
   --context-parallel-size "${CP}"
   --recompute-granularity full

@@ -12,6 +12,9 @@ KRL_REPO_ROOT="$(cd "${KRL_LIB_DIR}/../.." && pwd)"
 export KRL_LIB_DIR KRL_REPO_ROOT
 
 krl_info() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# krl_py ARGS...: this checkout's Python tools (`krl_py -m tools.X`), whatever the caller's
+# directory and whatever other copy of the project is installed.
+krl_py() { PYTHONPATH="${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON:-python3}" "$@"; }
 krl_die() {
   printf '[%s] ERROR: %s\n' "$(date +%H:%M:%S)" "$*" >&2
   exit 1
@@ -92,10 +95,11 @@ krl_pid_alive() {
 krl_group_alive() { kill -0 -- "-$1" 2>/dev/null; }
 
 # krl_wait_healthy NAME URL TIMEOUT_S [PIDFILE]: poll URL until it answers 200. Fails (with the
-# tail of the window's log) when TIMEOUT_S passes or when the process in PIDFILE has exited.
+# tail of the window's log) when TIMEOUT_S passes or when the process in PIDFILE has exited; the
+# one-line reason, naming the fix, is left in KRL_WAIT_FAILURE.
 krl_wait_healthy() {
   local name="$1" url="$2" timeout_s="$3" pidfile="${4:-}"
-  local deadline=$((SECONDS + timeout_s)) seen_pid=0
+  local deadline=$((SECONDS + timeout_s)) seen_pid=0 log="${RUN_DIR:-.}/logs/$1.log"
   krl_info "waiting for ${name} at ${url} (up to ${timeout_s} s)"
   while true; do
     if krl_http_ok "${url}"; then
@@ -107,7 +111,8 @@ krl_wait_healthy() {
         seen_pid=1
         if ! krl_pid_alive "${pidfile}"; then
           krl_info "${name} exited before becoming healthy; last log lines:"
-          tail -n 30 "${RUN_DIR:-.}/logs/${name}.log" >&2 2>/dev/null || true
+          tail -n 30 "${log}" >&2 2>/dev/null || true
+          KRL_WAIT_FAILURE="${name} exited before answering ${url}: fix the error at the end of ${log} (shown above), then start again"
           return 1
         fi
       fi
@@ -115,9 +120,11 @@ krl_wait_healthy() {
     if ((SECONDS >= deadline)); then
       if ((seen_pid == 0)) && [[ -n "${pidfile}" ]]; then
         krl_info "${name} never started (no PID file ${pidfile})"
+        KRL_WAIT_FAILURE="${name} never started (no ${pidfile}): see ${log}"
       else
         krl_info "${name} not healthy after ${timeout_s} s; last log lines:"
-        tail -n 30 "${RUN_DIR:-.}/logs/${name}.log" >&2 2>/dev/null || true
+        tail -n 30 "${log}" >&2 2>/dev/null || true
+        KRL_WAIT_FAILURE="${name} not healthy at ${url} within HEALTH_TIMEOUT_S=${timeout_s} s: see ${log}; if it is only slow to start, raise HEALTH_TIMEOUT_S"
       fi
       return 1
     fi
@@ -284,6 +291,16 @@ krl_preflight_session() {
   done
 }
 
+# krl_check_inputs: what the trainer reads at start, checked before anything starts
+# (tools/preflight.py --gate: HF checkpoint and tokenizer, REF_LOAD, LOAD_DIR, MODEL_ARGS against
+# config.json, prompt data). Exits with one line naming the first problem and its fix.
+krl_check_inputs() {
+  local msg
+  msg="$(HF_CKPT="${HF_CKPT}" REF_LOAD="${REF_LOAD}" LOAD_DIR="${LOAD_DIR}" MODEL="${MODEL}" \
+    MODEL_ARGS_FILE="${MODEL_ARGS_FILE}" PROMPT_DATA="${PROMPT_DATA}" \
+    krl_py -m tools.preflight --gate 2>&1)" || krl_die "${msg##*$'\n'}"
+}
+
 # krl_report_resume LOAD_DIR FALLBACK: say whether slime's --load will resume (it does when
 # latest_checkpointed_iteration.txt exists there) or start from FALLBACK.
 krl_report_resume() {
@@ -311,13 +328,14 @@ krl_init_run_dir() {
 
 # krl_write_trainer_cmd ENTRY ARGS...: the trainer window's script: TRAINER_CMD when set (tests,
 # dry run), else ray_train.sh running slime's ENTRY (train.py, train_async.py) with ARGS on
-# RAY_NUM_GPUS GPUs (CUDA_VISIBLE_DEVICES=RAY_VISIBLE_DEVICES).
+# RAY_NUM_GPUS GPUs (CUDA_VISIBLE_DEVICES=RAY_VISIBLE_DEVICES). SLIME_HOST_IP=ROUTER_HOST: the
+# address slime's get_host_info() returns, where it binds its SGLang router and engines.
 krl_write_trainer_cmd() {
   local env_lines=("${KRL_CMD_ENV[@]}")
   KRL_CMD_ENV+=("$(krl_env_line SLIME_DIR)" "$(krl_env_line MEGATRON_DIR)" "$(krl_env_line MASTER_ADDR)"
     "$(krl_env_line RAY_PORT)" "$(krl_env_line RAY_DASHBOARD_PORT)" "$(krl_env_line RAY_TMPDIR)"
     "$(krl_env_line RAY_NUM_GPUS)" "export CUDA_VISIBLE_DEVICES=${RAY_VISIBLE_DEVICES}"
-    "$(krl_env_line KRL_REPO_ROOT)")
+    "$(krl_env_line KRL_REPO_ROOT)" "export SLIME_HOST_IP=$(printf '%q' "${ROUTER_HOST}")")
   krl_write_window trainer "${TRAINER_CMD:-}" bash "${KRL_LIB_DIR}/ray_train.sh" "$@"
   KRL_CMD_ENV=("${env_lines[@]}")
 }
@@ -340,11 +358,12 @@ krl_start_windows() {
     krl_info "starting window ${w}"
     krl_open_window "${TMUX_SESSION}" "${w}"
     url="$(krl_health_url "${w}")"
+    KRL_WAIT_FAILURE="window ${w} did not start (no ${RUN_DIR}/pids/${w}.pid after 60 s): see ${RUN_DIR}/logs/${w}.log"
     if ! krl_wait_file "${RUN_DIR}/pids/${w}.pid" 60 ||
       { [[ -n "${url}" ]] && ! krl_wait_healthy "${w}" "${url}" "${HEALTH_TIMEOUT_S:-600}" "${RUN_DIR}/pids/${w}.pid"; }; then
       krl_info "start aborted: stopping what this run started"
       bash "${KRL_REPO_ROOT}/scripts/stop.sh" "${RUN_DIR}" || true
-      exit 1
+      krl_die "${KRL_WAIT_FAILURE}"
     fi
   done
   cat <<MSG

@@ -4,7 +4,9 @@
 # Starts a Ray head for this run (its own temp dir, so stop.sh can find its processes), submits
 # `python3 ${SLIME_DIR}/ENTRY ARGS...` as a Ray job with Megatron-LM and this repository on
 # PYTHONPATH, and waits for it. Needs RAY_NUM_GPUS, RAY_PORT, RAY_DASHBOARD_PORT, MASTER_ADDR,
-# RAY_TMPDIR, SLIME_DIR, MEGATRON_DIR, KRL_REPO_ROOT in the environment (the launcher sets them).
+# RAY_TMPDIR, SLIME_DIR, MEGATRON_DIR, KRL_REPO_ROOT and SLIME_HOST_IP in the environment (the
+# launcher sets them). SLIME_HOST_IP goes into the job's runtime env too: the actor that starts
+# slime's SGLang router binds it there (slime's get_host_info()), where the agent runner calls it.
 set -euo pipefail
 # The whole script is one block, read before it runs: editing the file (git pull) while it runs
 # cannot change what a running copy does.
@@ -13,6 +15,7 @@ set -euo pipefail
 entry="$1"
 shift
 : "${NCCL_NVLS_ENABLE:=0}"  # NVLink multicast off unless the user turns it on
+: "${SLIME_HOST_IP:?SLIME_HOST_IP not set (the launcher sets it to ROUTER_HOST)}"
 
 # Kill a worker's own children (SGLang servers) when the worker exits, recursively.
 export RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true
@@ -20,8 +23,8 @@ ray start --head --node-ip-address "${MASTER_ADDR}" --port "${RAY_PORT}" --num-g
   --temp-dir "${RAY_TMPDIR}" --disable-usage-stats \
   --dashboard-host 127.0.0.1 --dashboard-port "${RAY_DASHBOARD_PORT}"
 
-runtime_env="$(printf '{"env_vars": {"PYTHONPATH": "%s:%s", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_NVLS_ENABLE": "%s", "KRL_RUN_ID": "%s"}}' \
-  "${MEGATRON_DIR}" "${KRL_REPO_ROOT}" "${NCCL_NVLS_ENABLE}" "${KRL_RUN_ID}")"
+runtime_env="$(printf '{"env_vars": {"PYTHONPATH": "%s:%s", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_NVLS_ENABLE": "%s", "KRL_RUN_ID": "%s", "SLIME_HOST_IP": "%s"}}' \
+  "${MEGATRON_DIR}" "${KRL_REPO_ROOT}" "${NCCL_NVLS_ENABLE}" "${KRL_RUN_ID}" "${SLIME_HOST_IP}")"
 
 ray job submit --address "http://127.0.0.1:${RAY_DASHBOARD_PORT}" --runtime-env-json "${runtime_env}" \
   -- python3 "${SLIME_DIR}/${entry}" "$@"

@@ -3,17 +3,22 @@ eval server (CPU) and buffer server in their windows, a harmless trainer command
 
 Checks: the windows and their order, per-window logs and PID files, health gating (a service
 that dies or never answers stops the start and leaves nothing behind), busy ports refused, and
-that stop.sh leaves no process of the run while an unrelated process survives.
+that stop.sh leaves no process of the run while an unrelated process survives; the in-slime mode
+(no buffer window); the single-GPU tiny preset's real engine window; and bad input (missing or
+unconverted checkpoints, a service that never gets healthy) stopping the start with one line that
+names the fix and no process or tmux session left.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -46,10 +51,18 @@ def runner_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"PROMPT_DATA": str(root / "prompts.jsonl"), "TOKENIZER": str(root / "tokenizer")}
 
 
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model's HF directory, as `python -m slime_ext.tiny_model --out DIR` writes it."""
+    from slime_ext.tiny_model import write_model_dir
+
+    return write_model_dir(tmp_path_factory.mktemp("tiny") / "Qwen3-tiny")
+
+
 def _env(tmp_path: Path, inputs: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("kernel_rl:\n  runner:\n    temperature: 0.8\n", encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "SLIME_HOST_IP")}
     env.update(
         TMUX_SOCKET=str(tmp_path / "tmux.sock"),  # a private tmux server, removed with tmp_path
         RUNS_ROOT=str(tmp_path / "runs"),
@@ -175,6 +188,8 @@ def test_service_that_dies_stops_the_start(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 60  # noticed the exit, did not wait for the timeout
     assert "eval exited before becoming healthy" in res.stderr
     assert "eval-is-broken" in res.stderr  # the log tail is shown
+    last = res.stderr.strip().splitlines()[-1]  # one closing line naming the fix
+    assert "ERROR: eval exited before answering" in last and str(run_dir / "logs" / "eval.log") in last
     assert not (run_dir / "pids" / "buffer.pid").exists()  # nothing after the failed window
     assert _tmux(env, "has-session", "-t", "t").returncode != 0
     assert _run_processes(run_dir) == set()
@@ -186,6 +201,8 @@ def test_health_timeout_stops_what_started(tmp_path: Path) -> None:
     res = _launch(env)
     assert res.returncode == 1
     assert "eval not healthy after 3 s" in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert "ERROR: eval not healthy" in last and "raise HEALTH_TIMEOUT_S" in last
     assert _wait_gone(_run_processes(run_dir)) == set()
     assert _tmux(env, "has-session", "-t", "t").returncode != 0
 
@@ -242,3 +259,183 @@ def test_ctrl_c_in_a_window_stops_its_command_and_keeps_the_log(tmp_path: Path) 
         ]
     finally:
         _stop(run_dir, env)
+
+
+def test_in_slime_mode_runs_without_a_buffer_window(tmp_path: Path, runner_inputs: dict[str, str]) -> None:
+    env = _env(tmp_path, runner_inputs, MODE="in_slime", TRAINER_CMD="echo in-slime-trainer; sleep 600")
+    run_dir = tmp_path / "runs" / "t"
+    try:
+        res = _launch(env)
+        assert res.returncode == 0, res.stderr + res.stdout
+        assert _tmux(env, "list-windows", "-t", "t", "-F", "#{window_name}").stdout.split() == [
+            "eval",
+            "trainer",
+        ]
+        assert {p.name for p in (run_dir / "pids").glob("*.pid")} == {"eval.pid", "trainer.pid"}
+        assert (run_dir / "prompts_train.jsonl").is_file()
+        procs = _run_processes(run_dir)
+        assert _stop(run_dir, env).returncode == 0
+        assert _wait_gone(procs) == set()
+        assert _tmux(env, "has-session", "-t", "t").returncode != 0
+    finally:
+        _stop(run_dir, env)
+
+
+def _preset_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """PRESET=single_gpu_tiny TRAIN_ONLY=1 on this CPU machine: the eval server on the CPU."""
+    return _env(
+        tmp_path,
+        PRESET="single_gpu_tiny",
+        TRAIN_ONLY="1",
+        ENGINE_PORT=str(free_port()),
+        EVAL_DEVICES="cpu",
+        SGLANG_URL="",  # the preset's engine
+        **extra,
+    )
+
+
+def test_single_gpu_tiny_preset_starts_its_engine(
+    tmp_path: Path, runner_inputs: dict[str, str], tiny_hf: Path
+) -> None:
+    env = _preset_env(tmp_path, **runner_inputs, HF_CKPT=str(tiny_hf), TRAINER_CMD="sleep 600")
+    run_dir = tmp_path / "runs" / "t"
+    try:
+        res = _launch(env)
+        assert res.returncode == 0, res.stderr + res.stdout
+        windows = _tmux(env, "list-windows", "-t", "t", "-F", "#{window_name}").stdout.split()
+        assert windows == ["engine", "eval", "buffer", "trainer"]
+        assert res.stderr.index("engine is healthy") < res.stderr.index("starting window eval")
+        info = json.loads(
+            urllib.request.urlopen(f"http://127.0.0.1:{env['ENGINE_PORT']}/get_model_info", timeout=10).read()
+        )
+        assert Path(info["model_path"]) == tiny_hf
+        procs = _run_processes(run_dir)
+        assert _stop(run_dir, env).returncode == 0
+        assert _wait_gone(procs) == set()
+    finally:
+        _stop(run_dir, env)
+
+
+def test_engine_that_cannot_load_its_model_stops_the_start(tmp_path: Path) -> None:
+    env = _preset_env(tmp_path, HF_CKPT=str(tmp_path / "no-model"), TRAINER_CMD="sleep 600")
+    run_dir = tmp_path / "runs" / "t"
+    res = _launch(env)
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert "ERROR: engine exited before answering" in last and "engine.log" in last
+    assert not (run_dir / "pids" / "eval.pid").exists()
+    assert _tmux(env, "has-session", "-t", "t").returncode != 0
+    assert _wait_gone(_run_processes(run_dir)) == set()
+
+
+def _torch_dist_root(path: Path, iteration: str | None = "release", shards: bool = True) -> Path:
+    path.mkdir(parents=True)
+    if iteration is not None:
+        (path / "latest_checkpointed_iteration.txt").write_text(iteration)
+    if shards:
+        (path / "release").mkdir()
+        (path / "release" / ".metadata").write_bytes(b"x")
+        (path / "release" / "__0_0.distcp").write_bytes(b"x")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("no_hf", "hf checkpoint: {hf} not found -> fix: put the HF model there"),
+        (
+            "no_ref",
+            "ref load: {ref} not found -> fix: convert the HF model: scripts/convert_hf_to_megatron.sh --hf-dir {hf} --out {ref}",
+        ),
+        (
+            "ref_not_converted",
+            "ref load: {ref}: neither torch_dist (latest_checkpointed_iteration.txt) nor HF -> fix: convert",
+        ),
+        (
+            "ref_iteration_missing",
+            "ref load: {ref}/latest_checkpointed_iteration.txt says 'release' but {ref}/release is missing",
+        ),
+        ("no_prompts", "prompt data: {prompts} not found -> fix: prepare it"),
+    ],
+)
+def test_bad_input_stops_the_start_with_one_line(
+    tmp_path: Path, tiny_hf: Path, runner_inputs: dict[str, str], case: str, expected: str
+) -> None:
+    """The real trainer command (no TRAINER_CMD): what slime would read at start is checked before
+    anything starts; the launcher ends with one line naming the problem and its fix."""
+    hf, ref = tiny_hf, tmp_path / "ckpt" / "Qwen3-tiny_torch_dist"
+    prompts = runner_inputs["PROMPT_DATA"]
+    if case == "no_hf":
+        hf = tmp_path / "ckpt" / "Qwen3-tiny"
+    elif case == "ref_not_converted":
+        ref.mkdir(parents=True)
+        (ref / "model.pt").write_bytes(b"x")
+    elif case == "ref_iteration_missing":
+        _torch_dist_root(ref, shards=False)
+    elif case == "no_prompts":
+        _torch_dist_root(ref)
+        prompts = str(tmp_path / "none.jsonl")
+    env = _preset_env(
+        tmp_path,
+        NUM_GPUS="1",
+        HF_CKPT=str(hf),
+        REF_LOAD=str(ref),
+        PROMPT_DATA=prompts,
+        TOKENIZER=str(tiny_hf),
+    )
+    res = _launch(env, timeout=120)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].split("ERROR: ", 1)[1].startswith(expected.format(hf=hf, ref=ref, prompts=prompts))
+    assert sum("ERROR" in line for line in lines) == 1
+    run_dir = tmp_path / "runs" / "t"
+    assert not (run_dir / "pids").exists() and not (run_dir / "cmd").exists()  # nothing started
+    assert _tmux(env, "has-session", "-t", "t").returncode != 0
+
+
+def test_gate_passes_on_the_prepared_tiny_model(
+    tmp_path: Path, tiny_hf: Path, runner_inputs: dict[str, str]
+) -> None:
+    """The preparation docs/LAUNCH.md gives for the preset (tiny model, CPU conversion) satisfies
+    the launcher's gate with the preset's own model args (configs/models/qwen3-tiny.sh)."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    os.symlink(tiny_hf, ckpt / "Qwen3-tiny")
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HF_CKPT", "REF_LOAD", "MODEL_ARGS_FILE", "MODEL")
+    }
+    env.update(PRESET="single_gpu_tiny", CKPT_ROOT=str(ckpt), PROMPT_DATA=runner_inputs["PROMPT_DATA"])
+    conv = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tools.convert_hf_to_megatron",
+            "--hf-dir",
+            str(ckpt / "Qwen3-tiny"),
+            "--out",
+            str(ckpt / "Qwen3-tiny_torch_dist"),
+            "--dtype",
+            "bf16",
+            "--no-progress",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert conv.returncode == 0, conv.stderr
+
+    def gate() -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "tools.preflight", "--gate"]
+        return subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+    ok = gate()
+    assert ok.returncode == 0 and ok.stdout == "", ok.stdout + ok.stderr
+    # the same files with another model's args: refused, naming the mismatch
+    env["MODEL"] = "qwen3-0.6B"
+    wrong = gate()
+    assert (
+        wrong.returncode == 1
+        and wrong.stdout.startswith("model args: ")
+        and "--num-layers 28 vs num_hidden_layers 2" in wrong.stdout
+    )

@@ -1,6 +1,7 @@
 """What the launchers would run (PRINT_ONLY=1: window scripts written and printed, nothing
 started): slime argument groups, the GPU split and its overrides, colocated mode, resume from
-the latest checkpoint, the run's recipe, the SFT run; and the bad settings they refuse."""
+the latest checkpoint, the run's recipe, the SFT run, the router address slime binds and the
+runner calls, the in-slime mode, the single-GPU tiny preset; and the bad settings they refuse."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL_ARGS = "MODEL_ARGS=(--num-layers 36 --hidden-size 4096 --swiglu)\n"
 
 
-def _run(script: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+def _run(script: str, tmp_path: Path, cwd: Path = REPO, **extra: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "model.sh").write_text(MODEL_ARGS)
     (tmp_path / "recipe.yaml").write_text(
         "kernel_rl:\n  runner:\n    temperature: 0.7\n  episode:\n    max_turns: 2\n"
@@ -41,12 +42,14 @@ def _run(script: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProce
         ROUTER_PORT="0",
         RAY_PORT="0",
         RAY_DASHBOARD_PORT="0",
+        ENGINE_PORT="0",
     )
+    env.pop("SLIME_HOST_IP", None)
     env.update(extra)
     return subprocess.run(
         ["bash", str(REPO / "scripts" / script)],
         env=env,
-        cwd=REPO,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
@@ -157,6 +160,16 @@ def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
         ({"NUM_GPUS": "8", "TRAIN_GPUS": "3"}, "not a multiple of TP*CP*PP=4"),
         ({"NUM_GPUS": "8", "MODEL_ARGS_FILE": "/nonexistent/model.sh"}, "model args not found"),
         ({"NUM_GPUS": "8", "RECIPE": "/nonexistent/recipe.yaml"}, "recipe not found"),
+        ({"NUM_GPUS": "8", "MODE": "bogus"}, "use MODE=buffer or MODE=in_slime"),
+        ({"NUM_GPUS": "8", "ENGINE": "sglang"}, "use ENGINE=tiny"),
+        ({"NUM_GPUS": "8", "TRAIN_ONLY": "1", "MODE": "in_slime"}, "TRAIN_ONLY=1 needs MODE=buffer"),
+        ({"NUM_GPUS": "8", "TRAIN_ONLY": "1", "COLOCATE": "1"}, "nothing to colocate"),
+        ({"NUM_GPUS": "8", "TRAIN_ONLY": "1"}, "set ENGINE=tiny"),
+        ({"PRESET": "nope"}, "unknown PRESET=nope: configs/run/presets/ has single_gpu_tiny.sh"),
+        (
+            {"NUM_GPUS": "8", "SLIME_HOST_IP": "10.0.0.1", "ROUTER_HOST": "10.0.0.2"},
+            "SLIME_HOST_IP=10.0.0.1 differs from ROUTER_HOST=10.0.0.2",
+        ),
     ],
 )
 def test_bad_settings_are_refused_with_the_reason(
@@ -164,7 +177,17 @@ def test_bad_settings_are_refused_with_the_reason(
 ) -> None:
     res = _run("run_kbench_multiturn.sh", tmp_path, **extra)
     assert res.returncode == 1 and message in res.stderr
+    assert (
+        res.stderr.strip().splitlines()[-1].startswith("[")
+        and "ERROR: " in res.stderr.strip().splitlines()[-1]
+    )
     assert not (tmp_path / "runs" / "r" / "cmd").exists()
+
+
+def test_bad_recipe_value_is_refused(tmp_path: Path) -> None:
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", CREDIT="bogus")
+    assert res.returncode == 1 and "credit must be one of" in res.stderr
+    assert not (tmp_path / "runs" / "r" / "cmd" / "trainer.sh").exists()
 
 
 def test_recipe_without_temperature_is_refused(tmp_path: Path) -> None:
@@ -191,13 +214,11 @@ def test_sft_run(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "SFT data not found" in missing.stderr
 
 
-def test_ray_train_command_line(tmp_path: Path) -> None:
-    """scripts/lib/ray_train.sh with a TEST DOUBLE of the `ray` CLI on PATH (Ray and slime cannot
-    run here): the double only records its arguments, so this checks what the trainer window
-    would run: a Ray head on this run's ports and temp dir, then the slime job with Megatron-LM
-    and this repository on PYTHONPATH and the run id in its environment."""
+def _fake_ray(tmp_path: Path) -> tuple[Path, Path]:
+    """A TEST DOUBLE of the `ray` CLI (Ray and slime cannot run here): it only records its
+    arguments. Returns (its bin directory, the calls file)."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     calls = tmp_path / "calls.jsonl"
     fake = bin_dir / "ray"
     fake.write_text(
@@ -205,6 +226,19 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
         f"import json, sys\nopen({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
     )
     fake.chmod(0o755)
+    return bin_dir, calls
+
+
+def _ray_calls(calls: Path) -> tuple[list[str], list[str]]:
+    start, submit = [json.loads(line) for line in calls.read_text().splitlines()]
+    return start, submit
+
+
+def test_ray_train_command_line(tmp_path: Path) -> None:
+    """scripts/lib/ray_train.sh with the `ray` TEST DOUBLE on PATH: what the trainer window would
+    run: a Ray head on this run's ports and temp dir, then the slime job with Megatron-LM and
+    this repository on PYTHONPATH and the run id and slime's host address in its environment."""
+    bin_dir, calls = _fake_ray(tmp_path)
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "MASTER_ADDR": "127.0.0.1",
@@ -216,22 +250,24 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
         "MEGATRON_DIR": str(tmp_path / "megatron"),
         "KRL_REPO_ROOT": str(REPO),
         "KRL_RUN_ID": "run-1",
+        "SLIME_HOST_IP": "10.1.2.3",
     }
-    res = subprocess.run(
-        ["bash", str(REPO / "scripts/lib/ray_train.sh"), "train.py", "--lr", "1e-6", "--x", "a b"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    cmd = ["bash", str(REPO / "scripts/lib/ray_train.sh"), "train.py", "--lr", "1e-6", "--x", "a b"]
+    missing = subprocess.run(
+        cmd, env={k: v for k, v in env.items() if k != "SLIME_HOST_IP"}, capture_output=True, text=True
     )
+    assert missing.returncode != 0 and "SLIME_HOST_IP" in missing.stderr
+    assert not calls.exists()  # refused before a Ray head was started
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    start, submit = [json.loads(line) for line in calls.read_text().splitlines()]
+    start, submit = _ray_calls(calls)
     assert start[:2] == ["start", "--head"]
     assert _flag(start, "--port") == "6390" and _flag(start, "--num-gpus") == "6"
     assert _flag(start, "--temp-dir") == str(tmp_path / "ray") and _flag(start, "--dashboard-port") == "8270"
     assert submit[:2] == ["job", "submit"] and _flag(submit, "--address") == "http://127.0.0.1:8270"
     runtime = json.loads(_flag(submit, "--runtime-env-json"))["env_vars"]
     assert runtime["PYTHONPATH"] == f"{tmp_path / 'megatron'}:{REPO}" and runtime["KRL_RUN_ID"] == "run-1"
+    assert runtime["SLIME_HOST_IP"] == "10.1.2.3"
     assert submit[submit.index("--") + 1 :] == [
         "python3",
         str(tmp_path / "slime" / "train.py"),
@@ -248,3 +284,258 @@ def test_eval_on_cpu_still_needs_the_ray_gpus(tmp_path: Path) -> None:
     ok = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="6", EVAL_DEVICES="cpu")
     assert ok.returncode == 0, ok.stderr
     assert _flag(_argv(tmp_path / "runs" / "r", "eval"), "--devices") == "cpu"
+
+
+# --------------------------------------------------------------------------- router address
+
+
+def _exported(script: Path, name: str) -> str:
+    """The value a window script exports for NAME."""
+    prefix = f"export {name}="
+    line = next(x for x in script.read_text().splitlines() if x.startswith(prefix))
+    return shlex.split(line[len(prefix) :])[0]
+
+
+def _node_ipv4() -> str:
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    return next((a for a in out if a.count(".") == 3 and a.replace(".", "").isdigit()), "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("extra", "host", "url_host"),
+    [
+        ({}, None, None),  # derived from the node's addresses
+        ({"ROUTER_HOST": "10.9.8.7"}, "10.9.8.7", "10.9.8.7"),
+        ({"SLIME_HOST_IP": "10.4.5.6"}, "10.4.5.6", "10.4.5.6"),  # the caller's slime setting is kept
+        ({"ROUTER_HOST": "fd00::5"}, "fd00::5", "[fd00::5]"),
+    ],
+)
+def test_router_address_is_chosen_once(
+    tmp_path: Path, extra: dict[str, str], host: str | None, url_host: str | None
+) -> None:
+    """slime binds its router where get_host_info() says (SLIME_HOST_IP when set); the runner's
+    URL and the plug-ins' URL use the same value, which the trainer window and the Ray job's
+    runtime env both carry (the written trainer script is run with the `ray` TEST DOUBLE)."""
+    bin_dir, calls = _fake_ray(tmp_path)
+    res = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path,
+        NUM_GPUS="8",
+        ROUTER_PORT="30123",
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        **extra,
+    )
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    ip = _exported(run / "cmd" / "trainer.sh", "SLIME_HOST_IP")
+    assert ip == (host or _node_ipv4())
+    url = f"http://{url_host or ip}:30123"
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    assert recipe["runner"]["sglang_url"] == url and recipe["plugins"]["sglang_url"] == url
+    assert _flag(_argv(run, "trainer"), "--sglang-router-port") == "30123"
+
+    job = subprocess.run(
+        ["bash", str(run / "cmd" / "trainer.sh")], capture_output=True, text=True, timeout=60
+    )
+    assert job.returncode == 0, job.stderr
+    _, submit = _ray_calls(calls)
+    assert json.loads(_flag(submit, "--runtime-env-json"))["env_vars"]["SLIME_HOST_IP"] == ip
+    assert _flag(submit, "--sglang-router-port") == "30123"
+
+
+# --------------------------------------------------------------------------- in-slime mode
+
+
+def _prompts(path: Path) -> Path:
+    from eval_server.samples import load_problem
+    from slime_ext.problems import PromptRecord, write_prompt_records
+
+    write_prompt_records(
+        path,
+        [
+            PromptRecord("kb_relu", 1, "relu", "relu", load_problem("relu"), split="train"),
+            PromptRecord("kb_softmax", 1, "softmax", "softmax", load_problem("softmax"), split="holdout"),
+            PromptRecord("kb_matmul", 1, "matmul", "matmul", load_problem("matmul"), split="train"),
+        ],
+    )
+    return path
+
+
+def _windows(stdout: str) -> list[str]:
+    return [line.split()[2] for line in stdout.splitlines() if line.startswith("### window ")]
+
+
+def test_in_slime_mode(tmp_path: Path) -> None:
+    """MODE=in_slime: slime's default rollout calls our generate and RM; its data source reads the
+    train records with the reference as prompt (no chat template) and instance_id as label; no
+    buffer window; evaluation through the plug-ins' holdout path; the trainer command runs."""
+    prompts = _prompts(tmp_path / "prompts.jsonl")
+    bin_dir, calls = _fake_ray(tmp_path)
+    res = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path,
+        cwd=tmp_path,  # the launcher's own tools come from this checkout, wherever it is started
+        NUM_GPUS="8",
+        MODE="in_slime",
+        PROMPT_DATA=str(prompts),
+        CREDIT="per_turn",
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+    )
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    assert _windows(res.stdout) == ["eval", "trainer"]
+    assert not (run / "cmd" / "buffer.sh").exists()
+    trainer = _argv(run, "trainer")
+    assert _flag(trainer, "--rollout-function-path") == "slime.rollout.sglang_rollout.generate_rollout"
+    assert _flag(trainer, "--custom-generate-function-path") == "slime_ext.slime_plugins.generate.generate"
+    assert _flag(trainer, "--custom-rm-path") == "slime_ext.slime_plugins.generate.reward"
+    assert _flag(trainer, "--eval-function-path") == "slime_ext.slime_plugins.rollout.generate_rollout"
+    assert (
+        _flag(trainer, "--custom-reward-post-process-path")
+        == "slime_ext.slime_plugins.reward_post.post_process"
+    )
+    assert _flag(trainer, "--input-key") == "reference" and _flag(trainer, "--label-key") == "instance_id"
+    assert "--apply-chat-template" not in trainer
+    assert trainer.count("--prompt-data") == 1
+    train_file = Path(_flag(trainer, "--prompt-data"))
+    assert train_file == run / "prompts_train.jsonl"
+    rows = [json.loads(line) for line in train_file.read_text().splitlines()]
+    assert [r["instance_id"] for r in rows] == ["kb_relu", "kb_matmul"]  # train split only, in order
+    from eval_server.samples import load_problem
+
+    assert rows[0]["reference"] == load_problem("relu")  # what slime hands generate as sample.prompt
+    ev = trainer.index("--eval-prompt-data")
+    assert trainer[ev + 1 : ev + 3] == ["kernelbench_holdout", str(prompts)]
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    assert recipe["episode"]["reward"]["credit"] == "per_turn"
+    assert recipe["plugins"]["prompt_data"] == str(prompts)  # level lookup by the generate plug-in
+    assert (
+        recipe["plugins"]["sglang_url"]
+        == f"http://{_exported(run / 'cmd' / 'trainer.sh', 'SLIME_HOST_IP')}:0"
+    )
+
+    job = subprocess.run(
+        ["bash", str(run / "cmd" / "trainer.sh")], capture_output=True, text=True, timeout=60
+    )
+    assert job.returncode == 0, job.stderr
+    _, submit = _ray_calls(calls)
+    assert submit[submit.index("--") + 1 :][2:] == trainer[3:]  # the job runs train.py with these args
+
+
+def test_in_slime_mode_needs_train_records(tmp_path: Path) -> None:
+    from slime_ext.problems import PromptRecord, write_prompt_records
+
+    only_holdout = tmp_path / "holdout.jsonl"
+    write_prompt_records(
+        only_holdout, [PromptRecord("a", 1, "a", "a", "class Model: pass\n", split="holdout")]
+    )
+    res = _run(
+        "run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", MODE="in_slime", PROMPT_DATA=str(only_holdout)
+    )
+    assert res.returncode == 1 and "has no train record" in res.stderr
+    assert "could not write the train split" in res.stderr.strip().splitlines()[-1]
+
+
+# --------------------------------------------------------------------------- single-GPU preset
+
+
+def test_single_gpu_tiny_preset_train_only(tmp_path: Path) -> None:
+    """PRESET=single_gpu_tiny TRAIN_ONLY=1 prints every window on a machine without GPUs: the
+    embedded engine on HF_CKPT, eval on GPU 0, buffer, and slime --debug-train-only on GPU 0 with
+    the tiny model's flags, TP=CP=PP=1 (no sequence parallelism), small batches, KL to REF_LOAD."""
+    res = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path,
+        PRESET="single_gpu_tiny",
+        TRAIN_ONLY="1",
+        MODEL_ARGS_FILE="",  # the preset's model: configs/models/qwen3-tiny.sh
+        CREDIT="per_turn",
+        ENGINE_ARGS="--torch-threads 2 --seed 7",
+    )
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    assert _windows(res.stdout) == ["engine", "eval", "buffer", "trainer"]
+    hf = tmp_path / "ckpt" / "Qwen3-tiny"
+    assert _argv(run, "engine")[1:] == [
+        "-m",
+        "slime_ext.tiny_engine",
+        "--model",
+        str(hf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--torch-threads",
+        "2",
+        "--seed",
+        "7",
+    ]
+    trainer = _argv(run, "trainer")
+    tiny_args = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'source "$1"; printf "%s\\n" "${MODEL_ARGS[@]}"',
+            "_",
+            str(REPO / "configs/models/qwen3-tiny.sh"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert trainer[3 : 3 + len(tiny_args)] == tiny_args and _flag(trainer, "--hidden-size") == "64"
+    assert "--debug-train-only" in trainer and "--colocate" not in trainer
+    assert "--sglang-router-port" not in trainer and "--sglang-mem-fraction-static" not in trainer
+    for flag in ("--tensor-model-parallel-size", "--context-parallel-size", "--pipeline-model-parallel-size"):
+        assert _flag(trainer, flag) == "1"
+    assert "--sequence-parallel" not in trainer
+    assert _flag(trainer, "--actor-num-gpus-per-node") == "1" and _flag(trainer, "--rollout-num-gpus") == "0"
+    assert _flag(trainer, "--rollout-batch-size") == "4" and _flag(trainer, "--n-samples-per-prompt") == "4"
+    assert _flag(trainer, "--global-batch-size") == "16"
+    assert _flag(trainer, "--num-rollout") == "3" and _flag(trainer, "--save-interval") == "3"
+    assert _flag(trainer, "--rollout-max-response-len") == "256"
+    assert _flag(trainer, "--rollout-max-context-len") == "4096"
+    assert _flag(trainer, "--max-tokens-per-gpu") == "8192"
+    assert "--use-kl-loss" in trainer and float(_flag(trainer, "--kl-loss-coef")) > 0
+    assert _flag(trainer, "--ref-load") == f"{hf}_torch_dist" and _flag(trainer, "--hf-checkpoint") == str(hf)
+    assert "--eval-interval" not in trainer
+    script = run / "cmd" / "trainer.sh"
+    assert _exported(script, "CUDA_VISIBLE_DEVICES") == "0" and _exported(script, "RAY_NUM_GPUS") == "1"
+    assert _flag(_argv(run, "eval"), "--devices") == "0"  # shares GPU 0
+    buf = _argv(run, "buffer")
+    assert "--no-drop-zero-variance" in buf and _flag(buf, "--group-size") == "4"
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    assert recipe["runner"]["sglang_url"] == recipe["plugins"]["sglang_url"] == "http://127.0.0.1:0"
+    assert recipe["episode"]["reward"]["credit"] == "per_turn"
+    assert recipe["runner"]["max_new_tokens"] == recipe["episode"]["max_new_tokens_per_turn"] == 256
+    assert recipe["runner"]["max_context_tokens"] == 4096
+
+
+def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
+    """Without TRAIN_ONLY the same preset colocates SGLang on GPU 0 (no engine window); values
+    the caller sets win over the preset's."""
+    res = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path,
+        PRESET="single_gpu_tiny",
+        MODEL_ARGS_FILE="",
+        NUM_GPUS="1",
+        N_SAMPLES_PER_PROMPT="2",
+        RECIPE_SET="runner.concurrency=3",
+    )
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    assert _windows(res.stdout) == ["eval", "buffer", "trainer"]
+    trainer = _argv(run, "trainer")
+    assert "--colocate" in trainer and "--debug-train-only" not in trainer
+    assert (
+        _flag(trainer, "--rollout-num-gpus") == "1"
+        and _flag(trainer, "--sglang-mem-fraction-static") == "0.4"
+    )
+    assert _flag(trainer, "--n-samples-per-prompt") == "2" and _flag(trainer, "--global-batch-size") == "8"
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    ip = _exported(run / "cmd" / "trainer.sh", "SLIME_HOST_IP")
+    assert recipe["runner"]["sglang_url"] == f"http://{ip}:0"  # slime's router
+    assert recipe["runner"]["concurrency"] == 3 and recipe["episode"]["reward"]["credit"] == "trajectory"
+    too_few = _run("run_kbench_multiturn.sh", tmp_path, PRESET="single_gpu_tiny", NUM_GPUS="0")
+    assert too_few.returncode == 1 and "needs 1 GPUs" in too_few.stderr

@@ -24,6 +24,7 @@ EXPECTED_MODELS = {
     "qwen2.5-coder-1.5B",
     "qwen2.5-coder-7B",
     "llama3.1-8B",
+    "qwen3-tiny",
 }
 
 
@@ -50,6 +51,16 @@ def test_checked_in_files_match_the_generator() -> None:
     for path, text in files.items():
         assert path.read_text() == text, f"{path} is stale: run python -m tools.gen_model_args --all"
     assert gen_model_args.main(["--all", "--check", "--models-dir", str(MODELS)]) == 0
+
+
+def test_tiny_model_args_match_the_model_tiny_model_writes(tmp_path: Path) -> None:
+    """configs/models/qwen3-tiny.sh (PRESET=single_gpu_tiny) has the flags of the model that
+    `python -m slime_ext.tiny_model --out DIR` writes, so slime's config.json assertions hold."""
+    pytest.importorskip("transformers")
+    from slime_ext.tiny_model import write_model_dir
+
+    written = json.loads((write_model_dir(tmp_path / "tiny") / "config.json").read_text())
+    assert megatron_args_from_hf_config(written) == megatron_args_from_hf_config(hf_config("qwen3-tiny"))
 
 
 def test_check_detects_a_stale_file(tmp_path: Path) -> None:

@@ -163,7 +163,9 @@ def test_torch_dist_layouts(tmp_path: Path) -> None:
 
 
 def test_settings_come_from_the_launcher_defaults(tmp_path: Path) -> None:
-    s = preflight.launcher_settings({"PATH": os.environ["PATH"], "CKPT_ROOT": str(tmp_path), "TRAIN_GPUS": "2"})
+    s = preflight.launcher_settings(
+        {"PATH": os.environ["PATH"], "CKPT_ROOT": str(tmp_path), "TRAIN_GPUS": "2"}
+    )
     assert s["HF_CKPT"] == f"{tmp_path}/Qwen3-8B" and s["REF_LOAD"] == f"{tmp_path}/Qwen3-8B_torch_dist"
     assert (
         s["TRAIN_GPUS"] == "2"
@@ -179,3 +181,35 @@ def test_cli_writes_json_and_exits_1_on_failure(tmp_path: Path, monkeypatch, cap
     rows = json.loads(out.read_text())
     assert any(r["name"] == "hf checkpoint" and r["status"] == FAIL for r in rows)
     assert "hf checkpoint" in capsys.readouterr().out
+
+
+def test_gate_is_silent_when_the_trainer_inputs_are_good_and_one_line_otherwise(
+    settings: dict[str, str], tmp_path: Path
+) -> None:
+    assert preflight.gate_line(preflight.gate_checks(settings)) is None
+    settings["REF_LOAD"] = str(tmp_path / "missing")
+    settings["PROMPT_DATA"] = str(tmp_path / "none.jsonl")
+    line = preflight.gate_line(preflight.gate_checks(settings))
+    assert line is not None and "\n" not in line
+    assert line.startswith(f"ref load: {tmp_path / 'missing'} not found -> fix: convert the HF model: ")
+    assert f"--hf-dir {settings['HF_CKPT']} --out {tmp_path / 'missing'}" in line
+    assert line.endswith("[1 more: scripts/preflight.sh lists them]")
+
+
+def test_gate_cli_and_an_unknown_preset(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("HF_CKPT", str(tmp_path / "nothing"))
+    assert preflight.main(["--gate"]) == 1
+    out = capsys.readouterr().out
+    assert len(out.strip().splitlines()) == 1 and out.startswith("hf checkpoint: ")
+    monkeypatch.setenv("PRESET", "nope")
+    assert preflight.main([]) == 1
+    assert "unknown PRESET=nope" in capsys.readouterr().out
+
+
+def test_preset_defaults_reach_the_settings(tmp_path: Path) -> None:
+    s = preflight.launcher_settings(
+        {"PATH": os.environ["PATH"], "PRESET": "single_gpu_tiny", "CKPT_ROOT": str(tmp_path), "TP": "1"}
+    )
+    assert s["HF_CKPT"] == f"{tmp_path}/Qwen3-tiny" and s["MODEL"] == "qwen3-tiny"
+    assert s["TRAIN_GPUS"] == "1" and s["EVAL_GPUS"] == "0" and s["COLOCATE"] == "1"
+    assert s["MODEL_ARGS_FILE"].endswith("configs/models/qwen3-tiny.sh")

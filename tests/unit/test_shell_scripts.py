@@ -16,6 +16,7 @@ OWN = sorted(
     + list((REPO / "scripts" / "lib").glob("*.sh"))
     + list((REPO / "configs" / "models").glob("*.sh"))
     + list((REPO / "configs" / "run").glob("*.sh"))
+    + list((REPO / "configs" / "run" / "presets").glob("*.sh"))
     + list((REPO / "configs" / "servers").glob("*.sh"))
 )
 
@@ -29,6 +30,7 @@ def test_scripts_are_found() -> None:
         "preflight.sh",
         "common.sh",
         "window.sh",
+        "single_gpu_tiny.sh",
     } <= names
 
 

@@ -1,0 +1,51 @@
+# shellcheck shell=bash
+# Preset: the whole main run on ONE GPU with the tiny Qwen3 model (slime_ext/tiny_model.py), to
+# check the training half end to end before a real run (docs/LAUNCH.md "One GPU, tiny model").
+#
+#   PRESET=single_gpu_tiny TRAIN_ONLY=1 scripts/run_kbench_multiturn.sh
+#       slime --debug-train-only: no SGLang; an `engine` window serves HF_CKPT with the embedded
+#       /generate engine (python -m slime_ext.tiny_engine, ENGINE_ARGS for more flags), the buffer's
+#       agent runner generates with it, slime trains on GPU 0 from REF_LOAD (weights are not pushed
+#       back to the engine: it keeps sampling from the initial model).
+#   PRESET=single_gpu_tiny scripts/run_kbench_multiturn.sh
+#       the same inside the slime image with SGLang colocated on GPU 0 (COLOCATE=1, no engine window).
+#
+# Sourced by configs/run/common.sh when PRESET=single_gpu_tiny; every line is a default, so a
+# variable set by the caller wins (e.g. CREDIT=per_turn, MODE=in_slime without TRAIN_ONLY).
+# Before the first run (CPU is enough):
+#   python -m slime_ext.tiny_model --out "$HF_CKPT"
+#   scripts/convert_hf_to_megatron.sh --hf-dir "$HF_CKPT" --out "$REF_LOAD" --dtype bf16
+
+# --- model: configs/models/qwen3-tiny.sh is generated from the tiny model's config.json ----------
+: "${MODEL:=qwen3-tiny}"
+: "${HF_NAME:=Qwen3-tiny}"   # HF_CKPT=${CKPT_ROOT}/Qwen3-tiny, REF_LOAD=${HF_CKPT}_torch_dist
+
+# --- one GPU: training on GPU 0, the eval server beside it on GPU 0 -------------------------------
+: "${TRAIN_GPUS:=1}"
+: "${ROLLOUT_GPUS:=0}"
+: "${EVAL_GPUS:=0}"
+: "${EVAL_DEVICES:=0}"
+: "${TP:=1}"                 # and so no --sequence-parallel (configs/run/shared_args.sh)
+: "${CP:=1}"
+: "${PP:=1}"
+if [[ "${TRAIN_ONLY:-0}" == 1 ]]; then
+  : "${ENGINE:=tiny}"        # the runner's engine: SGLANG_URL defaults to it
+else
+  : "${COLOCATE:=1}"         # SGLang shares GPU 0 with training (slime --colocate)
+  : "${SGLANG_MEM_FRACTION:=0.4}"  # leaves room for Megatron and the eval server on the same GPU
+fi
+
+# --- a few small steps -----------------------------------------------------------------------
+: "${ROLLOUT_BATCH_SIZE:=4}"    # prompts per step
+: "${N_SAMPLES_PER_PROMPT:=4}"  # episodes per prompt; global batch = 4 x 4 = 16 trajectories
+: "${NUM_ROLLOUT:=3}"
+: "${SAVE_INTERVAL:=3}"         # saves after the last step (slime also always saves the last one)
+: "${EVAL_INTERVAL:=0}"         # no evaluation
+: "${MAX_RESPONSE_LEN:=256}"    # tokens per turn
+: "${MAX_CONTEXT_LEN:=4096}"    # prompt + every turn (a sample prompt is ~700 tiny-tokenizer tokens)
+: "${MAX_TOKENS_PER_GPU:=8192}"
+: "${KL_LOSS_COEF:=0.01}"       # non-zero KL to the reference model (REF_LOAD)
+: "${BUFFER_DROP_ZERO_VARIANCE:=0}"  # a random model's group rewards are usually all equal
+: "${CREDIT:=trajectory}"       # episode.reward.credit of the run recipe: trajectory | per_turn
+# The agent runner's budgets follow slime's lengths; the caller's RECIPE_SET words come last (win).
+RECIPE_SET="runner.max_new_tokens=${MAX_RESPONSE_LEN} episode.max_new_tokens_per_turn=${MAX_RESPONSE_LEN} runner.max_context_tokens=${MAX_CONTEXT_LEN} runner.concurrency=8 ${RECIPE_SET:-}"
