@@ -19,7 +19,10 @@ What it does, in order:
 The model is random, so what it writes is mostly not code: the table shows that honestly.
 `--scripted` (labelled SCRIPTED in the output; not a model's answers) makes the embedded engine
 answer each problem with its bundled correct candidate (teacher-forced log-probs), so the eval
-server path runs deterministically. Training itself needs the slime Docker image and GPUs
+server path runs deterministically. `--scripted-mix P` (labelled SCRIPTED MIX) answers each turn
+with a correct candidate with probability P, else a wrong one (a bundled candidate that is
+incorrect or does not compile, or no code), drawn reproducibly per request, so one GRPO group holds
+both (slime_ext/scripted.py). Training itself needs the slime Docker image and GPUs
 (docs/LAUNCH.md).
 """
 
@@ -95,23 +98,25 @@ def write_prompts(path: Path, names: list[str] | None) -> int:
 SCRIPTED_MAX_NEW_TOKENS = 2048  # a bundled candidate plus its fence fits
 
 
-def write_scripted_rules(path: Path, names: list[str] | None) -> int:
-    """SCRIPTED MODE rules for the embedded engine: a prompt holding a sample problem's source is
-    answered with that problem's bundled correct candidate in a python fence."""
-    from eval_server import samples
+def write_scripted_rules(path: Path, names: list[str] | None, *, mix: bool = False) -> int:
+    """SCRIPTED MODE answers for the embedded engine: a prompt holding a sample problem's source is
+    answered with that problem's bundled correct candidate in a python fence; with `mix`, the wrong
+    answers that `--scripted-mix` draws from are written too. Returns the number of answers."""
+    from slime_ext.scripted import sample_answers, write_answers
 
-    chosen = names or list(samples.problem_names())
-    rows = [
-        {
-            "match": samples.load_problem(name).strip("\n"),
-            "text": f"```python\n{samples.load_candidate(f'{name}__correct').strip()}\n```",
-        }
-        for name in chosen
-    ]
-    from slime_ext.fileio import atomic_write
+    return write_answers(path, sample_answers(names, wrong=mix))
 
-    atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows))
-    return len(rows)
+
+def _scripted_label(mix: float | None, *, after: bool = False) -> str:
+    """The line that labels a scripted run in the dry run's output (`after`: above the table)."""
+    if mix is None:
+        if after:
+            return "SCRIPTED run: the answers are the bundled correct candidates, not the model's"
+        return "SCRIPTED: the engine answers with the bundled correct candidates, not the model"
+    return (
+        f"SCRIPTED MIX{' run' if after else ''}: the answers are bundled candidates, not the model's: "
+        f"correct with probability {mix:g}, else wrong (incorrect, not compiling, or no code)"
+    )
 
 
 def write_recipe(path: Path, max_new_tokens: int | None) -> Path:
@@ -198,6 +203,8 @@ def launch(
         ]
         if args.scripted:
             engine += ["--scripted", str(run_dir / "scripted.jsonl")]
+        if args.scripted_mix is not None:
+            engine += ["--scripted-mix", str(args.scripted_mix)]
         env["ENGINE_CMD"] = shlex.join(engine)
         env["ENGINE_HEALTH_URL"] = f"http://127.0.0.1:{engine_port}/health"
     result = subprocess.run(["bash", str(LAUNCHER)], env=env, cwd=REPO, capture_output=True, text=True)
@@ -252,13 +259,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="SCRIPTED: the embedded engine answers with the bundled correct candidates (not a model)",
     )
+    p.add_argument(
+        "--scripted-mix",
+        type=float,
+        metavar="P",
+        help="SCRIPTED MIX: the embedded engine answers with a bundled correct candidate with "
+        "probability P, else a wrong one (incorrect, not compiling, or no code); implies --scripted",
+    )
     args = p.parse_args(argv)
+    if args.scripted_mix is not None:
+        if not 0.0 <= args.scripted_mix <= 1.0:
+            p.error("--scripted-mix P must be in [0, 1]")
+        args.scripted = True
     if args.group_size < 1:
         p.error("--group-size must be >= 1")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         p.error("--max-new-tokens must be >= 1")
     if args.scripted and args.engine_url:
-        p.error("--scripted scripts the embedded engine: it cannot be combined with --engine-url")
+        p.error("--scripted/--scripted-mix script the embedded engine: not combined with --engine-url")
 
     t0 = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -286,11 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         budget = args.max_new_tokens or (SCRIPTED_MAX_NEW_TOKENS if args.scripted else None)
         write_recipe(run_dir / "dry_run_recipe.yaml", budget)
         if args.scripted:
-            write_scripted_rules(run_dir / "scripted.jsonl", args.problems)
-            print(
-                "      SCRIPTED: the engine answers with the bundled correct candidates, not the model",
-                flush=True,
-            )
+            write_scripted_rules(run_dir / "scripted.jsonl", args.problems, mix=args.scripted_mix is not None)
+            print(f"      {_scripted_label(args.scripted_mix)}", flush=True)
         num_groups = args.num_groups or n
         print(
             "[3/4] starting the tmux session (engine, eval, buffer, trainer), each health-gated ...",
@@ -317,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     if args.scripted:
-        print("SCRIPTED run: the answers are the bundled correct candidates, not the model's")
+        print(_scripted_label(args.scripted_mix, after=True))
     print(format_summary(summary))
     print()
     print(f"trajectories: {run_dir / 'trajectories.jsonl'}")

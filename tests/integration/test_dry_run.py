@@ -125,3 +125,27 @@ def test_dry_run_with_an_external_scripted_engine(tmp_path: Path) -> None:
     assert (first["evaluated"], first["compiled"], first["correct"]) == (1, 1, 1)
     assert first["mean_reward"] == pytest.approx(0.3)
     assert _run_processes(run_dir) == []
+
+
+def test_dry_run_scripted_mix_gives_one_group_correct_and_wrong_turns(tmp_path: Path) -> None:
+    """--scripted-mix 0.5 (labelled SCRIPTED MIX): one group of 3 episodes of relu. The engine's
+    draws spread any 3 requests with the same ids over both kinds (slime_ext/scripted.py), so the
+    first turn holds a correct and a not-correct answer, and the group's rewards are not all equal:
+    the group GRPO would train on rather than drop."""
+    res, run_dir, _ = _dry_run(tmp_path, "--problems", "relu", "--group-size", "3", "--scripted-mix", "0.5")
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
+    assert "SCRIPTED MIX run: the answers are bundled candidates, not the model's" in res.stdout
+    assert "turn  episodes  code evaluated  compiled  correct  mean reward" in res.stdout
+    assert "SCRIPTED MODE (mix)" in (run_dir / "logs" / "engine.log").read_text()
+    _check_trajectories(run_dir, 3)
+    records = [
+        parse_record(json.loads(line)) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()
+    ]
+    assert {r.instance_id for r in records} == {"sample_relu"}
+    first = [bool((r.turn_eval_results[0] or {}).get("correct")) for r in records]
+    assert set(first) == {True, False}
+    assert {r.turn_rewards[0] for r in records} - {0.3}  # a wrong first turn: reward 0 or 0.1
+    assert len({r.reward for r in records}) > 1  # a correct first turn gives >= 0.3, a wrong one <= 0.22
+    summary = json.loads((run_dir / "rollout_step.json").read_text())
+    assert summary["turns"][0]["episodes"] == 3 and 1 <= summary["turns"][0]["correct"] <= 2
+    assert _run_processes(run_dir) == []
