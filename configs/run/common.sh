@@ -19,6 +19,7 @@ fi
 : "${SLIME_DIR:=/root/slime}"            # slime checkout (train.py, train_async.py)
 : "${MEGATRON_DIR:=/root/Megatron-LM}"   # Megatron-LM checkout (put on PYTHONPATH for Ray jobs)
 : "${PYTHON:=python3}"                   # interpreter for this project's services
+: "${TRAINER_PYTHONPATH:=}"               # put first on the Ray job's PYTHONPATH (e.g. a NumPy 1.x for Megatron)
 
 # --- model and checkpoints --------------------------------------------------------------------
 : "${MODEL:=qwen3-8B}"                                   # configs/models/${MODEL}.sh gives MODEL_ARGS

@@ -4,6 +4,10 @@
 # shellcheck disable=SC2034  # the arrays are used by the script that sources this file
 
 : "${MAX_TOKENS_PER_GPU:=16384}"
+: "${ATTENTION_BACKEND:=flash}"   # Megatron --attention-backend: flash | fused | unfused | local | auto
+# Megatron fuses the weight-gradient GEMM with gradient accumulation through apex's
+# fused_weight_gradient_mlp_cuda (in the slime image); 0 turns it off where apex is missing.
+: "${GRAD_ACCUM_FUSION:=1}"
 
 PERF_ARGS=(--tensor-model-parallel-size "${TP}")
 # Sequence parallelism splits along the TP group: with TP=1 Megatron turns it off with a warning.
@@ -19,6 +23,9 @@ PERF_ARGS+=(
   --use-dynamic-batch-size
   --max-tokens-per-gpu "${MAX_TOKENS_PER_GPU}"
 )
+if [[ "${GRAD_ACCUM_FUSION}" == 0 ]]; then
+  PERF_ARGS+=(--no-gradient-accumulation-fusion)
+fi
 
 WANDB_ARGS=()
 if [[ -n "${WANDB_PROJECT}" ]]; then
@@ -30,5 +37,5 @@ MISC_ARGS=(
   --hidden-dropout 0.0
   --accumulate-allreduce-grads-in-fp32
   --attention-softmax-in-fp32
-  --attention-backend flash
+  --attention-backend "${ATTENTION_BACKEND}"
 )

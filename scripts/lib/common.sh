@@ -335,7 +335,8 @@ krl_write_trainer_cmd() {
   KRL_CMD_ENV+=("$(krl_env_line SLIME_DIR)" "$(krl_env_line MEGATRON_DIR)" "$(krl_env_line MASTER_ADDR)"
     "$(krl_env_line RAY_PORT)" "$(krl_env_line RAY_DASHBOARD_PORT)" "$(krl_env_line RAY_TMPDIR)"
     "$(krl_env_line RAY_NUM_GPUS)" "export CUDA_VISIBLE_DEVICES=${RAY_VISIBLE_DEVICES}"
-    "$(krl_env_line KRL_REPO_ROOT)" "export SLIME_HOST_IP=$(printf '%q' "${ROUTER_HOST}")")
+    "$(krl_env_line KRL_REPO_ROOT)" "export SLIME_HOST_IP=$(printf '%q' "${ROUTER_HOST}")"
+    "$(krl_env_line TRAINER_PYTHONPATH)")
   krl_write_window trainer "${TRAINER_CMD:-}" bash "${KRL_LIB_DIR}/ray_train.sh" "$@"
   KRL_CMD_ENV=("${env_lines[@]}")
 }

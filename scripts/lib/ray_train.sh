@@ -23,8 +23,12 @@ ray start --head --node-ip-address "${MASTER_ADDR}" --port "${RAY_PORT}" --num-g
   --temp-dir "${RAY_TMPDIR}" --disable-usage-stats \
   --dashboard-host 127.0.0.1 --dashboard-port "${RAY_DASHBOARD_PORT}"
 
-runtime_env="$(printf '{"env_vars": {"PYTHONPATH": "%s:%s", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_NVLS_ENABLE": "%s", "KRL_RUN_ID": "%s", "SLIME_HOST_IP": "%s"}}' \
-  "${MEGATRON_DIR}" "${KRL_REPO_ROOT}" "${NCCL_NVLS_ENABLE}" "${KRL_RUN_ID}" "${SLIME_HOST_IP}")"
+# The job's path: TRAINER_PYTHONPATH first (e.g. a NumPy 1.x for Megatron where the machine's default
+# is 2.x), then Megatron-LM and this repository, then the caller's PYTHONPATH (packages installed
+# beside the system ones reach slime's Ray workers too).
+job_path="${TRAINER_PYTHONPATH:+${TRAINER_PYTHONPATH}:}${MEGATRON_DIR}:${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
+runtime_env="$(printf '{"env_vars": {"PYTHONPATH": "%s", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_NVLS_ENABLE": "%s", "KRL_RUN_ID": "%s", "SLIME_HOST_IP": "%s"}}' \
+  "${job_path}" "${NCCL_NVLS_ENABLE}" "${KRL_RUN_ID}" "${SLIME_HOST_IP}")"
 
 ray job submit --address "http://127.0.0.1:${RAY_DASHBOARD_PORT}" --runtime-env-json "${runtime_env}" \
   -- python3 "${SLIME_DIR}/${entry}" "$@"

@@ -276,6 +276,14 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
         "--x",
         "a b",
     ]
+    # TRAINER_PYTHONPATH goes first, the caller's PYTHONPATH last (packages installed beside the
+    # system ones reach slime's Ray workers).
+    env.update(TRAINER_PYTHONPATH="/opt/np1", PYTHONPATH="/opt/site")
+    calls.unlink()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    runtime = json.loads(_flag(_ray_calls(calls)[1], "--runtime-env-json"))["env_vars"]
+    assert runtime["PYTHONPATH"] == f"/opt/np1:{tmp_path / 'megatron'}:{REPO}:/opt/site"
 
 
 def test_eval_on_cpu_still_needs_the_ray_gpus(tmp_path: Path) -> None:
@@ -493,9 +501,11 @@ def test_single_gpu_tiny_preset_train_only(tmp_path: Path) -> None:
     assert _flag(trainer, "--rollout-batch-size") == "4" and _flag(trainer, "--n-samples-per-prompt") == "4"
     assert _flag(trainer, "--global-batch-size") == "16"
     assert _flag(trainer, "--num-rollout") == "3" and _flag(trainer, "--save-interval") == "3"
-    assert _flag(trainer, "--rollout-max-response-len") == "256"
-    assert _flag(trainer, "--rollout-max-context-len") == "4096"
-    assert _flag(trainer, "--max-tokens-per-gpu") == "8192"
+    assert _flag(trainer, "--rollout-max-response-len") == "2048"  # a bundled candidate fits
+    assert _flag(trainer, "--rollout-max-context-len") == "8192"
+    assert _flag(trainer, "--max-tokens-per-gpu") == "16384"
+    assert _flag(trainer, "--lr") == "1e-4" and _flag(trainer, "--attention-backend") == "auto"
+    assert "--no-gradient-accumulation-fusion" in trainer  # runs without apex too
     assert "--use-kl-loss" in trainer and float(_flag(trainer, "--kl-loss-coef")) > 0
     assert _flag(trainer, "--ref-load") == f"{hf}_torch_dist" and _flag(trainer, "--hf-checkpoint") == str(hf)
     assert "--eval-interval" not in trainer
@@ -507,8 +517,8 @@ def test_single_gpu_tiny_preset_train_only(tmp_path: Path) -> None:
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
     assert recipe["runner"]["sglang_url"] == recipe["plugins"]["sglang_url"] == "http://127.0.0.1:0"
     assert recipe["episode"]["reward"]["credit"] == "per_turn"
-    assert recipe["runner"]["max_new_tokens"] == recipe["episode"]["max_new_tokens_per_turn"] == 256
-    assert recipe["runner"]["max_context_tokens"] == 4096
+    assert recipe["runner"]["max_new_tokens"] == recipe["episode"]["max_new_tokens_per_turn"] == 2048
+    assert recipe["runner"]["max_context_tokens"] == 8192
 
 
 def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:

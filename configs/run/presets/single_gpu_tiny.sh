@@ -30,6 +30,11 @@
 : "${PP:=1}"
 if [[ "${TRAIN_ONLY:-0}" == 1 ]]; then
   : "${ENGINE:=tiny}"        # the runner's engine: SGLANG_URL defaults to it
+  # SCRIPTED MIX (labelled in the engine's log and every reply's meta_info): the random model
+  # writes no code, so the engine answers each turn with a bundled correct candidate with
+  # probability 0.5, else a wrong one, log-probs teacher-forced by the model; GRPO groups get
+  # reward variance. ENGINE_ARGS="--device cuda" samples from the model instead.
+  : "${ENGINE_ARGS:=--device cuda --scripted-mix 0.5}"
 else
   : "${COLOCATE:=1}"         # SGLang shares GPU 0 with training (slime --colocate)
   : "${SGLANG_MEM_FRACTION:=0.4}"  # leaves room for Megatron and the eval server on the same GPU
@@ -41,9 +46,13 @@ fi
 : "${NUM_ROLLOUT:=3}"
 : "${SAVE_INTERVAL:=3}"         # saves after the last step (slime also always saves the last one)
 : "${EVAL_INTERVAL:=0}"         # no evaluation
-: "${MAX_RESPONSE_LEN:=256}"    # tokens per turn
-: "${MAX_CONTEXT_LEN:=4096}"    # prompt + every turn (a sample prompt is ~700 tiny-tokenizer tokens)
-: "${MAX_TOKENS_PER_GPU:=8192}"
+: "${MAX_RESPONSE_LEN:=2048}"   # tokens per turn (a bundled candidate is up to ~1500 tiny-tokenizer tokens)
+: "${MAX_CONTEXT_LEN:=8192}"    # prompt + every turn (a sample prompt is ~700 tiny-tokenizer tokens)
+: "${MAX_TOKENS_PER_GPU:=16384}"
+: "${LR:=1e-4}"                 # large enough that 3 steps visibly move the bf16 weights
+: "${ATTENTION_BACKEND:=auto}"  # Transformer Engine picks a kernel for the tiny head size (16)
+: "${GRAD_ACCUM_FUSION:=0}"     # also runs outside the slime image, where apex is missing
+: "${PROMPT_DATA:=${DATA_DIR:-${KRL_REPO_ROOT}/data}/sample_prompts.jsonl}"  # python -m tools.sample_prompts --out "$PROMPT_DATA"
 : "${KL_LOSS_COEF:=0.01}"       # non-zero KL to the reference model (REF_LOAD)
 : "${BUFFER_DROP_ZERO_VARIANCE:=0}"  # a random model's group rewards are usually all equal
 : "${CREDIT:=trajectory}"       # episode.reward.credit of the run recipe: trajectory | per_turn

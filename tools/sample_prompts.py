@@ -1,0 +1,39 @@
+"""Write prompt records (slime_ext/problems.py) for the bundled sample problems.
+
+  python -m tools.sample_prompts --out data/sample_prompts.jsonl
+  python -m tools.sample_prompts --out data/two.jsonl --problems relu softmax
+
+The single-GPU preset (PRESET=single_gpu_tiny) trains on these: they are the problems whose
+correct and wrong candidates the embedded engine's scripted modes answer with. The CPU dry run
+writes the same records. Exit 1 with one line for an unknown problem name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tools.dry_run import DryRunError, write_prompts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tools.sample_prompts",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, help="prompt-record jsonl to write (atomically)")
+    p.add_argument("--problems", nargs="*", default=None, help="sample problem names (default: all)")
+    args = p.parse_args(argv)
+    try:
+        n = write_prompts(Path(args.out), args.problems)
+    except DryRunError as exc:
+        print(f"sample_prompts: {exc}", file=sys.stderr)
+        return 1
+    print(f"{n} sample prompt record(s) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
