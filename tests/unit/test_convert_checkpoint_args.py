@@ -167,3 +167,14 @@ def test_checkpoint_with_foreign_args_still_converts(tmp_path: Path) -> None:
     megatron_to_hf(tmp_path / "mg", tmp_path / "out", hf_dir, progress=False)
     want, got = load_file(hf_dir / "model.safetensors"), load_file(tmp_path / "out" / "model.safetensors")
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_tp_must_divide_the_padding_multiple(tmp_path: Path) -> None:
+    """The recorded make_vocab_size_divisible_by is vocab_multiple / tp: refuse a tp that does not
+    divide it rather than record a fraction."""
+    from slime_ext.convert import ConvertError
+
+    hf_dir = write_tiny_hf_model("qwen3", tmp_path / "hf", torch.bfloat16)
+    with pytest.raises(ConvertError, match="not a multiple of tp 3"):
+        hf_to_megatron(hf_dir, tmp_path / "mg", vocab_multiple=128, tp=3, progress=False)
+    assert not (tmp_path / "mg").exists()
