@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             a.hf_dir,
             a.out,
             vocab_multiple=a.make_vocab_size_divisible_by * a.tp,
+            tp=a.tp,
             dtype=DTYPES[a.dtype] if a.dtype else None,
             iteration=a.iteration,
             te_extra_state=not a.no_te_extra_state,

@@ -38,6 +38,7 @@ from slime_ext.convert.layout import (
     resolve_checkpoint_dir,
     write_checkpoint_files,
 )
+from slime_ext.convert.megatron_args import checkpoint_args
 
 __all__ = ["ConvertStats", "hf_to_megatron", "megatron_to_hf", "HF_SIDE_FILES_SKIPPED"]
 
@@ -114,6 +115,7 @@ def hf_to_megatron(
     out_dir: Path,
     *,
     vocab_multiple: int = 128,
+    tp: int = 1,
     dtype: torch.dtype | None = None,
     iteration: int | None = None,
     te_extra_state: bool = True,
@@ -123,8 +125,11 @@ def hf_to_megatron(
 ) -> ConvertStats:
     """Convert an HF directory into a Megatron checkpoint root (`release/` unless `iteration`).
 
-    `vocab_multiple` is make_vocab_size_divisible_by x TP (128 x TP by default in Megatron);
+    `vocab_multiple` is make_vocab_size_divisible_by x TP (128 x TP by default in Megatron); `tp`
+    is the TP size it was computed for, recorded with the model arguments in common.pt;
     `dtype` None keeps the source dtype."""
+    if tp < 1 or vocab_multiple % tp:
+        raise ConvertError(f"vocab_multiple {vocab_multiple} is not a multiple of tp {tp}")
     hf_dir = Path(hf_dir)
     spec = spec_from_hf_config(read_hf_config(hf_dir))
     reader = HFReader(hf_dir)
@@ -176,7 +181,13 @@ def hf_to_megatron(
         finally:
             bar.close()
             reader.close()
-        write_checkpoint_files(root, ckpt, iteration)
+        args = checkpoint_args(
+            spec,
+            padded_vocab_size=padded,
+            make_vocab_size_divisible_by=vocab_multiple // tp,
+            tensor_model_parallel_size=tp,
+        )
+        write_checkpoint_files(root, ckpt, iteration, args)
     return ConvertStats(len(tensors), written)
 
 

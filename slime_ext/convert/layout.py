@@ -6,13 +6,15 @@
         metadata.json                           {"sharded_backend": "torch_dist", ...}
         common.pt                               torch.save of the non-sharded state
 
-Megatron's `load_checkpoint` reads `checkpoint_version` and `iteration` from common.pt; `args` is
-optional (without it Megatron prints that it uses the run's own arguments). A release checkpoint
-loads no optimizer or RNG state, which is what an initial `--load`/`--ref-load` wants.
+Megatron's `load_checkpoint` reads `checkpoint_version` and `iteration` from common.pt, and `args`
+(an argparse.Namespace) where present; slime's `tools/convert_torch_dist_to_hf.py` requires `args`.
+A release checkpoint loads no optimizer or RNG state, which is what an initial `--load`/`--ref-load`
+wants.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -52,11 +54,16 @@ def checkpoint_subdir(iteration: int | None) -> str:
     return f"iter_{iteration:07d}"
 
 
-def write_checkpoint_files(root: Path, ckpt_dir: Path, iteration: int | None) -> None:
-    """common.pt, metadata.json and the tracker file around a finished DCP directory."""
-    torch.save(
-        {"checkpoint_version": CHECKPOINT_VERSION, "iteration": iteration or 0}, ckpt_dir / "common.pt"
-    )
+def write_checkpoint_files(
+    root: Path, ckpt_dir: Path, iteration: int | None, args: argparse.Namespace | None = None
+) -> None:
+    """common.pt, metadata.json and the tracker file around a finished DCP directory.
+
+    `args` goes into common.pt as Megatron's `save_checkpoint` puts the run's arguments there."""
+    common: dict[str, object] = {"checkpoint_version": CHECKPOINT_VERSION, "iteration": iteration or 0}
+    if args is not None:
+        common["args"] = args
+    torch.save(common, ckpt_dir / "common.pt")
     (ckpt_dir / "metadata.json").write_text(json.dumps(SHARDED_CONFIG))
     (root / TRACKER).write_text("release" if iteration is None else str(iteration))
 

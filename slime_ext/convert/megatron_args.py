@@ -4,17 +4,22 @@ The flags are those megatron-core 0.16 / Megatron-LM `megatron/training/argument
 slime's `megatron_parse_args` checks against the HF config (layers, hidden, heads, ffn, tie,
 rms eps, rope base). `configs/models/*.sh` are generated from the config.json files under
 `configs/models/hf_configs/` by `tools/gen_model_args.py`; a unit test keeps them in sync.
+
+`checkpoint_args` is the same architecture as the argparse.Namespace Megatron's `save_checkpoint`
+stores under `args` in a checkpoint's common.pt, which slime's `tools/convert_torch_dist_to_hf.py`
+and Megatron's `load_args_from_checkpoint` (`--use-checkpoint-args`) read back.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from typing import Any
 
 from slime_ext.convert.arch import ModelSpec, spec_from_hf_config
 from slime_ext.convert.errors import ConvertError
 
-__all__ = ["megatron_args", "megatron_args_from_hf_config", "render_model_args"]
+__all__ = ["checkpoint_args", "megatron_args", "megatron_args_from_hf_config", "render_model_args"]
 
 
 def _num(x: float) -> str:
@@ -82,3 +87,88 @@ def render_model_args(config: Mapping[str, Any], source: str) -> str:
     lines += ["   " + " ".join(flag) for flag in megatron_args(spec_from_hf_config(config))]
     lines.append(")")
     return "\n".join(lines) + "\n"
+
+
+def _rotary_base(theta: float) -> int | float:
+    """Megatron's `--rotary-base` is an int flag; keep a float only where the config has a fraction."""
+    return int(theta) if float(theta).is_integer() else float(theta)
+
+
+def checkpoint_args(
+    spec: ModelSpec,
+    *,
+    padded_vocab_size: int,
+    make_vocab_size_divisible_by: int = 128,
+    tensor_model_parallel_size: int = 1,
+) -> argparse.Namespace:
+    """The `args` entry of common.pt: what a Megatron run started with `megatron_args(spec)` would
+    save, restricted to the model, vocabulary and parallelism fields that checkpoint readers use.
+
+    Readers: slime's `tools/convert_torch_dist_to_hf.py` (num_layers, hidden_size, kv_channels,
+    num_attention_heads, num_query_groups, vocab_size, q_lora_rank), Megatron's
+    `load_args_from_checkpoint` (`_set_arg` list, 1dcf0daf) and `load_checkpoint`
+    (`check_checkpoint_args`, TP/PP sizes, no_save_optim/no_save_rng). Only builtin values, so the
+    pickle needs no class but argparse.Namespace (which megatron-core registers as a torch safe
+    global). Dest names follow Megatron-LM 1dcf0daf (`layernorm_epsilon` for `--norm-epsilon`,
+    `layernorm_zero_centered_gamma` for `--apply-layernorm-1p`); the older dests (`norm_epsilon`,
+    `apply_layernorm_1p`) are written too, because older Megatron and `load_args_from_checkpoint`
+    still read them."""
+    gqa = spec.num_query_groups != spec.num_attention_heads
+    scaling = spec.rope_scaling is not None
+    values: dict[str, Any] = {
+        # architecture
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "ffn_hidden_size": spec.ffn_hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        # Megatron ignores num_query_groups without GQA; the real group count keeps readers that
+        # split QKV by it (slime's converter) right for MHA models too.
+        "num_query_groups": spec.num_query_groups,
+        "group_query_attention": gqa,
+        "kv_channels": spec.head_dim,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "position_embedding_type": "rope",
+        "use_rotary_position_embeddings": True,
+        "add_position_embedding": True,  # Megatron's default; rope is chosen by the type above
+        "rotary_base": _rotary_base(spec.rope_theta),
+        "rotary_percent": 1.0,
+        "rotary_interleaved": False,
+        "use_rope_scaling": scaling,
+        "rope_scaling_factor": float(spec.rope_scaling.get("factor", 8.0)) if spec.rope_scaling else 8.0,
+        "normalization": "RMSNorm",
+        "layernorm_epsilon": float(spec.norm_epsilon),
+        "norm_epsilon": float(spec.norm_epsilon),
+        "layernorm_zero_centered_gamma": False,
+        "apply_layernorm_1p": False,
+        "swiglu": True,
+        "squared_relu": False,
+        "add_bias_linear": False,
+        "add_qkv_bias": spec.qkv_bias,
+        "qk_layernorm": spec.qk_layernorm,
+        "untie_embeddings_and_output_weights": not spec.tie_word_embeddings,
+        "apply_query_key_layer_scaling": False,
+        # HF causal LMs are trained and served without dropout; slime's model scripts pass 0.0.
+        "attention_dropout": 0.0,
+        "hidden_dropout": 0.0,
+        "num_experts": None,
+        "multi_latent_attention": False,
+        "q_lora_rank": None,
+        # vocabulary: vocab_size is the HF (unpadded) size, as `--vocab-size` sets it
+        "vocab_size": spec.vocab_size,
+        "padded_vocab_size": padded_vocab_size,
+        "make_vocab_size_divisible_by": make_vocab_size_divisible_by,
+        # parallelism: DCP reshards, so this only records the TP the vocabulary was padded for
+        "tensor_model_parallel_size": tensor_model_parallel_size,
+        "pipeline_model_parallel_size": 1,
+        "virtual_pipeline_model_parallel_size": None,
+        "expert_model_parallel_size": 1,
+        # what the checkpoint holds: no optimizer and no RNG state, so Megatron does not ask DCP for
+        # them (an iter_N output still needs --no-load-optim/--finetune past load_checkpoint's check)
+        "ckpt_format": "torch_dist",
+        "no_save_optim": True,
+        "no_save_rng": True,
+        "consumed_train_samples": 0,
+        "skipped_train_samples": 0,
+        "consumed_valid_samples": 0,
+    }
+    return argparse.Namespace(**values)

@@ -3,6 +3,7 @@ the torch_dist output is a valid DCP checkpoint for torch's own reader, with Meg
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -79,8 +80,11 @@ def test_round_trip_bit_exact(tmp_path: Path, kind: str, dtype: torch.dtype, tp:
     assert (root / "latest_checkpointed_iteration.txt").read_text() == "release"
     ckpt = root / "release"
     assert json.loads((ckpt / "metadata.json").read_text())["sharded_backend"] == "torch_dist"
-    common = torch.load(ckpt / "common.pt", weights_only=True)
-    assert common == {"checkpoint_version": 3.0, "iteration": 0}
+    with torch.serialization.safe_globals([argparse.Namespace]):  # as megatron-core registers it
+        common = torch.load(ckpt / "common.pt", weights_only=True)
+    assert set(common) == {"args", "checkpoint_version", "iteration"}
+    assert (common["checkpoint_version"], common["iteration"]) == (3.0, 0)
+    assert common["args"].padded_vocab_size == padded_vocab_size(spec.vocab_size, multiple)
     assert len(list(ckpt.glob("__0_*.distcp"))) > 1  # the small file limit rotated data files
 
     sd = dcp_state(ckpt)
@@ -145,7 +149,8 @@ def test_dtype_cast_and_iteration_dir(tmp_path: Path) -> None:
     )
     assert (tmp_path / "mg" / "latest_checkpointed_iteration.txt").read_text() == "42"
     ckpt = tmp_path / "mg" / "iter_0000042"
-    assert torch.load(ckpt / "common.pt", weights_only=True)["iteration"] == 42
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        assert torch.load(ckpt / "common.pt", weights_only=True)["iteration"] == 42
     reader = DcpReader(ckpt)
     assert {reader.dtype(k) for k in reader.tensor_keys()} == {torch.bfloat16}
     assert not [k for k in reader.metadata.state_dict_metadata if "_extra_state" in k]
