@@ -290,6 +290,7 @@ def _preset_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         ENGINE_PORT=str(free_port()),
         EVAL_DEVICES="cpu",
         SGLANG_URL="",  # the preset's engine
+        ENGINE_ARGS="--device cpu",  # the preset's default puts the engine on the GPU
         **extra,
     )
 
