@@ -40,6 +40,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from slime_ext.cli import make_parser
+
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "scripts" / "run_kbench_multiturn.sh"
 STOPPER = REPO / "scripts" / "stop.sh"
@@ -235,11 +237,7 @@ def stop(run_dir: Path, env: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.dry_run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.dry_run", __doc__)
     p.add_argument("--engine-url", help="use this SGLang /generate server instead of the embedded CPU engine")
     p.add_argument("--run-dir", type=Path, help="run directory (default: runs/dry-run-<UTC time>)")
     p.add_argument("--problems", nargs="*", help="sample problem names (default: all bundled samples)")

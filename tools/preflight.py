@@ -23,7 +23,6 @@ starts anything, so a wrong path stops the run at once instead of after Ray and 
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import os
@@ -34,6 +33,8 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from slime_ext.cli import make_parser
 
 REPO = Path(__file__).resolve().parent.parent
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -516,11 +517,7 @@ def format_table(checks: list[Check]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.preflight",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.preflight", __doc__)
     p.add_argument("--json", type=Path, help="also write the checks as JSON here")
     p.add_argument(
         "--gate", action="store_true", help="only the trainer's inputs; silent, or one line on failure"

@@ -13,7 +13,6 @@ Exit code 0 when NUM_GROUPS groups were consumed, 1 otherwise (message says why)
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from slime_ext.cli import make_parser
 from slime_ext.data.files import atomic_write_jsonl
 from slime_ext.fileio import atomic_write
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
@@ -133,12 +133,12 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.rollout_step",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = make_parser("tools.rollout_step", __doc__)
+    p.add_argument(
+        "--buffer-url",
+        default=os.environ.get("BUFFER_URL", "http://127.0.0.1:8889"),
+        help="buffer server (env BUFFER_URL)",
     )
-    p.add_argument("--buffer-url", default=os.environ.get("BUFFER_URL", "http://127.0.0.1:8889"))
     p.add_argument(
         "--num-groups", type=int, required=True, help="GRPO groups in the step (slime: rollout batch size)"
     )

@@ -14,7 +14,6 @@ paths, so the buffer's runner and slime's plug-ins (`--custom-config-path`) read
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from slime_ext.cli import HelpFormatter, make_parser
 from slime_ext.fileio import atomic_write
 from slime_ext.recipe import ROOT_KEY, episode_config_from_dict, load_recipe, recipe_section
 from slime_ext.validation import ValidationError
@@ -70,20 +70,22 @@ def validate(recipe: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.run_recipe",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.run_recipe", __doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    g = sub.add_parser("get", help="print one value")
-    g.add_argument("recipe")
-    g.add_argument("key")
+    g = sub.add_parser("get", help="print one value", formatter_class=HelpFormatter)
+    g.add_argument("recipe", help="recipe YAML")
+    g.add_argument("key", help="dotted key under kernel_rl, e.g. runner.temperature")
     g.add_argument("--default", help="printed when the key is missing")
-    w = sub.add_parser("write", help="write the run's recipe copy")
-    w.add_argument("recipe")
-    w.add_argument("out")
-    w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    w = sub.add_parser("write", help="write the run's recipe copy", formatter_class=HelpFormatter)
+    w.add_argument("recipe", help="recipe YAML to copy")
+    w.add_argument("out", help="where to write the copy")
+    w.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a dotted kernel_rl key (repeatable; default: none)",
+    )
     args = p.parse_args(argv)
     try:
         recipe = load_recipe(args.recipe)

@@ -10,19 +10,15 @@ writes the same records. Exit 1 with one line for an unknown problem name.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from slime_ext.cli import make_parser
 from tools.dry_run import DryRunError, write_prompts
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.sample_prompts",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.sample_prompts", __doc__)
     p.add_argument("--out", required=True, help="prompt-record jsonl to write (atomically)")
     p.add_argument("--problems", nargs="*", default=None, help="sample problem names (default: all)")
     args = p.parse_args(argv)

@@ -10,22 +10,18 @@ line when the input is missing or invalid or holds no record of that split.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from slime_ext.cli import make_parser
 from slime_ext.problems import SPLITS, load_prompt_records, write_prompt_records
 from slime_ext.validation import ValidationError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.split_prompts",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.split_prompts", __doc__)
     p.add_argument("input", help="prompt-record jsonl")
     p.add_argument("output", help="jsonl to write")
-    p.add_argument("--split", choices=SPLITS, default="train")
+    p.add_argument("--split", choices=SPLITS, default="train", help="the records to keep")
     args = p.parse_args(argv)
     try:
         records = [r for r in load_prompt_records(args.input) if r.split == args.split]
