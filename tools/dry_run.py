@@ -275,6 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--max-new-tokens must be >= 1")
     if args.scripted and args.engine_url:
         p.error("--scripted/--scripted-mix script the embedded engine: not combined with --engine-url")
+    if args.problems:
+        # Refused here, before packages are installed or the model is built (write_prompts checks again).
+        from eval_server import samples
+
+        bundled = list(samples.problem_names())
+        unknown = sorted(set(args.problems) - set(bundled))
+        if unknown:
+            p.error(
+                f"--problems: unknown sample problem(s) {', '.join(unknown)}; bundled: {', '.join(bundled)}"
+            )
 
     t0 = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
