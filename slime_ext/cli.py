@@ -41,8 +41,3 @@ def make_parser(module: str, description: str | None, **kwargs: object) -> argpa
         formatter_class=HelpFormatter,
         **kwargs,  # type: ignore[arg-type]
     )
-
-
-def fail_input(parser: argparse.ArgumentParser, message: str) -> None:
-    """Refuse a missing/unreadable input the way argparse refuses a bad flag (exit EXIT_USAGE)."""
-    parser.error(message)

@@ -5,7 +5,8 @@ bootstrap confidence intervals of the differences (B - A) in correct rate, fast_
       --labels base,rl-200 --fast-p 1,1.5 --out runs/eval/base_vs_rl200.md
 
 A results folder may be given instead of its results.jsonl. Train problems are refused unless
---allow-train. Markdown goes to --out (written atomically) or stdout. See docs/EVAL_REPORTS.md.
+--allow-train. Markdown goes to --out (written atomically) or stdout. Exit code 0, or 2 with one
+`error: ...` line for a missing or invalid input. See docs/EVAL_REPORTS.md.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from slime_ext.cli import make_parser
+from slime_ext.cli import EXIT_USAGE, make_parser
 from slime_ext.reports.compare import compare_runs, render_comparison
 from slime_ext.reports.report import atomic_write
 from slime_ext.reports.results import load_results
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (ValidationError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     text = render_comparison(comparison)
     if args.out:
         atomic_write(args.out, text)

@@ -15,9 +15,10 @@ refused unless `--allow-train`) and `--problems`; when a split manifest lies bes
 
 Output folder: `results.jsonl` (one line per finished sample; re-running the same command resumes,
 and a larger -k adds samples), `run.json` (settings), `summary.json`, `report.md`, `fast_p.png`,
-`turns.png`. Exit code 0 when every sample is done, 2 when some are not (aborted or stopped by an
-endpoint failure; re-run to resume), 130 on Ctrl-C (the report covers what was done), 1 on bad
-input. See docs/EVAL_REPORTS.md.
+`turns.png`. Exit code 0 when every sample is done, 3 when some are not (aborted or stopped by an
+endpoint failure; re-run to resume), 130 on Ctrl-C (the report covers what was done), 2 on a
+missing or invalid input or setting (as for usage errors), 1 when the eval server could not be
+started. See docs/EVAL_REPORTS.md.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 
 from eval_server.launch import running_server
 from eval_server.schema import parse_options
-from slime_ext.cli import make_parser
+from slime_ext.cli import EXIT_USAGE, make_parser
 from slime_ext.data.split import check_reportable, default_manifest_path, load_split_manifest
 from slime_ext.episode import EpisodeConfig
 from slime_ext.eval_client import EvalClient
@@ -51,6 +52,7 @@ from slime_ext.validation import ValidationError
 
 RESULTS_NAME = "results.jsonl"
 RUN_NAME = "run.json"
+EXIT_INCOMPLETE = 3  # some samples not done: re-run the same command to resume
 
 
 def _int_list(text: str) -> list[int]:
@@ -300,7 +302,10 @@ def main(argv: list[str] | None = None) -> int:
             print("interrupted: re-run the same command to resume", file=sys.stderr)
             return 130
         _report(args, run, config.max_turns)
-    except (ValidationError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: eval server start
+    except (ValidationError, ValueError, FileNotFoundError) as exc:  # the input or settings
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, RuntimeError) as exc:  # RuntimeError: eval server start
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(
@@ -312,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped: {err}", file=sys.stderr)
     if not outcome.complete:
         print("incomplete: re-run the same command to resume", file=sys.stderr)
-        return 2
+        return EXIT_INCOMPLETE
     return 0
 
 

@@ -1,7 +1,7 @@
 """Recipe helpers for the shell launchers (thin CLI over `slime_ext/recipe.py`).
 
   python -m tools.run_recipe get RECIPE KEY [--default VALUE]
-      print one scalar under `kernel_rl` (dotted KEY, e.g. runner.temperature); exit 1 naming
+      print one scalar under `kernel_rl` (dotted KEY, e.g. runner.temperature); exit 2 naming
       the key when it is missing and no default is given.
   python -m tools.run_recipe write RECIPE OUT --set KEY=VALUE ...
       write the run's copy of the recipe with the given values set (VALUE is read as YAML, so
@@ -10,6 +10,7 @@
 
 The launcher writes RUN_DIR/recipe.yaml this way: the user's recipe plus this run's URLs and
 paths, so the buffer's runner and slime's plug-ins (`--custom-config-path`) read one file.
+Exit code 2 with one line for a missing or invalid recipe, key or value (as for usage errors).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from slime_ext.cli import HelpFormatter, make_parser
+from slime_ext.cli import EXIT_USAGE, HelpFormatter, make_parser
 from slime_ext.fileio import atomic_write
 from slime_ext.recipe import ROOT_KEY, episode_config_from_dict, load_recipe, recipe_section
 from slime_ext.validation import ValidationError
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (FileNotFoundError, ValidationError) as exc:
         print(f"run_recipe: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

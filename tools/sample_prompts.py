@@ -5,7 +5,7 @@
 
 The single-GPU preset (PRESET=single_gpu_tiny) trains on these: they are the problems whose
 correct and wrong candidates the embedded engine's scripted modes answer with. The CPU dry run
-writes the same records. Exit 1 with one line for an unknown problem name.
+writes the same records. Exit 2 with one line for an unknown problem name.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from slime_ext.cli import make_parser
+from slime_ext.cli import EXIT_USAGE, make_parser
 from tools.dry_run import DryRunError, write_prompts
 
 
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         n = write_prompts(Path(args.out), args.problems)
     except DryRunError as exc:
         print(f"sample_prompts: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     print(f"{n} sample prompt record(s) -> {args.out}")
     return 0
 

@@ -4,15 +4,15 @@
 
 slime's data source reads every record of its `--prompt-data`, whatever its `split`; the
 launcher's in-slime mode (MODE=in_slime) gives it the train records of PROMPT_DATA this way.
-The records are validated on read and written unchanged, in order, atomically. Exit 1 with one
-line when the input is missing or invalid or holds no record of that split.
+The records are validated on read and written unchanged, in order, atomically. Exit 2 with one
+line when the input is missing or invalid, 1 when it holds no record of that split.
 """
 
 from __future__ import annotations
 
 import sys
 
-from slime_ext.cli import make_parser
+from slime_ext.cli import EXIT_USAGE, make_parser
 from slime_ext.problems import SPLITS, load_prompt_records, write_prompt_records
 from slime_ext.validation import ValidationError
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         records = [r for r in load_prompt_records(args.input) if r.split == args.split]
     except (FileNotFoundError, ValidationError) as exc:
         print(f"split_prompts: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     if not records:
         print(f"split_prompts: {args.input} has no {args.split} record", file=sys.stderr)
         return 1
