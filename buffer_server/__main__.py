@@ -4,7 +4,7 @@ Examples:
   python -m buffer_server --db runs/exp1/rollout_buffer.sqlite --group-size 8
   python -m buffer_server --db /tmp/b.sqlite --group-size 16 --min-group-size 4 --group-timeout-s 300
   python -m buffer_server --db /tmp/b.sqlite --no-drop-zero-variance --max-staleness -1
-  python -m buffer_server --db runs/exp1/rollout_buffer.sqlite --group-size 8 \
+  python -m buffer_server --db runs/exp1/rollout_buffer.sqlite --group-size 8 \\
       --recipe configs/recipe/kernelbench_multiturn.yaml --sglang-url http://127.0.0.1:30000 --autostart
 
 With --recipe (or the runner flags) the agent runner is configured: POST /rollout/start starts it.
@@ -21,6 +21,7 @@ import sys
 
 from buffer_server.runner import AgentRunner, RunnerError, build_runner
 from buffer_server.store import BufferStore, GroupRules, StoreError
+from slime_ext.cli import make_parser
 from slime_ext.http_json import add_network_args
 from slime_ext.recipe import load_recipe
 
@@ -28,11 +29,7 @@ log = logging.getLogger("buffer_server")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m buffer_server",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("buffer_server", __doc__)
     net = add_network_args(p, env_prefix="BUFFER_SERVER", port=8889, max_body_mb=64.0)
     net.add_argument(
         "--threads", type=int, default=16, help="HTTP worker threads (each waiting POST /batches holds one)"
@@ -94,10 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     runner.add_argument(
         "--max-ready-groups", type=int, help="backpressure: no new group while this many wait"
     )
-    runner.add_argument("--epochs", type=int)
-    runner.add_argument("--shuffle-seed", type=int)
+    runner.add_argument("--epochs", type=int, help="passes over the prompt data (recipe default 1)")
+    runner.add_argument("--shuffle-seed", type=int, help="prompt order seed (recipe default 0)")
     runner.add_argument("--temperature", type=float, help="must equal slime's --rollout-temperature")
-    runner.add_argument("--max-context-tokens", type=int)
+    runner.add_argument(
+        "--max-context-tokens", type=int, help="prompt + all turns of one episode (recipe default 32768)"
+    )
     runner.add_argument("--run-id", help="uid prefix of the runner's records (one per database)")
     runner.add_argument(
         "--autostart",
@@ -118,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=256.0,
         help="memory for the reply JSON of ready records, prepared before a batch read asks for them; 0 = off",
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="logging level")
     return p
 
 

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from eval_server.pool import DeviceSlot, PoolConfig, WorkerPool
+from slime_ext.cli import make_parser
 from slime_ext.http_json import add_network_args
 
 log = logging.getLogger("eval_server")
@@ -89,11 +90,7 @@ def default_ref_cache() -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m eval_server",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("eval_server", __doc__)
     add_network_args(p, env_prefix="EVAL_SERVER", port=18188, max_body_mb=1.0)
     dev = p.add_argument_group("workers")
     dev.add_argument(
@@ -111,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--cpu-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="workers in CPU mode"
     )
-    dev.add_argument("--cpu-threads-per-worker", type=int, default=1)
+    dev.add_argument(
+        "--cpu-threads-per-worker", type=int, default=1, help="torch/OpenMP threads of each CPU-mode worker"
+    )
     dev.add_argument(
         "--max-queue", type=int, default=64, help="requests allowed to wait for a worker; beyond: 503"
     )
@@ -148,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="logging level")
     return p
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
@@ -19,6 +20,29 @@ from slime_ext.http_json import json_flask_app
 
 log = logging.getLogger("eval_server.app")
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+# Status codes of POST /eval answers that refuse the request itself (400 malformed, 413 too
+# large): always listed in /stats and /metrics, zero or not, so a dashboard sees the series.
+REJECT_CODES = (400, 413)
+
+
+class RejectCounter:
+    """POST /eval requests refused before evaluation, by HTTP status code (thread-safe).
+
+    They never reach the pool, so its counts miss them; a client sending broken bodies would
+    otherwise be invisible in /stats and /metrics.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[int, int] = dict.fromkeys(REJECT_CODES, 0)
+
+    def add(self, code: int) -> None:
+        with self._lock:
+            self._counts[code] = self._counts.get(code, 0) + 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {str(code): n for code, n in sorted(self._counts.items())}
 
 
 def create_app(
@@ -26,6 +50,14 @@ def create_app(
 ) -> Flask:
     app = json_flask_app("eval_server", max_body_bytes)
     server_info = dict(info or {})
+    rejected = RejectCounter()
+
+    @app.after_request
+    def count_rejections(response: Response) -> Response:
+        # after_request also sees the 413 that the body-size limit raises before the route runs.
+        if request.path == "/eval" and request.method == "POST" and 400 <= response.status_code < 500:
+            rejected.add(response.status_code)
+        return response
 
     @app.post("/eval")
     def eval_route() -> tuple[Response, int]:
@@ -67,11 +99,12 @@ def create_app(
 
     @app.get("/stats")
     def stats() -> tuple[Response, int]:
-        return jsonify({**server_info, **pool.snapshot()}), 200
+        return jsonify({**server_info, **pool.snapshot(), "rejected_requests": rejected.snapshot()}), 200
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(render_prometheus(pool.snapshot()), mimetype="text/plain; version=0.0.4")
+        snap = {**pool.snapshot(), "rejected_requests": rejected.snapshot()}
+        return Response(render_prometheus(snap), mimetype="text/plain; version=0.0.4")
 
     return app
 
@@ -91,6 +124,12 @@ def render_prometheus(snap: dict[str, Any]) -> str:
             "Anti-cheat checks that fired, by check id.",
             "counter",
             [({"check": check}, n) for check, n in sorted(snap["by_check"].items())],
+        )
+        + prom.family(
+            "kernel_eval_requests_rejected_total",
+            "POST /eval requests refused before evaluation, by HTTP status (400 malformed, 413 too large).",
+            "counter",
+            [({"code": code}, n) for code, n in snap.get("rejected_requests", {}).items()],
         )
         + prom.scalars(
             "gauge",

@@ -14,6 +14,7 @@ import os
 import random
 import re
 import sys
+import sysconfig
 import traceback
 import types
 from collections.abc import Sequence
@@ -26,6 +27,16 @@ _module_counter = itertools.count()
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # torch.nn.Module.__call__ plumbing: two frames in every forward traceback that say nothing.
 _NOISE_FILES = (os.path.join("torch", "nn", "modules", "module.py"),)
+# The standard library's frames (ast.parse under a syntax error, importlib, contextlib) only say
+# how the evaluator reached the candidate; installed packages can live below it and are kept.
+_STDLIB_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
+
+
+def _is_stdlib(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return path.startswith(_STDLIB_DIRS) and not any(
+        part in ("site-packages", "dist-packages") for part in path.split(os.sep)
+    )
 
 
 def import_source(source: str, workdir: str | Path, stem: str) -> types.ModuleType:
@@ -110,9 +121,11 @@ def clone_args(args: Sequence[Any]) -> list[Any]:
 def format_exception_tail(
     exc: BaseException, workdir: str | Path, max_lines: int = 40, max_chars: int = 4000
 ) -> str:
-    """The traceback a model can act on: evaluator frames dropped, temp paths shortened, trimmed.
+    """The traceback a model can act on: evaluator and stdlib frames dropped, temp paths shortened,
+    trimmed.
 
-    Frames from this package are removed because they only say *where we called the candidate*;
+    Frames from this package and the standard library are removed because they only say *where
+    we called the candidate* (for a syntax error: evaluate.py and ast.py, nothing of the model's);
     the candidate's own lines and Triton's compiler messages are what matter.
     """
     frames = [
@@ -121,6 +134,7 @@ def format_exception_tail(
         if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)
         and not f.filename.endswith(_NOISE_FILES)
         and not f.filename.startswith("<frozen ")
+        and not _is_stdlib(f.filename)
     ]
     lines = ["Traceback (most recent call last):\n"] if frames else []
     lines += traceback.format_list(frames)

@@ -38,8 +38,18 @@ def add_network_args(
     net.add_argument(
         "--host",
         default=os.environ.get(f"{env_prefix}_HOST", "127.0.0.1"),
-        help="bind address (default loopback)",
+        help=f"bind address (env {env_prefix}_HOST)",
     )
-    net.add_argument("--port", type=int, default=int(os.environ.get(f"{env_prefix}_PORT", str(port))))
-    net.add_argument("--max-body-mb", type=float, default=max_body_mb, help="largest accepted request body")
+    net.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get(f"{env_prefix}_PORT", str(port))),
+        help=f"listen port (env {env_prefix}_PORT)",
+    )
+    net.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=max_body_mb,
+        help="largest accepted request body in MB; larger: 413",
+    )
     return net

@@ -49,7 +49,6 @@ CLI: `python -m slime_ext.tiny_engine --model DIR [--host 127.0.0.1] [--port 300
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import logging
@@ -61,6 +60,7 @@ from typing import Any
 
 import torch
 
+from slime_ext.cli import make_parser
 from slime_ext.scripted import (
     ScriptedAnswer,
     choose_answer,
@@ -485,16 +485,12 @@ def load_engine(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m slime_ext.tiny_engine",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("slime_ext.tiny_engine", __doc__)
     p.add_argument("--model", required=True, help="local Hugging Face model directory")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--host", default="127.0.0.1", help="bind address")
+    p.add_argument("--port", type=int, default=30000, help="listen port")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (and the seed of --scripted-mix draws)")
-    p.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:N")
+    p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="model weights' dtype")
     p.add_argument("--torch-threads", type=int, default=1, help="CPU threads for the model")
     p.add_argument(
@@ -507,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         help="SCRIPTED MIX: a correct answer with probability P, else a wrong one, drawn per request "
         "(answers from --scripted, default the bundled sample problems')",
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="logging level")
     args = p.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -24,7 +24,6 @@ The directory is written under a temporary name and renamed when complete.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import shutil
@@ -32,6 +31,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from slime_ext.cli import make_parser
 
 __all__ = ["SPECIAL_TOKENS", "TEMPLATE", "build_tokenizer", "tiny_model", "tiny_tokenizer", "write_model_dir"]
 
@@ -172,11 +173,7 @@ def write_model_dir(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m slime_ext.tiny_model",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("slime_ext.tiny_model", __doc__)
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="weight seed")
     p.add_argument("--overwrite", action="store_true", help="replace an existing directory")

@@ -5,7 +5,8 @@ bootstrap confidence intervals of the differences (B - A) in correct rate, fast_
       --labels base,rl-200 --fast-p 1,1.5 --out runs/eval/base_vs_rl200.md
 
 A results folder may be given instead of its results.jsonl. Train problems are refused unless
---allow-train. Markdown goes to --out (written atomically) or stdout. See docs/EVAL_REPORTS.md.
+--allow-train. Markdown goes to --out (written atomically) or stdout. Exit code 0, or 2 with one
+`error: ...` line for a missing or invalid input. See docs/EVAL_REPORTS.md.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from slime_ext.cli import EXIT_USAGE, make_parser
 from slime_ext.reports.compare import compare_runs, render_comparison
 from slime_ext.reports.report import atomic_write
 from slime_ext.reports.results import load_results
@@ -35,15 +37,17 @@ def _floats(text: str) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser("tools.compare_runs", __doc__)
     p.add_argument("a", type=Path, help="run A (baseline): results.jsonl or its folder")
     p.add_argument("b", type=Path, help="run B: results.jsonl or its folder")
     p.add_argument("--labels", help="two comma-separated labels (default: the model field of each file)")
-    p.add_argument("--fast-p", type=_floats, default=[1.0], help="fast_p thresholds to compare (default 1)")
+    p.add_argument(
+        "--fast-p", type=_floats, default=[1.0], help="comma-separated fast_p thresholds to compare"
+    )
     p.add_argument("--turn", type=int, help="compare the best of the first N turns (default: all turns)")
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--confidence", type=float, default=0.95, help="bootstrap confidence level")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap sampling seed")
     p.add_argument("--allow-train", action="store_true", help="allow train problems in the comparison")
     p.add_argument("--out", type=Path, help="write the markdown here instead of stdout")
     args = p.parse_args(argv)
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (ValidationError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     text = render_comparison(comparison)
     if args.out:
         atomic_write(args.out, text)

@@ -12,29 +12,27 @@ Supported: Qwen3ForCausalLM, Qwen2ForCausalLM (Qwen2.5), LlamaForCausalLM (Llama
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from slime_ext.cli import make_parser
 from slime_ext.convert import hf_to_megatron
 from slime_ext.convert.cli import run_conversion
 from slime_ext.convert.hf_io import DTYPES
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser("tools.convert_hf_to_megatron", __doc__)
     p.add_argument(
         "--hf-dir", type=Path, required=True, help="HF model directory (config.json + safetensors)"
     )
     p.add_argument("--out", type=Path, required=True, help="checkpoint root to create (must not exist)")
-    p.add_argument(
-        "--tp", type=int, default=1, help="tensor-parallel size the vocab is padded for (default 1)"
-    )
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size the vocab is padded for")
     p.add_argument(
         "--make-vocab-size-divisible-by",
         type=int,
         default=128,
-        help="Megatron's flag of the same name (default 128); padding multiple = this x TP",
+        help="Megatron's flag of the same name; padding multiple = this x TP",
     )
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="cast weights (default: keep)")
     p.add_argument(
@@ -47,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         "--dist-ckpt-strictness log_all to load)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     a = p.parse_args(argv)
     if a.tp < 1 or a.make_vocab_size_divisible_by < 1:
         p.error("--tp and --make-vocab-size-divisible-by must be >= 1")

@@ -11,25 +11,25 @@ config - is copied to the output). The padded vocabulary is cut back to the conf
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from slime_ext.cli import make_parser
 from slime_ext.convert import megatron_to_hf
 from slime_ext.convert.cli import run_conversion
 from slime_ext.convert.hf_io import DTYPES
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser("tools.convert_megatron_to_hf", __doc__)
     p.add_argument("--input", type=Path, required=True, help="checkpoint root or release/iter_XXXXXXX dir")
     p.add_argument("--hf-config-dir", type=Path, required=True, help="original HF model directory")
     p.add_argument("--out", type=Path, required=True, help="HF directory to create (must not exist)")
     p.add_argument("--vocab-size", type=int, default=None, help="HF vocab size (default: from config.json)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="cast weights (default: keep)")
-    p.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors shard size (default 5 GB)")
+    p.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors shard size in GB")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     a = p.parse_args(argv)
     if a.max_shard_gb <= 0:
         p.error("--max-shard-gb must be > 0")

@@ -40,6 +40,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from slime_ext.cli import make_parser
+
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "scripts" / "run_kbench_multiturn.sh"
 STOPPER = REPO / "scripts" / "stop.sh"
@@ -235,11 +237,7 @@ def stop(run_dir: Path, env: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.dry_run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.dry_run", __doc__)
     p.add_argument("--engine-url", help="use this SGLang /generate server instead of the embedded CPU engine")
     p.add_argument("--run-dir", type=Path, help="run directory (default: runs/dry-run-<UTC time>)")
     p.add_argument("--problems", nargs="*", help="sample problem names (default: all bundled samples)")
@@ -277,6 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--max-new-tokens must be >= 1")
     if args.scripted and args.engine_url:
         p.error("--scripted/--scripted-mix script the embedded engine: not combined with --engine-url")
+    if args.problems:
+        # Refused here, before packages are installed or the model is built (write_prompts checks again).
+        from eval_server import samples
+
+        bundled = list(samples.problem_names())
+        unknown = sorted(set(args.problems) - set(bundled))
+        if unknown:
+            p.error(
+                f"--problems: unknown sample problem(s) {', '.join(unknown)}; bundled: {', '.join(bundled)}"
+            )
 
     t0 = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")

@@ -15,9 +15,10 @@ refused unless `--allow-train`) and `--problems`; when a split manifest lies bes
 
 Output folder: `results.jsonl` (one line per finished sample; re-running the same command resumes,
 and a larger -k adds samples), `run.json` (settings), `summary.json`, `report.md`, `fast_p.png`,
-`turns.png`. Exit code 0 when every sample is done, 2 when some are not (aborted or stopped by an
-endpoint failure; re-run to resume), 130 on Ctrl-C (the report covers what was done), 1 on bad
-input. See docs/EVAL_REPORTS.md.
+`turns.png`. Exit code 0 when every sample is done, 3 when some are not (aborted or stopped by an
+endpoint failure; re-run to resume), 130 on Ctrl-C (the report covers what was done), 2 on a
+missing or invalid input or setting (as for usage errors), 1 when the eval server could not be
+started. See docs/EVAL_REPORTS.md.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 
 from eval_server.launch import running_server
 from eval_server.schema import parse_options
+from slime_ext.cli import EXIT_USAGE, make_parser
 from slime_ext.data.split import check_reportable, default_manifest_path, load_split_manifest
 from slime_ext.episode import EpisodeConfig
 from slime_ext.eval_client import EvalClient
@@ -50,6 +52,7 @@ from slime_ext.validation import ValidationError
 
 RESULTS_NAME = "results.jsonl"
 RUN_NAME = "run.json"
+EXIT_INCOMPLETE = 3  # some samples not done: re-run the same command to resume
 
 
 def _int_list(text: str) -> list[int]:
@@ -70,18 +73,28 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser("tools.eval_model", __doc__)
     p.add_argument("--out", type=Path, required=True, help="output folder (results, report, plots)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the folder's results")
     p.add_argument("--prompts", type=Path, help="prompt jsonl (slime_ext/problems.py format)")
-    p.add_argument("--backend", choices=("chat", "sglang"), default="chat")
+    p.add_argument(
+        "--backend",
+        choices=("chat", "sglang"),
+        default="chat",
+        help="chat: an OpenAI-compatible chat API; sglang: a /generate server (token in/out)",
+    )
     p.add_argument("--url", help="policy endpoint: chat base URL (…/v1) or SGLang router/engine URL")
     p.add_argument("--model", help="label of the evaluated model (also the chat `model` field by default)")
     p.add_argument("--served-model", help="chat backend: the `model` field to send, if not --model")
     p.add_argument("--tokenizer", help="sglang backend: tokenizer path (the served model's)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="env var holding the chat API key, if any")
     p.add_argument("--levels", type=_int_list, help="e.g. 1,2 (default: all)")
-    p.add_argument("--split", default="holdout", choices=("holdout", "train", "all"))
+    p.add_argument(
+        "--split",
+        default="holdout",
+        choices=("holdout", "train", "all"),
+        help="which problems of the prompt file to evaluate (train/all need --allow-train)",
+    )
     p.add_argument("--allow-train", action="store_true", help="allow reporting on train problems")
     p.add_argument(
         "--manifest",
@@ -101,8 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--eval-options", type=_json_object, help='override eval options, e.g. {"correctness_trials": 2}'
     )
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--top-p", type=float)
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
+    p.add_argument("--top-p", type=float, help="nucleus sampling (default: the server's)")
     p.add_argument(
         "--max-context-len", type=int, default=32768, help="sglang backend: prompt + response budget"
     )
@@ -115,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=8, help="samples in flight")
     p.add_argument("--pass-k", type=_int_list, help="pass@k values to report (default 1 and k)")
     p.add_argument("--keep-chat", action="store_true", help="store every conversation in the results")
-    p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
 
 
@@ -289,7 +302,10 @@ def main(argv: list[str] | None = None) -> int:
             print("interrupted: re-run the same command to resume", file=sys.stderr)
             return 130
         _report(args, run, config.max_turns)
-    except (ValidationError, ValueError, OSError, RuntimeError) as exc:  # RuntimeError: eval server start
+    except (ValidationError, ValueError, FileNotFoundError) as exc:  # the input or settings
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, RuntimeError) as exc:  # RuntimeError: eval server start
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(
@@ -301,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped: {err}", file=sys.stderr)
     if not outcome.complete:
         print("incomplete: re-run the same command to resume", file=sys.stderr)
-        return 2
+        return EXIT_INCOMPLETE
     return 0
 
 

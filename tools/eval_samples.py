@@ -12,7 +12,6 @@ Exit code 0 only if every case got its expected status.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 from eval_server import samples
 from eval_server.launch import running_server
 from eval_server.schema import EvalOptions, EvalResult
+from slime_ext.cli import make_parser
 from slime_ext.eval_client import EvalClient
 
 # Cases that would otherwise wait for the full default limit.
@@ -76,11 +76,11 @@ def render_table(rows: list[tuple[samples.SampleCase, EvalResult, float]]) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser("tools.eval_samples", __doc__)
     p.add_argument("--url", help="evaluate against this running server instead of starting one")
     p.add_argument("--devices", default="auto", help="for the started server: 'auto', 'cpu' or GPU ids")
     p.add_argument("--workers", type=int, default=2, help="CPU workers of the started server")
-    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--concurrency", type=int, default=4, help="evaluations in flight")
     p.add_argument("--trials", type=int, default=5, help="correctness trials per case")
     p.add_argument("--json", type=Path, help="also write the full results here")
     args = p.parse_args(argv)

@@ -10,12 +10,12 @@ repository) and writes `<models-dir>/<name>.sh`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
+from slime_ext.cli import make_parser
 from slime_ext.convert import ConvertError
 from slime_ext.convert.megatron_args import render_model_args
 
@@ -32,11 +32,13 @@ def expected_files(models_dir: Path) -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser("tools.gen_model_args", __doc__)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--config", type=Path, help="an HF config.json (or a model directory holding one)")
     src.add_argument("--all", action="store_true", help="regenerate every configs/models/*.sh")
-    p.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR)
+    p.add_argument(
+        "--models-dir", type=Path, default=DEFAULT_MODELS_DIR, help="holds hf_configs/ and the *.sh it writes"
+    )
     p.add_argument("--check", action="store_true", help="with --all: only compare, exit 1 when stale")
     a = p.parse_args(argv)
     try:

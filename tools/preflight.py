@@ -23,7 +23,6 @@ starts anything, so a wrong path stops the run at once instead of after Ray and 
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import os
@@ -34,6 +33,8 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from slime_ext.cli import make_parser
 
 REPO = Path(__file__).resolve().parent.parent
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -86,23 +87,31 @@ class Check:
     fix: str = ""
 
 
+# Settings that name the run whose checkpoint a launch resumes from. When none is given,
+# configs/run/common.sh invents RUN_NAME from the clock: that LOAD_DIR cannot exist yet, so
+# checking it says nothing, and the resume row says so instead.
+RUN_NAMING = ("RUN_NAME", "RUN_DIR", "SAVE_DIR", "LOAD_DIR")
+RUN_NAMED = "RUN_NAMED"  # key added to the settings: "1" when the caller set one of RUN_NAMING
+
+
 class SettingsError(RuntimeError):
     """configs/run/common.sh refused the settings (e.g. an unknown PRESET); the message says why."""
 
 
 def launcher_settings(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The launcher's settings: `env` over the defaults of configs/run/common.sh (and of the
-    preset PRESET names)."""
+    preset PRESET names), plus RUN_NAMED."""
+    env = os.environ if env is None else env
     script = f'source "{REPO}/scripts/lib/common.sh"; source "{REPO}/configs/run/common.sh"; ' + "; ".join(
         f'printf "%s\\0" "${{{name}-}}"' for name in SETTINGS
     )
-    res = subprocess.run(
-        ["bash", "-c", script], env=dict(os.environ if env is None else env), capture_output=True
-    )
+    res = subprocess.run(["bash", "-c", script], env=dict(env), capture_output=True)
     if res.returncode != 0:
         lines = res.stderr.decode(errors="replace").strip().splitlines()
         raise SettingsError(lines[-1] if lines else f"configs/run/common.sh exited with {res.returncode}")
-    return dict(zip(SETTINGS, res.stdout.decode().split("\0")[: len(SETTINGS)], strict=True))
+    settings = dict(zip(SETTINGS, res.stdout.decode().split("\0")[: len(SETTINGS)], strict=True))
+    settings[RUN_NAMED] = "1" if any(env.get(k) for k in RUN_NAMING) else ""
+    return settings
 
 
 # --------------------------------------------------------------------------- checks
@@ -208,6 +217,18 @@ def check_torch_dist(name: str, value: str, *, required: bool, hf_dir: str = "HF
             name, FAIL, f"{path}: neither torch_dist (latest_checkpointed_iteration.txt) nor HF", convert
         )
     return Check(name, PASS, f"{path}: no checkpoint yet (a fresh run)")
+
+
+def check_resume(s: Mapping[str, str]) -> Check:
+    """LOAD_DIR, only for a named run: an unnamed launch gets a new RUN_NAME, so nothing to resume."""
+    if s.get(RUN_NAMED):
+        return check_torch_dist("load (resume)", s["LOAD_DIR"], required=False, hf_dir=s["HF_CKPT"])
+    return Check(
+        "load (resume)",
+        PASS,
+        "not checked: RUN_NAME is not set, so a launch starts a new run (a fresh name) with nothing to "
+        "resume; set RUN_NAME (or LOAD_DIR) to check that run's checkpoint",
+    )
 
 
 def _model_args(path: Path) -> list[str]:
@@ -402,26 +423,13 @@ def check_versions(s: Mapping[str, str]) -> list[Check]:
                     f"run inside the slime image (docker/README.md) or set {env_key}",
                 )
             )
-    for dist, needed in (
-        ("sglang", True),
-        ("ray", True),
-        ("torch", True),
-        ("triton", True),
-        ("transformers", True),
-        ("wandb", False),
-    ):
+    # wandb is not here: it matters only when W&B logging is on, and check_wandb owns that row.
+    for dist in ("sglang", "ray", "torch", "triton", "transformers"):
         version = _version(dist)
         if version:
             checks.append(Check(dist, PASS, version))
         else:
-            checks.append(
-                Check(
-                    dist,
-                    FAIL if needed else WARN,
-                    "not installed",
-                    "use the slime image (docker/README.md)" if needed else f"pip install {dist}",
-                )
-            )
+            checks.append(Check(dist, FAIL, "not installed", "use the slime image (docker/README.md)"))
     checks.append(
         Check("tmux", PASS, shutil.which("tmux") or "")
         if shutil.which("tmux")
@@ -431,6 +439,7 @@ def check_versions(s: Mapping[str, str]) -> list[Check]:
 
 
 def check_wandb(s: Mapping[str, str], env: Mapping[str, str]) -> Check:
+    """The one W&B row: off passes; on needs the package and credentials (or offline mode)."""
     if not s["WANDB_PROJECT"]:
         return Check("wandb", PASS, "off (set WANDB_PROJECT to log to Weights & Biases)")
     if _version("wandb") is None:
@@ -464,7 +473,7 @@ def gate_checks(settings: Mapping[str, str]) -> list[Check]:
     checks = check_hf_checkpoint(settings)
     hf = settings["HF_CKPT"]
     checks.append(check_torch_dist("ref load", settings["REF_LOAD"], required=True, hf_dir=hf))
-    checks.append(check_torch_dist("load (resume)", settings["LOAD_DIR"], required=False, hf_dir=hf))
+    checks.append(check_resume(settings))
     checks.append(check_model_args(settings))
     checks.append(check_prompt_data(settings))
     return checks
@@ -508,11 +517,7 @@ def format_table(checks: list[Check]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.preflight",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.preflight", __doc__)
     p.add_argument("--json", type=Path, help="also write the checks as JSON here")
     p.add_argument(
         "--gate", action="store_true", help="only the trainer's inputs; silent, or one line on failure"

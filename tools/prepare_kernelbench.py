@@ -1,7 +1,7 @@
 """KernelBench -> the RL prompt jsonl (slime_ext/problems.py) + its train/holdout split manifest.
 
   python -m tools.prepare_kernelbench --input path/to/KernelBench --output data/kernelbench.jsonl
-  python -m tools.prepare_kernelbench --input hf_kernelbench/data --levels 1,2 \
+  python -m tools.prepare_kernelbench --input hf_kernelbench/data --levels 1,2 \\
       --holdout-ratio 0.2 --seed 1234 --output data/kb_l12.jsonl
 
 `--input` is a KernelBench checkout (its `KernelBench/level<N>/` tree), a folder of the Hugging
@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from slime_ext.cli import make_parser
 from slime_ext.data.kernelbench import load_kernelbench, to_prompt_record
 from slime_ext.data.split import (
     assign_splits,
@@ -53,7 +54,7 @@ def _ratio(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser("tools.prepare_kernelbench", __doc__)
     p.add_argument("--input", required=True, help="KernelBench checkout, HF dataset folder or file")
     p.add_argument("--output", required=True, help="prompt jsonl to write")
     p.add_argument("--manifest", default=None, help="split manifest path (default: <output stem>.split.json)")

@@ -1,10 +1,10 @@
 """KernelBook -> slime SFT data (`messages` jsonl) with filters, dedup and a report.
 
-  python -m tools.prepare_kernelbook_sft --input KernelBook/dataset_permissive.parquet \
+  python -m tools.prepare_kernelbook_sft --input KernelBook/dataset_permissive.parquet \\
       --output data/sft.jsonl --exclude-problems data/kernelbench.jsonl
   # keep only answers that pass a running eval server, and add two-turn examples whose second
   # turn carries the server's real feedback on a failing first attempt:
-  python -m tools.prepare_kernelbook_sft --input kb.parquet --output data/sft.jsonl \
+  python -m tools.prepare_kernelbook_sft --input kb.parquet --output data/sft.jsonl \\
       --verify-url http://127.0.0.1:18188 --mutate --attempts model_attempts.jsonl
 
 Prompts are built exactly as in RL (`slime_ext.prompts.build_messages`; the prompt section of
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_server.schema import EvalOptions
+from slime_ext.cli import make_parser
 from slime_ext.data.files import TABLE_SUFFIXES, atomic_write_text, read_rows
 from slime_ext.data.kernelbook import canonical_hash
 from slime_ext.data.report import FilterReport
@@ -49,7 +50,7 @@ from slime_ext.validation import ValidationError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser("tools.prepare_kernelbook_sft", __doc__)
     p.add_argument(
         "--input", required=True, help=f"KernelBook file ({', '.join(TABLE_SUFFIXES)}) or a folder of them"
     )
@@ -59,8 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--recipe", default=None, help="recipe YAML: prompt wording and eval options of the RL run"
     )
     p.add_argument("--limit", type=int, default=None, help="read only the first N rows")
-    p.add_argument("--max-reference-chars", type=int, default=SFTBuildConfig.max_reference_chars)
-    p.add_argument("--max-answer-chars", type=int, default=SFTBuildConfig.max_answer_chars)
+    p.add_argument(
+        "--max-reference-chars",
+        type=int,
+        default=SFTBuildConfig.max_reference_chars,
+        help="skip rows whose PyTorch reference is longer",
+    )
+    p.add_argument(
+        "--max-answer-chars",
+        type=int,
+        default=SFTBuildConfig.max_answer_chars,
+        help="skip rows whose Triton answer is longer",
+    )
     p.add_argument(
         "--allow-extern-kernels", action="store_true", help="keep answers using torch/cuBLAS kernels"
     )
@@ -92,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-retries", type=int, default=5, help="retries when no server accepts a request (5)")
     p.add_argument("--attempts", default=None, help="failing first attempts: table of {key, candidate}")
     p.add_argument("--mutate", action="store_true", help="make first attempts by flipping a kernel operator")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
 
 

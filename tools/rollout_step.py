@@ -3,6 +3,10 @@
 plug-in's BufferClient) until NUM_GROUPS are in hand, ack every lease, `POST /rollout/stop`. Writes the trajectories (jsonl, one record per line, as
 the buffer handed them out) and a per-turn summary (JSON), each atomically.
 
+Summary JSON: `records`, `statuses` ({status: count}), `mean_reward` (final rewards), and `turns`,
+one row per turn: `turn` (1 = the first answer, as in the printed table), `episodes` (that
+reached the turn), `evaluated`, `compiled`, `correct`, `mean_reward`.
+
   python -m tools.rollout_step --buffer-url http://127.0.0.1:8889 --num-groups 4 \\
       --trajectories runs/x/trajectories.jsonl --summary runs/x/rollout_step.json
 
@@ -13,7 +17,6 @@ Exit code 0 when NUM_GROUPS groups were consumed, 1 otherwise (message says why)
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from slime_ext.cli import make_parser
 from slime_ext.data.files import atomic_write_jsonl
 from slime_ext.fileio import atomic_write
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
@@ -70,7 +74,8 @@ def consume_step(
 def summarize(records: Iterable[TrajectoryRecord]) -> dict[str, Any]:
     """Per turn: episodes that reached it, candidates evaluated, compiled, correct, mean reward;
     plus statuses and the mean final reward. A turn without an eval result (no code extracted)
-    counts as reached, not compiled."""
+    counts as reached, not compiled. Turns are numbered from 1 (`turn`), in the JSON as in the
+    printed table."""
     turns: list[dict[str, Any]] = []
     statuses: dict[str, int] = {}
     rewards: list[float] = []
@@ -83,7 +88,7 @@ def summarize(records: Iterable[TrajectoryRecord]) -> dict[str, Any]:
             while len(turns) <= t:
                 turns.append(
                     {
-                        "turn": len(turns),
+                        "turn": len(turns) + 1,  # 1-based, as in the table and tools.eval_model
                         "episodes": 0,
                         "evaluated": 0,
                         "compiled": 0,
@@ -113,7 +118,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     header = ("turn", "episodes", "code evaluated", "compiled", "correct", "mean reward")
     rows = [header] + [
         (
-            str(r["turn"] + 1),
+            str(r["turn"]),
             str(r["episodes"]),
             str(r["evaluated"]),
             str(r["compiled"]),
@@ -133,12 +138,12 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.rollout_step",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = make_parser("tools.rollout_step", __doc__)
+    p.add_argument(
+        "--buffer-url",
+        default=os.environ.get("BUFFER_URL", "http://127.0.0.1:8889"),
+        help="buffer server (env BUFFER_URL)",
     )
-    p.add_argument("--buffer-url", default=os.environ.get("BUFFER_URL", "http://127.0.0.1:8889"))
     p.add_argument(
         "--num-groups", type=int, required=True, help="GRPO groups in the step (slime: rollout batch size)"
     )

@@ -1,7 +1,7 @@
 """Recipe helpers for the shell launchers (thin CLI over `slime_ext/recipe.py`).
 
   python -m tools.run_recipe get RECIPE KEY [--default VALUE]
-      print one scalar under `kernel_rl` (dotted KEY, e.g. runner.temperature); exit 1 naming
+      print one scalar under `kernel_rl` (dotted KEY, e.g. runner.temperature); exit 2 naming
       the key when it is missing and no default is given.
   python -m tools.run_recipe write RECIPE OUT --set KEY=VALUE ...
       write the run's copy of the recipe with the given values set (VALUE is read as YAML, so
@@ -10,11 +10,11 @@
 
 The launcher writes RUN_DIR/recipe.yaml this way: the user's recipe plus this run's URLs and
 paths, so the buffer's runner and slime's plug-ins (`--custom-config-path`) read one file.
+Exit code 2 with one line for a missing or invalid recipe, key or value (as for usage errors).
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from slime_ext.cli import EXIT_USAGE, HelpFormatter, make_parser
 from slime_ext.fileio import atomic_write
 from slime_ext.recipe import ROOT_KEY, episode_config_from_dict, load_recipe, recipe_section
 from slime_ext.validation import ValidationError
@@ -70,20 +71,22 @@ def validate(recipe: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.run_recipe",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.run_recipe", __doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    g = sub.add_parser("get", help="print one value")
-    g.add_argument("recipe")
-    g.add_argument("key")
+    g = sub.add_parser("get", help="print one value", formatter_class=HelpFormatter)
+    g.add_argument("recipe", help="recipe YAML")
+    g.add_argument("key", help="dotted key under kernel_rl, e.g. runner.temperature")
     g.add_argument("--default", help="printed when the key is missing")
-    w = sub.add_parser("write", help="write the run's recipe copy")
-    w.add_argument("recipe")
-    w.add_argument("out")
-    w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    w = sub.add_parser("write", help="write the run's recipe copy", formatter_class=HelpFormatter)
+    w.add_argument("recipe", help="recipe YAML to copy")
+    w.add_argument("out", help="where to write the copy")
+    w.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a dotted kernel_rl key (repeatable; default: none)",
+    )
     args = p.parse_args(argv)
     try:
         recipe = load_recipe(args.recipe)
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (FileNotFoundError, ValidationError) as exc:
         print(f"run_recipe: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -5,24 +5,20 @@
 
 The single-GPU preset (PRESET=single_gpu_tiny) trains on these: they are the problems whose
 correct and wrong candidates the embedded engine's scripted modes answer with. The CPU dry run
-writes the same records. Exit 1 with one line for an unknown problem name.
+writes the same records. Exit 2 with one line for an unknown problem name.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from slime_ext.cli import EXIT_USAGE, make_parser
 from tools.dry_run import DryRunError, write_prompts
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.sample_prompts",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.sample_prompts", __doc__)
     p.add_argument("--out", required=True, help="prompt-record jsonl to write (atomically)")
     p.add_argument("--problems", nargs="*", default=None, help="sample problem names (default: all)")
     args = p.parse_args(argv)
@@ -30,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         n = write_prompts(Path(args.out), args.problems)
     except DryRunError as exc:
         print(f"sample_prompts: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     print(f"{n} sample prompt record(s) -> {args.out}")
     return 0
 

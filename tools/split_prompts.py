@@ -4,34 +4,30 @@
 
 slime's data source reads every record of its `--prompt-data`, whatever its `split`; the
 launcher's in-slime mode (MODE=in_slime) gives it the train records of PROMPT_DATA this way.
-The records are validated on read and written unchanged, in order, atomically. Exit 1 with one
-line when the input is missing or invalid or holds no record of that split.
+The records are validated on read and written unchanged, in order, atomically. Exit 2 with one
+line when the input is missing or invalid, 1 when it holds no record of that split.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from slime_ext.cli import EXIT_USAGE, make_parser
 from slime_ext.problems import SPLITS, load_prompt_records, write_prompt_records
 from slime_ext.validation import ValidationError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tools.split_prompts",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = make_parser("tools.split_prompts", __doc__)
     p.add_argument("input", help="prompt-record jsonl")
     p.add_argument("output", help="jsonl to write")
-    p.add_argument("--split", choices=SPLITS, default="train")
+    p.add_argument("--split", choices=SPLITS, default="train", help="the records to keep")
     args = p.parse_args(argv)
     try:
         records = [r for r in load_prompt_records(args.input) if r.split == args.split]
     except (FileNotFoundError, ValidationError) as exc:
         print(f"split_prompts: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     if not records:
         print(f"split_prompts: {args.input} has no {args.split} record", file=sys.stderr)
         return 1

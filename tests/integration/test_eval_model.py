@@ -131,7 +131,7 @@ def chat_run(cpu_server: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def test_interrupted_run_resumes(chat_run: dict[str, Any]) -> None:
     first_rc, first_lines, first_requests = chat_run["first"]
     # relu/0 (2 turns) and relu/1 (1 turn, correct: stop) were written; softmax/0 hit the outage
-    assert (first_rc, first_lines, first_requests) == (2, 2, 4)
+    assert (first_rc, first_lines, first_requests) == (eval_model.EXIT_INCOMPLETE, 2, 4)
     second_rc, requests = chat_run["second"]
     assert second_rc == 0
     # only what was missing was asked for: softmax 2+2 turns, sum_dim 1+2 turns, no relu
@@ -178,14 +178,14 @@ def test_train_split_refused_and_report_only(
     chat_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = chat_run["args"]
-    assert eval_model.main([*args, "--split", "all"]) == 1
+    assert eval_model.main([*args, "--split", "all"]) == 2
     assert "train split" in capsys.readouterr().err
     (chat_run["out"] / "report.md").unlink()
     assert eval_model.main(["--out", str(chat_run["out"]), "--report-only", "--no-plots"]) == 0
     assert (chat_run["out"] / "report.md").is_file()
     # other settings, same folder: refused, nothing appended
     before = (chat_run["out"] / "results.jsonl").read_bytes()
-    assert eval_model.main([*args, "--temperature", "0.2"]) == 1
+    assert eval_model.main([*args, "--temperature", "0.2"]) == 2
     assert "other settings" in capsys.readouterr().err
     assert (chat_run["out"] / "results.jsonl").read_bytes() == before
 
@@ -199,7 +199,7 @@ def test_split_manifest_must_agree(chat_run: dict[str, Any], capsys: pytest.Capt
         # a manifest that says relu was trained on: refused although the record says holdout
         relabelled = [dataclasses.replace(r, split="train") if r.problem_id == "relu" else r for r in records]
         write_split_manifest(manifest, build_manifest(relabelled, seed=0, holdout_ratio=0.5))
-        assert eval_model.main(args) == 1
+        assert eval_model.main(args) == 2
         assert "refusing to report: 1 train problem(s) ['kb_L1_relu']" in capsys.readouterr().err
         # the matching manifest: accepted; everything is done already, so nothing is asked
         write_split_manifest(manifest, build_manifest(records, seed=0, holdout_ratio=0.5))

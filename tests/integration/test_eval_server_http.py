@@ -119,12 +119,15 @@ def test_malformed_requests_get_clear_4xx(cpu_server: str) -> None:
         ),
         (b"x" * (2 << 20), 413, "request body too large"),
     ]
+    before = httpx.get(f"{cpu_server}/stats", timeout=10).json()["rejected_requests"]
     for body, code, fragment in cases:
         resp = httpx.post(
             f"{cpu_server}/eval", content=body, headers={"content-type": "application/json"}, timeout=30
         )
         assert resp.status_code == code, (body[:60], resp.text)
         assert fragment in resp.json()["error"], (fragment, resp.json())
+    after = httpx.get(f"{cpu_server}/stats", timeout=10).json()["rejected_requests"]
+    assert after["400"] - before["400"] == len(cases) - 1 and after["413"] - before["413"] == 1
     assert httpx.get(f"{cpu_server}/eval", timeout=10).status_code == 405
     assert httpx.get(f"{cpu_server}/nope", timeout=10).json()["error"].startswith("Not Found")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import sys
 import textwrap
@@ -258,3 +259,27 @@ def test_long_traceback_trimmed_to_max_chars(tmp_path):
     text = format_exception_tail(exc, tmp_path, max_chars=100)
     assert len(text) == 103
     assert text.startswith("...") and text.endswith("TAIL")
+
+
+def test_syntax_error_from_ast_parse_has_no_evaluator_or_stdlib_frame(tmp_path):
+    """The static phase's ast.parse: the model sees its line and caret, not evaluate.py or ast.py."""
+    exc = catch(ast.parse, "def f(:\n    pass\n", "candidate.py")
+    text = format_exception_tail(exc, tmp_path)
+    assert "ast.py" not in text and "in parse" not in text
+    assert 'File "candidate.py", line 1\n    def f(:\n' in text
+    assert text.endswith("SyntaxError: invalid syntax")
+
+
+def test_compile_error_feedback_of_a_real_evaluation_shows_only_the_candidate(tmp_path):
+    """docs/EVAL_SERVER.md: evaluator frames removed; a syntax error's feedback is the model's line."""
+    from eval_server.evaluate import EvalContext, evaluate
+    from eval_server.schema import EvalRequest
+
+    reference = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    request = EvalRequest(reference=reference, candidate="class ModelNew(:\n    pass\n")
+    ctx = EvalContext(device=torch.device("cpu"), device_label="cpu", workdir=tmp_path, timing_enabled=False)
+    result = evaluate(request, ctx)
+    assert result.status == "compile_error"
+    for text in (result.error["traceback"], result.feedback):
+        assert "ast.py" not in text and "evaluate.py" not in text and "Traceback" not in text
+    assert 'File "candidate.py", line 1\n    class ModelNew(:\n' in result.feedback

@@ -81,6 +81,7 @@ def settings(tmp_path: Path, hf_dir: Path) -> dict[str, str]:
         "RAY_DASHBOARD_PORT": "0",
         "WANDB_PROJECT": "",
         "RUN_DIR": str(tmp_path / "run"),
+        "RUN_NAMED": "1",
     }
 
 
@@ -213,3 +214,41 @@ def test_preset_defaults_reach_the_settings(tmp_path: Path) -> None:
     assert s["HF_CKPT"] == f"{tmp_path}/Qwen3-tiny" and s["MODEL"] == "qwen3-tiny"
     assert s["TRAIN_GPUS"] == "1" and s["EVAL_GPUS"] == "0" and s["COLOCATE"] == "1"
     assert s["MODEL_ARGS_FILE"].endswith("configs/models/qwen3-tiny.sh")
+
+
+def test_one_wandb_row_off_passes_without_the_package(settings: dict[str, str], monkeypatch) -> None:
+    """W&B off: one PASS row saying "off", and no separate "wandb not installed" warning."""
+    real = preflight._version
+    monkeypatch.setattr(preflight, "_version", lambda d: None if d == "wandb" else real(d))
+    checks = preflight.run_checks(settings, env={}, gpus=lambda: 8)
+    rows = [c for c in checks if "wandb" in c.name]
+    assert len(rows) == 1 and rows[0].status == PASS and rows[0].detail.startswith("off")
+    settings["WANDB_PROJECT"] = "proj"
+    on = preflight.check_wandb(settings, {"WANDB_API_KEY": "k"})
+    assert on.status == FAIL and on.fix == "pip install wandb"
+
+
+def test_wandb_on_needs_credentials(settings: dict[str, str], tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(preflight, "_version", lambda d: "0.19.0")
+    settings["WANDB_PROJECT"] = "proj"
+    none = {"NETRC": str(tmp_path / "none")}
+    assert preflight.check_wandb(settings, none).status == FAIL
+    assert preflight.check_wandb(settings, {**none, "WANDB_API_KEY": "k"}).status == PASS
+    assert "offline" in preflight.check_wandb(settings, {**none, "WANDB_MODE": "offline"}).detail
+
+
+def test_resume_row_checks_load_dir_only_for_a_named_run(settings: dict[str, str], tmp_path: Path) -> None:
+    settings["LOAD_DIR"] = str(_torch_dist(tmp_path / "resume", "30"))
+    assert "resume from iteration 30" in preflight.check_resume(settings).detail
+    settings["RUN_NAMED"] = ""
+    unnamed = preflight.check_resume(settings)
+    assert unnamed.status == PASS and unnamed.detail.startswith("not checked: RUN_NAME is not set")
+    assert str(tmp_path) not in unnamed.detail
+
+
+def test_run_named_comes_from_the_callers_environment(tmp_path: Path) -> None:
+    base = {"PATH": os.environ["PATH"], "CKPT_ROOT": str(tmp_path)}
+    assert preflight.launcher_settings(base)["RUN_NAMED"] == ""
+    named = preflight.launcher_settings({**base, "RUN_NAME": "exp1"})
+    assert named["RUN_NAMED"] == "1" and named["LOAD_DIR"].endswith("/exp1/checkpoints")
+    assert preflight.launcher_settings({**base, "LOAD_DIR": str(tmp_path)})["RUN_NAMED"] == "1"

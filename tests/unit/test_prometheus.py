@@ -105,6 +105,7 @@ def test_help_and_type_for_every_metric():
     assert types == {
         "kernel_eval_evaluations_total": "counter",
         "kernel_eval_checks_total": "counter",
+        "kernel_eval_requests_rejected_total": "counter",
         "kernel_eval_workers": "gauge",
         "kernel_eval_workers_ready": "gauge",
         "kernel_eval_in_flight": "gauge",

@@ -133,7 +133,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "| all | fast_1.5 | 3 |" in text and "# rl (B) vs base (A)" in text
     assert compare_tool.main(args) == 0 and capsys.readouterr().out == text  # same seed, same result
     train = write(tmp_path / "t.jsonl", [sample("p1", 0, [("ok", 1.0)], split="train")])
-    assert compare_tool.main([str(a), str(train)]) == 1
+    assert compare_tool.main([str(a), str(train)]) == 2  # train: bad input
     assert "train split" in capsys.readouterr().err
     assert compare_tool.main([str(a), str(train), "--allow-train"]) == 0
-    assert compare_tool.main([str(a), str(tmp_path / "missing.jsonl")]) == 1
+    assert compare_tool.main([str(a), str(tmp_path / "missing.jsonl")]) == 2  # missing: usage error

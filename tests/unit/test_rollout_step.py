@@ -37,6 +37,7 @@ def test_summary_counts_per_turn() -> None:
     s = summarize(records)
     assert s["records"] == 3 and s["statuses"] == {"completed": 2, "truncated": 1}
     t1, t2 = s["turns"]
+    assert (t1["turn"], t2["turn"]) == (1, 2)  # 1-based in the JSON, as in the table
     assert (t1["episodes"], t1["evaluated"], t1["compiled"], t1["correct"]) == (3, 1, 1, 0)
     assert t1["mean_reward"] == pytest.approx(0.1 / 3)
     assert (t2["episodes"], t2["evaluated"], t2["compiled"], t2["correct"]) == (2, 2, 1, 1)
@@ -54,6 +55,7 @@ def test_summary_counts_per_turn() -> None:
         "reward",
     ]
     assert table[2].split() == ["1", "3", "1", "1", "0", "0.033"]
+    assert [line.split()[0] for line in table[2:4]] == [str(t1["turn"]), str(t2["turn"])]
     assert table[-1] == "3 trajectories (completed 2, truncated 1); mean final reward 0.100"
 
 

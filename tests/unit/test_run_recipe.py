@@ -18,11 +18,11 @@ def test_get(tmp_path: Path, capsys) -> None:
     (tmp_path / "r.yaml").write_text(RECIPE)
     assert main(["get", str(tmp_path / "r.yaml"), "runner.temperature"]) == 0
     assert capsys.readouterr().out == "0.8\n"
-    assert main(["get", str(tmp_path / "r.yaml"), "runner.missing"]) == 1
+    assert main(["get", str(tmp_path / "r.yaml"), "runner.missing"]) == 2
     assert "kernel_rl.runner.missing not set" in capsys.readouterr().err
     assert main(["get", str(tmp_path / "r.yaml"), "runner.missing", "--default", "x"]) == 0
     assert capsys.readouterr().out == "x\n"
-    assert main(["get", str(tmp_path / "r.yaml"), "runner"]) == 1
+    assert main(["get", str(tmp_path / "r.yaml"), "runner"]) == 2
     assert "not a scalar" in capsys.readouterr().err
 
 
@@ -54,8 +54,8 @@ def test_write_sets_values_keeps_other_keys_and_validates(tmp_path: Path, capsys
     assert data["kernel_rl"]["plugins"]["eval_urls"] == ["http://e:2"]
     # A bad value is refused, naming the key, and nothing is written.
     bad = tmp_path / "bad.yaml"
-    assert main(["write", str(src), str(bad), "--set", "episode.max_turns=0"]) == 1
+    assert main(["write", str(src), str(bad), "--set", "episode.max_turns=0"]) == 2
     assert "max_turns" in capsys.readouterr().err and not bad.exists()
-    assert main(["write", str(src), str(bad), "--set", "novalue"]) == 1
+    assert main(["write", str(src), str(bad), "--set", "novalue"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
     assert [p.name for p in out.parent.iterdir()] == ["recipe.yaml"]  # no temporary left

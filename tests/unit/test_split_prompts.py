@@ -30,13 +30,13 @@ def test_writes_the_records_of_one_split(tmp_path: Path, capsys) -> None:
     assert [r.instance_id for r in load_prompt_records(tmp_path / "h.jsonl")] == ["b"]
 
 
-def test_missing_invalid_or_empty_split_exit_1(tmp_path: Path, capsys) -> None:
+def test_missing_or_invalid_input_exit_2_empty_split_exit_1(tmp_path: Path, capsys) -> None:
     out = tmp_path / "out.jsonl"
-    assert split_prompts.main([str(tmp_path / "none.jsonl"), str(out)]) == 1
+    assert split_prompts.main([str(tmp_path / "none.jsonl"), str(out)]) == 2
     assert "prompt data not found" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instance_id": "x"}\n')
-    assert split_prompts.main([str(bad), str(out)]) == 1
+    assert split_prompts.main([str(bad), str(out)]) == 2
     assert "missing required field" in capsys.readouterr().err
     holdout = tmp_path / "holdout.jsonl"
     write_prompt_records(holdout, [_records()[1]])
