@@ -28,5 +28,5 @@ def test_named_problems_and_unknown_name(tmp_path: Path, capsys: pytest.CaptureF
     assert sample_prompts.main(["--out", str(out), "--problems", "relu", "softmax"]) == 0
     assert [r.problem_id for r in load_prompt_records(str(out))] == ["relu", "softmax"]
     bad = tmp_path / "bad.jsonl"
-    assert sample_prompts.main(["--out", str(bad), "--problems", "nosuch"]) == 1
+    assert sample_prompts.main(["--out", str(bad), "--problems", "nosuch"]) == 2
     assert "nosuch" in capsys.readouterr().err and not bad.exists()
