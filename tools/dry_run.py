@@ -40,6 +40,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from slime_ext.shutdown import interrupt_on_termination, interrupted_exit_code
+
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "scripts" / "run_kbench_multiturn.sh"
 STOPPER = REPO / "scripts" / "stop.sh"
@@ -278,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.scripted and args.engine_url:
         p.error("--scripted/--scripted-mix script the embedded engine: not combined with --engine-url")
 
+    # SIGTERM/SIGHUP (kill, a closed terminal) take the Ctrl-C path: scripts/stop.sh of the run.
+    interrupt_on_termination()
     t0 = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = (
@@ -323,9 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dry run FAILED: {exc}", file=sys.stderr)
         stop(run_dir, env)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (interrupt_on_termination)
+        print("dry run interrupted: stopping the session and its processes ...", file=sys.stderr, flush=True)
         stop(run_dir, env)
-        return 130
+        return interrupted_exit_code()
     stop(run_dir, env)
 
     from tools.rollout_step import format_summary
