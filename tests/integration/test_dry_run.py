@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -236,3 +237,42 @@ def test_sigterm_or_sighup_stops_the_dry_run_like_ctrl_c(sig: signal.Signals, tm
     assert (
         subprocess.run(["tmux", "-S", env["TMUX_SOCKET"], "has-session", "-t", f"={session}"]).returncode != 0
     )
+
+
+def test_a_dead_engine_url_fails_in_seconds_naming_url_and_flag(tmp_path: Path) -> None:
+    """Nothing listens at --engine-url: one line naming the URL and the flag, before anything starts
+    (it used to hang at the rollout step for its whole timeout, only buffer.log saying why)."""
+    with socket.socket() as sock:  # a port that was free a moment ago and has no listener now
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    res, run_dir, _ = _dry_run(tmp_path, "--engine-url", url, "--problems", "relu")
+    assert time.monotonic() - started < 30
+    assert res.returncode == 1
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"dry run FAILED: --engine-url {url}: no engine answers")
+    assert not run_dir.exists()  # nothing was started
+
+
+def test_an_engine_outage_is_reported_on_the_console(tmp_path: Path) -> None:
+    """The engine answers /health but every /generate fails: the dry run's console says so (from
+    the buffer runner's outage counters) while the runner retries, not only buffer.log."""
+    with _stub_engine(500, 0.0) as url:
+        res, run_dir, _ = _dry_run(
+            tmp_path,
+            "--engine-url",
+            url,
+            "--problems",
+            "relu",
+            "--group-size",
+            "1",
+            "--outage-warn-s",
+            "2",
+            "--timeout-s",
+            "30",
+        )
+    assert res.returncode == 1  # the step never gets a group
+    assert f"WARNING: the engine {url} has been failing for" in res.stdout, res.stdout + res.stderr
+    assert "aborted episode(s) in a row; last: generate error" in res.stdout
+    assert _run_processes(run_dir) == []
