@@ -144,3 +144,30 @@ def test_tiny_engine_exits_cleanly_on_sighup(tiny_model: Path, tmp_path: Path) -
         assert "shutting down after" in svc.log_tail()
     finally:
         svc.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_eval_samples_stops_the_eval_server_it_started(sig: signal.Signals, tmp_path: Path) -> None:
+    """tools.eval_samples starts its own eval server: SIGTERM/SIGHUP stop it (and its workers) as
+    Ctrl-C does, instead of leaving them running when the tool dies."""
+    cmd = [sys.executable, "-m", "tools.eval_samples", "--devices", "cpu", "--workers", "1", "--trials", "1"]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("eval server healthy"):
+                break
+        else:
+            pytest.fail(f"no eval server started: {proc.stderr.read() if proc.stderr else ''}")
+        children = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(children) >= 2  # the eval server and its worker
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, err
+    assert _alive(children) == []
