@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,16 +23,21 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _alive(pids: list[int]) -> list[int]:
-    """Those of `pids` still running (a zombie is not: it has exited, its parent has not reaped it)."""
-    left = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                left.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return left
+def _alive(pids: list[int], grace_s: float = 10.0) -> list[int]:
+    """Those of `pids` still running after `grace_s` (a zombie is not: it has exited, its parent
+    has not reaped it). The grace: multiprocessing's resource tracker ends just after its parent."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    left.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 @pytest.fixture
