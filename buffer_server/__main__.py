@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
 
@@ -24,6 +23,7 @@ from buffer_server.store import BufferStore, GroupRules, StoreError
 from slime_ext.cli import make_parser
 from slime_ext.http_json import add_network_args
 from slime_ext.recipe import load_recipe
+from slime_ext.shutdown import exit_port_in_use, interrupt_on_termination, is_address_in_use
 
 log = logging.getLogger("buffer_server")
 
@@ -197,28 +197,34 @@ def main(argv: list[str] | None = None) -> None:
         encode_body=pool.encode_body if pool is not None else ingest.encode_body,
         unpack_packed=pool.unpack_request if pool is not None else unpack_request,
     )
-    server = create_server(
-        app,
-        host=args.host,
-        port=args.port,
-        threads=args.threads,
-        # Flask answers 413 (JSON) above --max-body-mb; waitress's own plain-text 413 only
-        # beyond 4x that, so it never buffers an unbounded body.
-        max_request_body_size=4 * max_body,
-        # Keep typical request and reply bodies (a few MB) in memory rather than temp files.
-        inbuf_overflow=16 << 20,
-        outbuf_overflow=64 << 20,
-        recv_bytes=1 << 18,
-    )
+    try:
+        server = create_server(
+            app,
+            host=args.host,
+            port=args.port,
+            threads=args.threads,
+            # Flask answers 413 (JSON) above --max-body-mb; waitress's own plain-text 413 only
+            # beyond 4x that, so it never buffers an unbounded body.
+            max_request_body_size=4 * max_body,
+            # Keep typical request and reply bodies (a few MB) in memory rather than temp files.
+            inbuf_overflow=16 << 20,
+            outbuf_overflow=64 << 20,
+            recv_bytes=1 << 18,
+        )
+    except OSError as exc:
+        if pool is not None:
+            pool.close()
+        store.close()
+        if is_address_in_use(exc):
+            exit_port_in_use("buffer_server", args.host, args.port, "pass --port N (launcher: BUFFER_PORT)")
+        raise
     # waitress sends at most SO_SNDBUF bytes per send() (default 16 kB: ~1900 Python-level sends
     # for a 30 MB batch reply); accepted connections inherit the listener's 4 MB.
     for listener in [server] if hasattr(server, "socket") else list(getattr(server, "map", {}).values()):
         listener.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
 
-    def _stop(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _stop)
+    # SIGTERM/SIGHUP stop the runner, ingest workers and database as Ctrl-C does (the `finally`).
+    interrupt_on_termination()
     log.info(
         "buffer_server listening on http://%s:%s, database %s (policy version %d), rules %s",
         args.host,
@@ -230,10 +236,11 @@ def main(argv: list[str] | None = None) -> None:
     if runner is not None and runner.config.autostart:
         runner.start()
     try:
-        server.run()
+        server.run()  # returns on Ctrl-C/SIGTERM/SIGHUP: waitress catches the KeyboardInterrupt
     except KeyboardInterrupt:
-        log.info("shutting down")
+        pass
     finally:
+        log.info("shutting down")
         server.close()
         if runner is not None:
             runner.stop()  # in-flight episodes finish (up to runner.stop_timeout_s) and are written

@@ -265,6 +265,9 @@ def episode_records(
     return records
 
 
+ENGINE_ABORTS = frozenset({"engine_abort", "generate_error"})  # abort categories of the engine
+
+
 def abort_category(reason: str) -> str:
     """A short key for an abort reason (the /stats counters); the full text is logged."""
     if reason.startswith("evaluation failed"):
@@ -367,6 +370,8 @@ class AgentRunner:
         self._waiting_retry = 0
         self._pause_until = 0.0  # monotonic; set by aborts (outage backoff)
         self._consecutive_aborts = 0
+        self._outage_since: float | None = None  # monotonic; first abort of the current streak
+        self._last_abort_category: str | None = None
         self._ready_groups = 0
         self._backpressure = False
         self._episode_tasks: set[asyncio.Task[Any]] = set()
@@ -681,6 +686,7 @@ class AgentRunner:
             self._on_abort(uid, attempt, reason or "no episode")
             return False
         self._consecutive_aborts = 0
+        self._outage_since = None
         extra = {
             "attempt": attempt,
             "policy_version_at_end": self.store.policy_version,
@@ -709,7 +715,10 @@ class AgentRunner:
             self.counters.episodes_aborted += 1
             self.counters.aborts_by_reason[category] = self.counters.aborts_by_reason.get(category, 0) + 1
         self._last_abort = reason
+        self._last_abort_category = category
         delay = backoff_delay(self._consecutive_aborts, cfg.backoff_s, cfg.max_backoff_s)
+        if self._consecutive_aborts == 0:
+            self._outage_since = time.monotonic()
         self._consecutive_aborts += 1
         self._pause_until = max(self._pause_until, time.monotonic() + delay)
         log.warning(
@@ -760,6 +769,21 @@ class AgentRunner:
 
     # ------------------------------------------------------------------ observability
 
+    def _outage(self, now: float) -> dict[str, Any]:
+        """The current streak of aborted episodes (no episode completed since its first abort), so
+        a console (the dry run) can say that the engine or eval server has been down for N s
+        instead of the run going quiet. `service`: engine | eval | other, from the last abort."""
+        since = self._outage_since
+        category = self._last_abort_category or ""
+        service = (
+            "eval" if category.startswith("eval") else "engine" if category in ENGINE_ABORTS else "other"
+        )
+        return {
+            "consecutive_aborts": self._consecutive_aborts,
+            "failing_s": round(now - since, 1) if since is not None else 0.0,
+            "service": service if since is not None else None,
+        }
+
     def stats(self) -> dict[str, Any]:
         """The `runner` section of GET /stats."""
         c = self.counters
@@ -806,6 +830,7 @@ class AgentRunner:
             "aborts_by_reason": counters["aborts_by_reason"],
             "last_abort_reason": self._last_abort,
             "outage_pause_s": round(max(0.0, self._pause_until - now), 3),
+            "outage": self._outage(now),
             "groups": {
                 "scheduled": counters["groups_scheduled"],
                 "written": counters["groups_written"],

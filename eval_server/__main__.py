@@ -12,7 +12,6 @@ import argparse
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from eval_server.pool import DeviceSlot, PoolConfig, WorkerPool
 from slime_ext.cli import make_parser
 from slime_ext.http_json import add_network_args
+from slime_ext.shutdown import exit_port_in_use, interrupt_on_termination, is_address_in_use
 
 log = logging.getLogger("eval_server")
 
@@ -183,12 +183,17 @@ def main(argv: list[str] | None = None) -> None:
 
     info = {"mode": "cpu-interpreter" if on_cpu else "gpu", "devices": sorted({s.label for s in slots})}
     app = create_app(pool, max_body_bytes=int(args.max_body_mb * (1 << 20)), info=info)
-    server = create_server(app, host=args.host, port=args.port, threads=len(slots) + args.max_queue + 4)
+    try:
+        server = create_server(app, host=args.host, port=args.port, threads=len(slots) + args.max_queue + 4)
+    except OSError as exc:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        if is_address_in_use(exc):
+            exit_port_in_use("eval_server", args.host, args.port, "pass --port N (launcher: EVAL_PORT)")
+        raise
 
-    def _stop(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _stop)
+    # SIGTERM/SIGHUP stop the workers as Ctrl-C does (the `finally` below), not orphan them.
+    interrupt_on_termination()
     pool.start()
     log.info(
         "eval_server listening on http://%s:%s with %d worker(s) on %s (workdir %s)",
@@ -199,10 +204,11 @@ def main(argv: list[str] | None = None) -> None:
         workdir,
     )
     try:
-        server.run()
+        server.run()  # returns on Ctrl-C/SIGTERM/SIGHUP: waitress catches the KeyboardInterrupt
     except KeyboardInterrupt:
-        log.info("shutting down")
+        pass
     finally:
+        log.info("shutting down")
         server.close()
         pool.close()
         if own_workdir:

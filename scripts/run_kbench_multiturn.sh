@@ -92,8 +92,12 @@ krl_gpu_split() {
   [[ -z "${TRAINER_CMD}" ]] && need=${RAY_NUM_GPUS}
   [[ -z "${EVAL_DEVICES:-}" ]] && need=$((RAY_NUM_GPUS + EVAL_GPUS))
   total="${NUM_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
-  if [[ "${PRINT_ONLY}" == 1 && -z "${NUM_GPUS:-}" && "${total}" == 0 ]]; then
-    krl_info "no GPU visible: the split (${need} GPUs) is printed, not checked (set NUM_GPUS to check it)"
+  # PRINT_ONLY on any machine (no GPU, or fewer than the split): the configured split (by default
+  # the documented one of configs/run/common.sh or the PRESET) is assumed, printed, not checked.
+  if [[ "${PRINT_ONLY}" == 1 && -z "${NUM_GPUS:-}" ]] && ((total < need)); then
+    krl_info "PRINT_ONLY: ${total} GPU(s) visible; the GPU split is not checked: assuming the documented default split" \
+      "(docs/LAUNCH.md; unless TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS/COLOCATE/PRESET change it): train ${TRAIN_GPUS}," \
+      "rollout ${ROLLOUT_GPUS}, eval ${EVAL_GPUS}, colocate=${COLOCATE} = ${need} GPUs; set NUM_GPUS to check it"
     total="${need}"
   fi
   ((total >= need)) || krl_die "the split needs ${need} GPUs (train ${TRAIN_GPUS}, rollout ${ROLLOUT_GPUS}," \

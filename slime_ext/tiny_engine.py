@@ -70,6 +70,7 @@ from slime_ext.scripted import (
     read_answers,
     sample_answers,
 )
+from slime_ext.shutdown import ensure_port_free, exit_port_in_use, is_address_in_use
 
 __all__ = ["DTYPES", "GenerateEngine", "Produced", "load_engine", "load_scripted_rules", "main"]
 
@@ -509,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     torch.set_num_threads(max(1, args.torch_threads))
+    port_fix = "pass --port N (launcher: ENGINE_PORT)"
+    ensure_port_free("tiny_engine", args.host, args.port, port_fix)  # before the model loads
     try:
         engine = load_engine(
             args.model,
@@ -537,9 +540,16 @@ def main(argv: list[str] | None = None) -> int:
             args.scripted or "the bundled sample problems",
         )
     stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    signal.signal(signal.SIGINT, lambda *_: stopped.set())
-    url = engine.start(args.host, args.port)
+    # Ctrl-C, SIGTERM and SIGHUP (tmux closing the pane, a dropped SSH session) all end the
+    # engine the same way: stop serving, log, exit 0.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stopped.set())
+    try:
+        url = engine.start(args.host, args.port)
+    except OSError as exc:
+        if is_address_in_use(exc):
+            exit_port_in_use("tiny_engine", args.host, args.port, port_fix)
+        raise
     log.info(
         "tiny_engine serving %s on %s (/generate, /health; %s, %s)",
         args.model,

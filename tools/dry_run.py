@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from slime_ext.cli import make_parser
+from slime_ext.shutdown import interrupt_on_termination, interrupted_exit_code
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "scripts" / "run_kbench_multiturn.sh"
@@ -213,11 +214,81 @@ def launch(
     return env, result
 
 
-def wait_for_step(run_dir: Path, timeout_s: float) -> dict:
-    """Wait until the trainer window's rollout step has exited; its summary, or why it failed."""
+ENGINE_CHECK_TIMEOUT_S = 5.0
+
+
+def check_engine(url: str, timeout_s: float = ENGINE_CHECK_TIMEOUT_S) -> None:
+    """Fail in seconds when --engine-url does not answer, instead of the runner retrying it
+    quietly (only buffer.log would say so) until the rollout step times out. /health first
+    (SGLang servers and routers, the tiny engine), else /get_model_info (SGLang servers)."""
+    import httpx
+
+    answers: list[str] = []
+    for path in ("/health", "/get_model_info"):
+        try:
+            reply = httpx.get(url + path, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise DryRunError(
+                f"--engine-url {url}: no engine answers ({type(exc).__name__}: {exc or 'no reply'}); "
+                "start it, or fix --engine-url (or drop it for the embedded CPU engine)"
+            ) from None
+        if reply.is_success:
+            return
+        answers.append(f"{path} -> HTTP {reply.status_code}")
+    raise DryRunError(
+        f"--engine-url {url}: not a healthy /generate server ({', '.join(answers)}); "
+        "fix the engine or --engine-url"
+    )
+
+
+def outage_line(runner: dict, warn_s: float, env: dict[str, str]) -> str | None:
+    """One console line when the buffer's agent runner has aborted every episode for `warn_s`
+    seconds or more (runner.outage in its /stats), naming the failing service; else None."""
+    outage = runner.get("outage") or {}
+    failing_s = float(outage.get("failing_s") or 0.0)
+    if not outage.get("service") or failing_s < warn_s:
+        return None
+    service = outage["service"]
+    name = {
+        "engine": f"the engine {env.get('SGLANG_URL', '')}".rstrip(),
+        "eval": f"the eval server http://127.0.0.1:{env.get('EVAL_PORT', '?')}",
+    }.get(service, "the episodes")
+    return (
+        f"      WARNING: {name} has been failing for {failing_s:.0f} s "
+        f"({outage.get('consecutive_aborts', 0)} aborted episode(s) in a row; last: "
+        f"{(runner.get('last_abort_reason') or '')[:200]}); the runner keeps retrying, see logs/buffer.log"
+    )
+
+
+def _runner_stats(buffer_url: str) -> dict | None:
+    """The buffer's runner stats, or None while it does not answer (the step reports that)."""
+    import httpx
+
+    try:
+        return httpx.get(f"{buffer_url}/stats", timeout=5.0).json().get("runner")
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def wait_for_step(
+    run_dir: Path, timeout_s: float, env: dict[str, str] | None = None, outage_warn_s: float = 30.0
+) -> dict:
+    """Wait until the trainer window's rollout step has exited; its summary, or why it failed.
+    Meanwhile, every few seconds, the buffer's runner stats: an engine or eval outage that lasts
+    `outage_warn_s` is printed (then once a minute while it lasts), not only logged in buffer.log."""
     summary, rc_file = run_dir / "rollout_step.json", run_dir / "pids" / "trainer.rc"
     deadline = time.monotonic() + timeout_s
+    buffer_url = f"http://127.0.0.1:{env['BUFFER_PORT']}" if env and env.get("BUFFER_PORT") else None
+    next_poll, last_warned = time.monotonic(), -float("inf")
     while time.monotonic() < deadline:
+        now = time.monotonic()
+        if buffer_url and env is not None and now >= next_poll:
+            next_poll = now + min(5.0, max(0.5, outage_warn_s / 4))
+            runner = _runner_stats(buffer_url)
+            line = outage_line(runner, outage_warn_s, env) if runner else None
+            if line and now - last_warned >= max(60.0, outage_warn_s):
+                print(line, flush=True)
+                last_warned = now
         if rc_file.exists():
             rc = rc_file.read_text().strip()
             if rc == "0" and summary.exists():
@@ -247,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=float, default=900.0, help="limit for the rollout step")
     p.add_argument("--health-timeout-s", type=float, default=300.0, help="limit for each service to start")
     p.add_argument("--no-install", action="store_true", help="do not pip install missing packages")
+    p.add_argument(
+        "--outage-warn-s",
+        type=float,
+        default=30.0,
+        help="print a warning when the engine or eval server has failed every episode for this long",
+    )
     p.add_argument(
         "--max-new-tokens",
         type=int,
@@ -286,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"--problems: unknown sample problem(s) {', '.join(unknown)}; bundled: {', '.join(bundled)}"
             )
 
+    # SIGTERM/SIGHUP (kill, a closed terminal) take the Ctrl-C path: scripts/stop.sh of the run.
+    interrupt_on_termination()
     t0 = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = (
@@ -293,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     ).resolve()
     env: dict[str, str] = dict(os.environ)
     try:
+        if args.engine_url:
+            check_engine(args.engine_url.rstrip("/"))
         ensure_requirements(install=not args.no_install)
         if run_dir.exists() and any(run_dir.iterdir()):
             raise DryRunError(f"{run_dir} exists and is not empty: choose another --run-dir")
@@ -326,14 +407,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"[4/4] one rollout step: {num_groups} group(s) of {args.group_size} episode(s) ...", flush=True
         )
-        summary = wait_for_step(run_dir, args.timeout_s + 60)
+        summary = wait_for_step(run_dir, args.timeout_s + 60, env, args.outage_warn_s)
     except DryRunError as exc:
         print(f"dry run FAILED: {exc}", file=sys.stderr)
         stop(run_dir, env)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (interrupt_on_termination)
+        print("dry run interrupted: stopping the session and its processes ...", file=sys.stderr, flush=True)
         stop(run_dir, env)
-        return 130
+        return interrupted_exit_code()
     stop(run_dir, env)
 
     from tools.rollout_step import format_summary

@@ -48,6 +48,7 @@ from slime_ext.reports.chat_policy import ChatClient, chat_template_kwargs
 from slime_ext.reports.report import atomic_write, write_report
 from slime_ext.reports.results import ResultsFile, load_results
 from slime_ext.sglang_client import SGLangClient
+from slime_ext.shutdown import interrupt_on_termination, interrupted_exit_code
 from slime_ext.validation import ValidationError
 
 RESULTS_NAME = "results.jsonl"
@@ -261,6 +262,8 @@ def _check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
+    # SIGTERM/SIGHUP take the Ctrl-C path: the embedded eval server is stopped, the report written.
+    interrupt_on_termination()
     try:
         if args.report_only:
             run_path = args.out / RUN_NAME
@@ -300,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             # Every finished sample is already on disk: report those, say how to go on.
             _report(args, run, config.max_turns)
             print("interrupted: re-run the same command to resume", file=sys.stderr)
-            return 130
+            return interrupted_exit_code()
         _report(args, run, config.max_turns)
     except (ValidationError, ValueError, FileNotFoundError) as exc:  # the input or settings
         print(f"error: {exc}", file=sys.stderr)

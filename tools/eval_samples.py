@@ -24,6 +24,7 @@ from eval_server.launch import running_server
 from eval_server.schema import EvalOptions, EvalResult
 from slime_ext.cli import make_parser
 from slime_ext.eval_client import EvalClient
+from slime_ext.shutdown import interrupt_on_termination, interrupted_exit_code
 
 # Cases that would otherwise wait for the full default limit.
 _SHORT_TIMEOUT_S = {"relu__infinite_loop": 10.0}
@@ -84,19 +85,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=5, help="correctness trials per case")
     p.add_argument("--json", type=Path, help="also write the full results here")
     args = p.parse_args(argv)
+    # SIGTERM/SIGHUP take the Ctrl-C path, so the started eval server and its workers are stopped.
+    interrupt_on_termination()
 
     t0 = time.perf_counter()
-    if args.url:
-        rows = asyncio.run(evaluate_all(args.url, args.concurrency, args.trials))
-    else:
-        with tempfile.TemporaryDirectory(prefix="eval-samples-") as tmp:
-            server_args = ["--devices", args.devices, "--cpu-workers", str(args.workers)]
-            print(f"starting eval server ({' '.join(server_args)}) ...", flush=True)
-            with running_server(Path(tmp), server_args) as url:
-                print(
-                    f"eval server healthy at {url}; evaluating {len(samples.SAMPLE_CASES)} cases", flush=True
-                )
-                rows = asyncio.run(evaluate_all(url, args.concurrency, args.trials))
+    try:
+        if args.url:
+            rows = asyncio.run(evaluate_all(args.url, args.concurrency, args.trials))
+        else:
+            with tempfile.TemporaryDirectory(prefix="eval-samples-") as tmp:
+                server_args = ["--devices", args.devices, "--cpu-workers", str(args.workers)]
+                print(f"starting eval server ({' '.join(server_args)}) ...", flush=True)
+                with running_server(Path(tmp), server_args) as url:
+                    print(
+                        f"eval server healthy at {url}; evaluating {len(samples.SAMPLE_CASES)} cases",
+                        flush=True,
+                    )
+                    rows = asyncio.run(evaluate_all(url, args.concurrency, args.trials))
+    except KeyboardInterrupt:
+        print("interrupted: the eval server it started is stopped", file=sys.stderr)
+        return interrupted_exit_code()
     print(render_table(rows))
     mismatches = [case.candidate for case, res, _ in rows if res.status != case.expected_status]
     print(

@@ -280,10 +280,20 @@ krl_load_model_args() {
 }
 
 # krl_preflight_session PORT...: tmux present, the session not running yet, the ports free.
+# PRINT_ONLY=1 starts nothing, so it needs neither tmux nor free ports (it prints on any machine,
+# e.g. beside a running run); it still refuses a session of the same name.
 krl_preflight_session() {
-  command -v tmux >/dev/null || krl_die "tmux not found (apt-get install tmux)"
-  if krl_tmux has-session -t "=${TMUX_SESSION}" 2>/dev/null; then
-    krl_die "tmux session ${TMUX_SESSION} already exists: attach (tmux attach -t ${TMUX_SESSION}) or stop it (scripts/stop.sh ${RUN_DIR})"
+  if [[ "${PRINT_ONLY:-0}" == 1 ]] && ! command -v tmux >/dev/null; then
+    krl_info "PRINT_ONLY: tmux not found (needed to start the run: apt-get install tmux)"
+  else
+    command -v tmux >/dev/null || krl_die "tmux not found (apt-get install tmux)"
+    if krl_tmux has-session -t "=${TMUX_SESSION}" 2>/dev/null; then
+      krl_die "tmux session ${TMUX_SESSION} already exists: attach (tmux attach -t ${TMUX_SESSION}) or stop it (scripts/stop.sh ${RUN_DIR})"
+    fi
+  fi
+  if [[ "${PRINT_ONLY:-0}" == 1 ]]; then
+    (($#)) && krl_info "PRINT_ONLY: ports $* not checked (a real start checks that they are free)"
+    return 0
   fi
   local port
   for port in "$@"; do

@@ -144,10 +144,13 @@ def test_small_epoch_end_to_end_with_an_eval_outage(tmp_path: Path) -> None:
         runner = stats["runner"]
         assert runner["running"] and runner["aborts_by_reason"].get("eval_unavailable", 0) >= 2
         assert "evaluation failed" in runner["last_abort_reason"] and runner["records"]["written"] == 4
+        outage = runner["outage"]  # what the dry run's console reports
+        assert outage["service"] == "eval" and outage["consecutive_aborts"] >= 2 and outage["failing_s"] > 0
         evals = start_eval(tmp_path, eval_port)  # back on the same port: the retries now succeed
         stats = wait_stats(url, lambda s: s["runner"]["finished"])
         runner = stats["runner"]
         assert runner["episodes"]["completed"] == 6 and runner["groups"]["written"] == 3
+        assert runner["outage"] == {"consecutive_aborts": 0, "failing_s": 0.0, "service": None}
         assert (
             runner["episodes"]["retried"] == runner["episodes"]["aborted"]
             and runner["episodes"]["given_up"] == 0

@@ -4,12 +4,19 @@ rollout step in a private tmux server; then nothing of the run is left running."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -25,11 +32,47 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _dry_run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, str]]:
-    run_dir = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
-    env["TMUX_SOCKET"] = str(tmp_path / "tmux.sock")  # a private tmux server, removed with tmp_path
-    cmd = [
+class _StubEngine(BaseHTTPRequestHandler):
+    """An engine that is up (/health, /get_model_info answer) but whose /generate answers
+    `generate_status` after `generate_delay_s` (a hang when that is long)."""
+
+    generate_status = 500
+    generate_delay_s = 0.0
+
+    def do_GET(self) -> None:
+        self._reply(200, b'{"model_path": "stub"}')
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        time.sleep(self.generate_delay_s)
+        self._reply(self.generate_status, b'{"error": "stub engine: generate fails"}')
+
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _stub_engine(status: int, delay_s: float) -> Iterator[str]:
+    handler = type("Handler", (_StubEngine,), {"generate_status": status, "generate_delay_s": delay_s})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _dry_run_cmd(run_dir: Path, *extra: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "tools.dry_run",
@@ -42,6 +85,13 @@ def _dry_run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[s
         "240",
         *extra,
     ]
+
+
+def _dry_run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, str]]:
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env["TMUX_SOCKET"] = str(tmp_path / "tmux.sock")  # a private tmux server, removed with tmp_path
+    cmd = _dry_run_cmd(run_dir, *extra)
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
     return res, run_dir, env
 
@@ -148,4 +198,81 @@ def test_dry_run_scripted_mix_gives_one_group_correct_and_wrong_turns(tmp_path: 
     assert len({r.reward for r in records}) > 1  # a correct first turn gives >= 0.3, a wrong one <= 0.22
     summary = json.loads((run_dir / "rollout_step.json").read_text())
     assert summary["turns"][0]["episodes"] == 3 and 1 <= summary["turns"][0]["correct"] <= 2
+    assert _run_processes(run_dir) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_stops_the_dry_run_like_ctrl_c(sig: signal.Signals, tmp_path: Path) -> None:
+    """`kill` (or a closed terminal) during the rollout step: the dry run runs scripts/stop.sh of its
+    run, so its tmux session and every process of the run end, and it exits 128+signal."""
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env["TMUX_SOCKET"] = str(tmp_path / "tmux.sock")
+    with _stub_engine(200, 600.0) as url:  # up, but /generate hangs: the step is still running
+        cmd = _dry_run_cmd(run_dir, "--engine-url", url, "--problems", "relu", "--group-size", "1")
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert proc.stdout is not None
+            seen = []
+            for line in proc.stdout:
+                seen.append(line)
+                if line.startswith("[4/4]"):
+                    break
+            assert seen and seen[-1].startswith("[4/4]"), "".join(seen) + proc.stderr.read()  # type: ignore[union-attr]
+            assert _run_processes(run_dir)  # the windows are up
+            time.sleep(2)
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 128 + sig, err
+    assert "dry run interrupted" in err
+    assert (run_dir / "stopped").is_file()  # scripts/stop.sh ran to its end
+    assert _run_processes(run_dir) == []
+    session = run_dir.name
+    assert (
+        subprocess.run(["tmux", "-S", env["TMUX_SOCKET"], "has-session", "-t", f"={session}"]).returncode != 0
+    )
+
+
+def test_a_dead_engine_url_fails_in_seconds_naming_url_and_flag(tmp_path: Path) -> None:
+    """Nothing listens at --engine-url: one line naming the URL and the flag, before anything starts
+    (it used to hang at the rollout step for its whole timeout, only buffer.log saying why)."""
+    with socket.socket() as sock:  # a port that was free a moment ago and has no listener now
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    res, run_dir, _ = _dry_run(tmp_path, "--engine-url", url, "--problems", "relu")
+    assert time.monotonic() - started < 30
+    assert res.returncode == 1
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"dry run FAILED: --engine-url {url}: no engine answers")
+    assert not run_dir.exists()  # nothing was started
+
+
+def test_an_engine_outage_is_reported_on_the_console(tmp_path: Path) -> None:
+    """The engine answers /health but every /generate fails: the dry run's console says so (from
+    the buffer runner's outage counters) while the runner retries, not only buffer.log."""
+    with _stub_engine(500, 0.0) as url:
+        res, run_dir, _ = _dry_run(
+            tmp_path,
+            "--engine-url",
+            url,
+            "--problems",
+            "relu",
+            "--group-size",
+            "1",
+            "--outage-warn-s",
+            "2",
+            "--timeout-s",
+            "30",
+        )
+    assert res.returncode == 1  # the step never gets a group
+    assert f"WARNING: the engine {url} has been failing for" in res.stdout, res.stdout + res.stderr
+    assert "aborted episode(s) in a row; last: generate error" in res.stdout
     assert _run_processes(run_dir) == []

@@ -288,3 +288,57 @@ def test_killed_run_resumes(tmp_path: Path) -> None:
     assert len(keys) == len(set(keys)) == 12  # nothing lost, nothing twice
     # the resumed run asked for the missing samples only (in-flight ones at the kill are redone)
     assert len(double.requests) - asked == 12 - written
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_stops_the_embedded_eval_server_like_ctrl_c(sig: signal.Signals, tmp_path: Path) -> None:
+    """SIGTERM/SIGHUP mid-run (no --eval-url: the tool started its own eval server): the Ctrl-C
+    path runs (report of what is done, "re-run to resume"), exit 128+signal, and the eval server
+    and its workers (tracked by PID) are gone."""
+    import psutil
+
+    def slow_no_code(messages: list[dict[str, str]], body: dict[str, Any]) -> str:
+        time.sleep(0.3)
+        return NO_CODE
+
+    double = OpenAIChatDouble(slow_no_code)
+    url = double.start()
+    out = tmp_path / "term"
+    args = [
+        "--prompts", str(prompts_file(tmp_path)), "--out", str(out), "--eval-devices", "cpu",
+        "--eval-workers", "1", "--backend", "chat", "--url", url, "--model", "no-code", "-k", "4",
+        "--max-turns", "1", "--concurrency", "1", "--no-plots", "--no-progress",
+    ]  # fmt: skip
+    results = out / "results.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tools.eval_model", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not (results.is_file() and results.read_bytes().count(b"\n") >= 1):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the signal"
+            time.sleep(0.05)
+        children = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(children) >= 2  # the eval server and its worker
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        double.stop()
+    assert proc.returncode == 128 + sig, err
+    assert "interrupted: re-run the same command to resume" in err
+    left = []
+    for pid in children:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    assert left == []

@@ -549,3 +549,45 @@ def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
     assert recipe["runner"]["concurrency"] == 3 and recipe["episode"]["reward"]["credit"] == "trajectory"
     too_few = _run("run_kbench_multiturn.sh", tmp_path, PRESET="single_gpu_tiny", NUM_GPUS="0")
     assert too_few.returncode == 1 and "needs 1 GPUs" in too_few.stderr
+
+
+def test_print_only_works_on_any_machine(tmp_path: Path) -> None:
+    """PRINT_ONLY=1 with one GPU visible (a fake nvidia-smi), the default ports taken by another
+    server and no NUM_GPUS: it prints the windows, saying that the documented default split is
+    assumed and the ports are not checked (a real start would refuse both)."""
+    import socket
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "real").mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: Fake GPU (UUID: GPU-0)'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    with socket.socket() as eval_sock, socket.socket() as buffer_sock:
+        eval_sock.bind(("127.0.0.1", 0))
+        eval_sock.listen(1)
+        buffer_sock.bind(("127.0.0.1", 0))
+        buffer_sock.listen(1)
+        eval_port, buffer_port = eval_sock.getsockname()[1], buffer_sock.getsockname()[1]
+        res = _run(
+            "run_kbench_multiturn.sh",
+            tmp_path,
+            PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            EVAL_PORT=str(eval_port),
+            BUFFER_PORT=str(buffer_port),
+        )
+        refused = _run(
+            "run_kbench_multiturn.sh",
+            tmp_path / "real",
+            PRINT_ONLY="0",
+            NUM_GPUS="8",
+            EVAL_PORT=str(eval_port),
+            TRAINER_CMD="true",
+        )
+    assert res.returncode == 0, res.stderr
+    assert (
+        "1 GPU(s) visible; the GPU split is not checked: assuming the documented default split" in res.stderr
+    )
+    assert "train 4, rollout 2, eval 2, colocate=0 = 8 GPUs" in res.stderr
+    assert f"ports {eval_port} {buffer_port}" in res.stderr and "not checked" in res.stderr
+    assert "### window trainer" in res.stdout
+    assert refused.returncode != 0 and f"port {eval_port} is in use" in refused.stderr
