@@ -235,7 +235,9 @@ def _find_process_escape(tree: ast.Module) -> list[str]:
 
 
 # Modules that compute outside Triton (host math, other GPU stacks), call native code, or let a
-# candidate reach into the evaluator's own state.
+# candidate reach into the evaluator's own state. The second group imports modules by name or
+# rebuilds code from data: through them any module (gc, which finds the reference's outputs among
+# the evaluator's objects) is reachable without an import statement the rules can read.
 FORBIDDEN_MODULES = frozenset(
     {
         "numpy",
@@ -250,6 +252,19 @@ FORBIDDEN_MODULES = frozenset(
         "inspect",
         "gc",
         "pycuda",
+        # dynamic imports, module tables and code from data
+        "importlib",
+        "imp",
+        "builtins",
+        "__builtin__",
+        "runpy",
+        "pkgutil",
+        "zipimport",
+        "pickle",
+        "_pickle",
+        "marshal",
+        "code",
+        "codeop",
     }
 )
 # Private torch machinery that switches off or inspects the evaluator's recorders.
@@ -258,12 +273,62 @@ FORBIDDEN_NAMES = frozenset(
      "_set_torch_dispatch_mode", "_pop_torch_dispatch_stack", "_push_on_torch_dispatch_stack"}
 )  # fmt: skip
 FORBIDDEN_METHODS = frozenset({"numpy", "tolist"})
+# Builtins that import, run strings as code or hand out a namespace as a dict (so a name is
+# looked up from a string): any use of the name, called or not (`e = eval` is an alias).
+DYNAMIC_BUILTINS = frozenset(
+    {"__import__", "__builtins__", "__builtin__", "__loader__", "eval", "exec", "compile", "globals", "locals",
+     "vars", "breakpoint"}
+)  # fmt: skip
+# Attributes that lead to a module table, an importer, a namespace dict or the caller's frames,
+# whatever object they are read from (`torch.sys.modules`, `f.__globals__`, `gen.gi_frame.f_back`).
+DYNAMIC_ATTRS = frozenset(
+    {"sys", "importlib", "import_module", "__import__", "__builtins__", "builtins", "__globals__", "__dict__",
+     "__subclasses__", "__getattribute__", "__loader__", "gc", "attrgetter", "methodcaller", "f_back",
+     "f_globals", "f_locals", "f_builtins", "gi_frame", "cr_frame", "ag_frame", "tb_frame"}
+)  # fmt: skip
+# Attribute-by-name builtins: with a computed name they reach anything above.
+_GETATTR_FAMILY = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+
+
+def _is_modules_table(node: ast.Attribute, parents: dict[ast.AST, ast.AST]) -> bool:
+    """`x.modules` read as a value (`sys.modules[...]`, `.get`), not called: `self.modules()`
+    of nn.Module is a method call and stays allowed."""
+    parent = parents.get(node)
+    return node.attr == "modules" and not (isinstance(parent, ast.Call) and parent.func is node)
+
+
+def _dynamic_access(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | None:
+    """Evidence (without the line) when `node` reaches modules or namespaces by name, else None."""
+    if isinstance(node, ast.Name) and node.id in DYNAMIC_BUILTINS:
+        return f"{node.id} (imports, runs strings as code or exposes a namespace)"
+    if isinstance(node, ast.Attribute):
+        if node.attr in DYNAMIC_ATTRS:
+            return f".{node.attr} (reaches modules, namespaces or frames by name)"
+        if _is_modules_table(node, parents):
+            return f"{_dotted(node) or '.modules'} (the module table: reaches any module without an import)"
+    if (
+        isinstance(node, ast.alias)
+        and isinstance(parents.get(node), ast.ImportFrom)  # `from os import sys`; `import sys` is fine
+        and node.name in DYNAMIC_ATTRS | {"modules"}
+    ):
+        return f"import of {node.name} (reaches modules, namespaces or frames by name)"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _GETATTR_FAMILY:
+        name = node.args[1] if len(node.args) > 1 else None
+        if name is None or not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            return f"{node.func.id}() with a computed attribute name (write the attribute out)"
+        if name.value in DYNAMIC_ATTRS | FORBIDDEN_NAMES | {"modules"}:
+            return f"{node.func.id}(..., {name.value!r})"
+    return None
 
 
 def _find_forbidden(tree: ast.Module) -> list[str]:
     hits = []
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        dynamic = _dynamic_access(node, parents)
+        if dynamic is not None:
+            hits.append(f"line {getattr(node, 'lineno', 0)}: {dynamic}")
+        elif isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.split(".")[0] in FORBIDDEN_MODULES:
                     hits.append(f"line {node.lineno}: import {a.name}")
@@ -282,8 +347,6 @@ def _find_forbidden(tree: ast.Module) -> list[str]:
             and not node.args
         ):
             hits.append(f"line {node.lineno}: .{node.func.attr}()")
-        elif isinstance(node, ast.Call) and _dotted(node.func) in ("__import__", "importlib.import_module"):
-            hits.append(f"line {node.lineno}: dynamic import")
     return hits
 
 
@@ -331,7 +394,9 @@ RULES = (
         "static.forbidden_api",
         "The candidate uses modules or private APIs that compute outside Triton or tamper with the "
         "evaluator (numpy/scipy/cupy/jax, ctypes/cffi, inspect/gc, torch._C, dispatch internals, "
-        "dynamic imports, .numpy()/.tolist()). Compute on the GPU with Triton kernels only.",
+        ".numpy()/.tolist()), or reaches modules by name (__import__, importlib, builtins, sys.modules, "
+        "eval/exec/compile, globals()/vars(), getattr with a computed name). Import what you need "
+        "with plain import statements and compute on the GPU with Triton kernels only.",
         "reject",
         _find_forbidden,
     ),

@@ -320,7 +320,7 @@ def test_several_rules_fire_in_rule_order_one_check_each():
         ("import inspect", "import inspect"),
         ("x = torch._C._get_tracing_state()", "._C"),
         ("from torch.utils._python_dispatch import _disable_current_modes", "_disable_current_modes"),
-        ("t = __import__('threading')", "dynamic import"),
+        ("t = __import__('threading')", "__import__"),
         ("v = out.cpu().numpy()", ".numpy()"),
         ("v = out.tolist()", ".tolist()"),
         ("f = sys._getframe(1)", "._getframe"),
@@ -333,3 +333,74 @@ def test_forbidden_api_fires(stmt, evidence):
 
 def test_forbidden_api_allows_plain_math_and_os():
     assert "static.forbidden_api" not in fired(with_kernel("import math\nimport os\ny = math.sqrt(2.0)\n"))
+
+
+# Every way of reaching a module (gc finds the reference's outputs) without an import statement.
+@pytest.mark.parametrize(
+    "stmt, evidence",
+    [
+        ('import sys\ng = sys.modules["g" + "c"]', "sys.modules (the module table"),
+        ('import sys\ng = sys.modules.get("gc")', "sys.modules (the module table"),
+        ('import sys as s\nt = s.modules', "s.modules (the module table"),
+        ("from sys import modules", "import of modules"),
+        ("from os import sys", "import of sys"),
+        ('g = torch.sys.modules["gc"]', ".sys (reaches"),
+        ('import builtins\ng = getattr(builtins, "__imp" + "ort__")("gc")', "import builtins"),
+        ('import builtins\ng = builtins.__import__("gc")', ".__import__ (reaches"),
+        ('g = __import__("g" + "c")', "__import__ (imports"),
+        ('imp = __import__\ng = imp("gc")', "__import__ (imports"),
+        ('import importlib\nim = importlib.import_module\ng = im("g" + "c")', "import importlib"),
+        ('from importlib import import_module as f\ng = f("gc")', "from importlib import"),
+        ('g = __builtins__["__import__"]("gc")', "__builtins__ (imports"),
+        ("g = eval(\"__import__('gc')\")", "eval (imports"),
+        ('e = eval\ng = e("1")', "eval (imports"),
+        ('exec("import gc")', "exec (imports"),
+        ('c = compile("import gc", "<s>", "exec")', "compile (imports"),
+        ('g = globals()["__builtins__"]', "globals (imports"),
+        ('g = vars(torch)["sys"]', "vars (imports"),
+        ("g = locals()", "locals (imports"),
+        ('name = "re" + "lu"\nf = getattr(torch, name)', "getattr() with a computed attribute name"),
+        ('setattr(torch, "s" + "ync", None)', "setattr() with a computed attribute name"),
+        ('m = getattr(torch, "sys")', "getattr(..., 'sys')"),
+        ('m = getattr(sys, "modules")', "getattr(..., 'modules')"),
+        ("d = torch.__dict__", ".__dict__ (reaches"),
+        ("g = (lambda: 0).__globals__", ".__globals__ (reaches"),
+        ("s = object.__subclasses__()", ".__subclasses__ (reaches"),
+        ("f = (x for x in ()).gi_frame.f_back", ".f_back (reaches"),
+        ("from operator import attrgetter", "import of attrgetter"),
+        ('import pickle\ng = pickle.loads(b"cgc\\ncollect\\n.")', "import pickle"),
+        ("import marshal", "import marshal"),
+        ("import runpy", "import runpy"),
+    ],
+)
+def test_forbidden_api_fires_on_dynamic_module_access(stmt, evidence):
+    msg = fired(with_kernel(stmt + "\n"))["static.forbidden_api"]
+    assert evidence in msg, msg
+    assert "reaches modules by name" in msg  # the rule's message says what is wrong and what to do
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "import triton.language as tl2\nfrom triton.language import constexpr\n",
+        "import math\ny = math.sqrt(2.0) + math.prod([2, 3])\n",
+        "import sys\nBIG = sys.maxsize\n",  # importing sys is fine; its module table is not
+        "from sys import maxsize\n",
+        "import os\nn = os.cpu_count()\n",
+        "f = getattr(torch, 'float32')\nh = hasattr(torch, 'cuda')\n",  # literal names stay allowed
+        "class M(nn.Module):\n    def count(self):\n        return len(list(self.modules()))\n",
+        "y = torch.empty((4, 4), dtype=torch.float32).view(-1)\n",
+    ],
+)
+def test_forbidden_api_allows_ordinary_triton_torch_and_math(body):
+    assert "static.forbidden_api" not in fired(with_kernel(body)), fired(with_kernel(body))
+
+
+def test_corpus_bypass_cases_are_caught_statically():
+    """Every gc_via_* corpus file fires static.forbidden_api before anything runs."""
+    from tests.exploit_cases import EXPLOIT_CASES
+
+    cases = [c for c in EXPLOIT_CASES if c.name.startswith("gc_via_")]
+    assert len(cases) >= 11
+    for case in cases:
+        assert "static.forbidden_api" in fired(case.candidate_source()), case.name
