@@ -16,6 +16,7 @@ import ast
 import contextlib
 import copy
 import math
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -154,9 +155,75 @@ class _Reference:
     in_pool: Callable[[], Any] = contextlib.nullcontext
 
 
+# What a fault of code that already ran on the device says (torch.AcceleratorError, Triton's
+# "Triton Error [CUDA]: ..." from a later launch, cudaErrorIllegalAddress, device-side asserts).
+_DEVICE_FAULT = re.compile(
+    r"illegal memory access|illegal address|illegal instruction|misaligned address|CUDA error|"
+    r"Triton Error \[CUDA\]|CUDA_ERROR_|cudaError|device-side assert|unspecified launch failure|"
+    r"HIP error|hipError",
+    re.IGNORECASE,
+)
+
+
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and its causes/contexts, outermost first (a wrapper can hide the real failure)."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in chain and len(chain) < 16:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
+
+
+def _is_device_fault(exc: BaseException) -> bool:
+    """A CUDA/HIP error: raised only once device code has run, so never a compile error."""
+    if type(exc).__name__ in ("AcceleratorError", "CudaError"):
+        return True
+    # A Triton CompilationError's text quotes the kernel's source (whose comments may say anything):
+    # read only its own error message.
+    own = getattr(exc, "error_message", None)
+    return bool(_DEVICE_FAULT.search(own if isinstance(own, str) else str(exc)))
+
+
 def _is_triton_compile_error(exc: BaseException) -> bool:
+    """Triton's own compile failures (front end, ptxas, resource limits at load), which surface
+    at a kernel's first launch before it runs."""
     mod = type(exc).__module__ or ""
-    return mod.startswith("triton") and "Compil" in type(exc).__name__
+    if not mod.startswith("triton"):
+        return False
+    names = {t.__name__ for t in type(exc).__mro__}
+    return (
+        bool(names & {"CompilationError", "PTXASError", "OutOfResources"}) or "Compil" in type(exc).__name__
+    )
+
+
+def classify_forward_error(exc: BaseException) -> str:
+    """Status of an exception raised while running the candidate's forward.
+
+    compile_error only for a Triton compilation failure at first launch; anything that shows a
+    device fault anywhere in its chain (even under a Triton wrapper, e.g. a later kernel's first
+    launch failing in a poisoned CUDA context) and everything else is runtime_error.
+    """
+    chain = _exception_chain(exc)
+    if any(_is_device_fault(e) for e in chain):
+        return STATUS_RUNTIME_ERROR
+    return STATUS_COMPILE_ERROR if _is_triton_compile_error(exc) else STATUS_RUNTIME_ERROR
+
+
+@contextmanager
+def _candidate_code(result: EvalResult, ctx: EvalContext) -> Iterator[None]:
+    """Run candidate code: an exception it raises ends the evaluation with its classified status
+    (verdicts of the evaluator's own checks, `_Stop`, pass through)."""
+    try:
+        yield
+    except _Stop:
+        raise
+    except Exception as exc:
+        result.status = classify_forward_error(exc)
+        result.compiled = result.status != STATUS_COMPILE_ERROR
+        result.correct = False
+        result.error = _error(exc, ctx)
+        raise _Stop from None
 
 
 def _sync(device: torch.device) -> None:
@@ -422,7 +489,9 @@ def _load_candidate(request: EvalRequest, ctx: EvalContext, result: EvalResult, 
     try:
         module = loader.import_source(request.candidate, ctx.workdir, "candidate")
     except Exception as exc:
-        result.status = STATUS_COMPILE_ERROR
+        # A kernel launched at import that faults on the device ran: that is not a compile error.
+        faulted = any(_is_device_fault(e) for e in _exception_chain(exc))
+        result.status = STATUS_RUNTIME_ERROR if faulted else STATUS_COMPILE_ERROR
         result.error = _error(exc, ctx)
         raise _Stop from None
     model_cls = getattr(module, "ModelNew", None)
@@ -462,9 +531,9 @@ def _run_candidate(
     ops = TorchOpRecorder()
     LAUNCHES.reset()
     threads_before = python_threads()
-    try:
-        device_activity: list[str] = []
-        off_stream: list[str] = []
+    device_activity: list[str] = []
+    off_stream: list[str] = []
+    with _candidate_code(result, ctx):
         with LAUNCHES.recording(ops), THREADS.recording(), ops:
             if profile:
                 with ctx.phase("kernel_profile"):  # sub-phase of correctness
@@ -474,11 +543,6 @@ def _run_candidate(
             else:
                 out = model(*args)
         _sync(ctx.device)
-    except Exception as exc:
-        result.status = STATUS_COMPILE_ERROR if _is_triton_compile_error(exc) else STATUS_RUNTIME_ERROR
-        result.compiled = result.status != STATUS_COMPILE_ERROR
-        result.error = _error(exc, ctx)
-        raise _Stop from None
     if device_activity:
         _device_activity_checks(result, device_activity, off_stream)
     new_threads = python_threads() - threads_before
@@ -652,10 +716,10 @@ def _timing_phase(
 ) -> None:
     device = ctx.device
     hard = ctx.hardening
-    try:
-        sets = _timing_sets(ref, device, hard.timing_input_sets)
-        flush = ctx.flush_buffer()
-        last: dict[int, Any] = {}
+    sets = _timing_sets(ref, device, hard.timing_input_sets)
+    flush = ctx.flush_buffer()
+    last: dict[int, Any] = {}
+    with _candidate_code(result, ctx):
         cand = time_gpu(
             model,
             sets,
@@ -665,11 +729,6 @@ def _timing_phase(
             flush=flush,
             last_outputs=last,
         )
-    except Exception as exc:
-        result.status = STATUS_RUNTIME_ERROR
-        result.correct = False
-        result.error = _error(exc, ctx)
-        raise _Stop from None
     _check_not_patched(result, snapshot)
     # What was timed must be right: the last output on every input set...
     for k, out in last.items():
@@ -704,7 +763,8 @@ def _timing_phase(
     if speedup > hard.excessive_speedup:
         # Re-verify on new values and re-time on those buffers before believing it.
         _refill_and_verify(result, ctx, ref, model, sets[0], ref.check_seeds[1], opts)
-        retimed = time_gpu(model, sets, trials=opts.timing_trials, warmup=1, device=device, flush=flush)
+        with _candidate_code(result, ctx):
+            retimed = time_gpu(model, sets, trials=opts.timing_trials, warmup=1, device=device, flush=flush)
         _check_not_patched(result, snapshot)
         first_speedup = speedup
         cand = retimed if _speedup(ref_stats, retimed) < speedup else cand  # the slower of the two
@@ -746,9 +806,9 @@ def _refill_and_verify(
         if isinstance(buf, torch.Tensor):
             buf.copy_(new)
     del fresh
-    with torch.no_grad():
+    with _candidate_code(result, ctx), torch.no_grad():
         out = model(*buffers)
-    _sync(ctx.device)
+        _sync(ctx.device)
     _verify(
         result,
         ref,

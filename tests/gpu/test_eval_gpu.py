@@ -47,6 +47,22 @@ class ModelNew(nn.Module):
 """
 )
 
+# The fault surfaces at the first launch of a second kernel (Triton loads its module into a
+# context the first kernel poisoned): a fault of code that ran, never compile_error (issue 16).
+ILLEGAL_ADDRESS_THEN_NEW_KERNEL = ILLEGAL_ADDRESS.replace(
+    "class ModelNew",
+    """@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+class ModelNew""",
+).replace(
+    "        return out\n",
+    "        copy_kernel[(triton.cdiv(x.numel(), 1024),)](out, out, x.numel(), BLOCK=1024)\n        return out\n",
+)
+
 DEVICE_ASSERT = (
     _KERNEL_HEADER
     + """
@@ -147,6 +163,13 @@ def test_samples_on_gpu_with_timing(gpu_server: str) -> None:
     [
         pytest.param(
             "illegal_address", ILLEGAL_ADDRESS, {"runtime_error", "crashed"}, "illegal", id="illegal_address"
+        ),
+        pytest.param(
+            "illegal_address_then_new_kernel",
+            ILLEGAL_ADDRESS_THEN_NEW_KERNEL,
+            {"runtime_error", "crashed"},
+            "illegal",
+            id="illegal_address_then_new_kernel",
         ),
         pytest.param("device_assert", DEVICE_ASSERT, {"runtime_error", "crashed"}, "", id="device_assert"),
         pytest.param("endless_kernel", ENDLESS_KERNEL, {"timeout"}, "time limit", id="endless_kernel"),
