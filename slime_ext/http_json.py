@@ -1,20 +1,39 @@
 """What the project's two HTTP services (eval server, buffer server) share: a Flask app whose
-HTTP errors are JSON (`{"error": ...}`), and the network flag group of their CLIs."""
+HTTP errors are JSON (`{"error": ...}`) and whose JSON replies are standard JSON only
+(non-finite floats written as null, never NaN/Infinity), and the network flag group of their
+CLIs."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from flask import Flask, Response, jsonify
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
-__all__ = ["add_network_args", "json_flask_app"]
+from slime_ext import fastjson
+
+__all__ = ["StrictJSONProvider", "add_network_args", "json_flask_app"]
+
+
+class StrictJSONProvider(DefaultJSONProvider):
+    """Flask's JSON provider, but `jsonify` and friends write non-finite floats as null (through
+    `fastjson.dumps_text`) instead of the NaN/Infinity that strict JSON parsers reject."""
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        kwargs.setdefault("default", self.default)
+        kwargs.setdefault("ensure_ascii", self.ensure_ascii)
+        kwargs.setdefault("sort_keys", self.sort_keys)
+        return fastjson.dumps_text(obj, **kwargs)
 
 
 def json_flask_app(name: str, max_body_bytes: int) -> Flask:
-    """A Flask app with a body-size limit whose HTTP errors (404, 405, 413, ...) answer JSON."""
+    """A Flask app with a body-size limit whose HTTP errors (404, 405, 413, ...) answer JSON and
+    whose JSON replies never contain NaN/Infinity (`StrictJSONProvider`)."""
     app = Flask(name)
+    app.json = StrictJSONProvider(app)
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
 
     @app.errorhandler(HTTPException)

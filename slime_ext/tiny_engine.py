@@ -14,7 +14,8 @@ Protocol (`slime_interfaces.md` section 3):
   "finish_reason": {"type": "stop", "matched": id|str} | {"type": "length", "length": n} |
   {"type": "abort", "message": ...}, "prompt_tokens", "completion_tokens"}}`.
   `output_token_logprobs` is present only with `return_logprob`; `meta_info.scripted` is present
-  only on a scripted answer (below).
+  only on a scripted answer (below). Replies are standard JSON only: a log-prob of -inf (or any
+  non-finite float) is written as `null`, never `-Infinity`.
 - `GET /health`, `GET /health_generate`: 200 once the model is loaded (`{"status": "ok"}`, plus
   `"scripted"` in scripted mode). `GET /get_model_info` (also names the device, dtype and any
   scripted mode).
@@ -60,6 +61,7 @@ from typing import Any
 
 import torch
 
+from slime_ext import fastjson
 from slime_ext.cli import make_parser
 from slime_ext.scripted import (
     ScriptedAnswer,
@@ -437,7 +439,7 @@ def _handler_for(engine: GenerateEngine) -> type[BaseHTTPRequestHandler]:
             self._send(200, answer)
 
         def _send(self, code: int, data: Any) -> None:
-            raw = json.dumps(data).encode()
+            raw = fastjson.dumps_text(data).encode()  # standard JSON: a -inf log-prob is null
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
