@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import torch
 import yaml
@@ -23,6 +22,7 @@ from slime_ext.service import running_service
 from slime_ext.slime_plugins.rollout import reset_state
 from slime_ext.slime_plugins.samples import TRAJECTORY_KEY
 from tests.real_slime import real_slime, record_logs, rollout_manager, slime_args
+from tests.trajectory_dicts import post_trajectories, trajectory_dict
 
 pytestmark = pytest.mark.integration
 
@@ -58,24 +58,6 @@ def logged(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 _versions = itertools.count(1)
-
-
-def _post(url: str, records: list[dict[str, Any]]) -> None:
-    r = httpx.post(f"{url}/trajectories", json={"records": records}, timeout=30)
-    assert r.status_code == 200, r.text
-
-
-def _record(uid: str, iid: str, reward: float, version: int, **kw: Any) -> dict[str, Any]:
-    base = 100 + 10 * (abs(hash(uid)) % 50)
-    data = {
-        "uid": uid, "instance_id": iid, "policy_version": version,
-        "prompt_token_ids": [base, base + 1, base + 2], "response_token_ids": [base + 3, base + 4, 9, 9, base + 5],
-        "loss_mask": [1, 1, 0, 0, 1], "rollout_log_probs": [-0.5, -0.25, 0.0, 0.0, -1.0],
-        "turn_rewards": [reward], "turn_eval_results": [{"status": "ok", "compiled": True, "correct": True}],
-        "reward": reward, "status": "completed", "metadata": {"level": 1},
-    }  # fmt: skip
-    data.update(kw)
-    return data
 
 
 def _args(tmp_path: Path, url: str, *, credit: str, batch: int, n: int, gbs: int, hook: bool = True) -> Any:
@@ -136,8 +118,8 @@ def test_trajectory_groups_through_slime(buffer_url: str, tmp_path: Path, logged
     normalisation on these uniform groups, and every response token gets that advantage."""
     version = next(_versions)
     rewards = {"a": [0.0, 0.1, 0.3, 0.3], "b": [1.3, 0.3, 0.3, 0.3]}
-    _post(
-        buffer_url, [_record(f"{g}{i}", g, r, version) for g, rs in rewards.items() for i, r in enumerate(rs)]
+    post_trajectories(
+        buffer_url, [trajectory_dict(f"{g}{i}", g, r, version) for g, rs in rewards.items() for i, r in enumerate(rs)]
     )
     args = _args(tmp_path, buffer_url, credit="trajectory", batch=2, n=4, gbs=8)
     mgr = rollout_manager(args)
@@ -188,7 +170,7 @@ def test_per_turn_fan_out_through_slime(buffer_url: str, tmp_path: Path, logged:
 
     def turn(iid: str, ep: str, k: int, ret: float) -> dict[str, Any]:
         meta = {"level": 2, TRAJECTORY_KEY: ep}
-        return _record(f"{ep}-t{k}", iid, ret, version, sample_index=k, metadata=meta)
+        return trajectory_dict(f"{ep}-t{k}", iid, ret, version, sample_index=k, metadata=meta)
 
     returns = {
         ("p", "e1"): [0.22, 0.3],
@@ -196,7 +178,7 @@ def test_per_turn_fan_out_through_slime(buffer_url: str, tmp_path: Path, logged:
         ("q", "e3"): [0.0, 0.0],
         ("q", "e4"): [1.3, 1.3],
     }
-    _post(buffer_url, [turn(iid, ep, k, r) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)])
+    post_trajectories(buffer_url, [turn(iid, ep, k, r) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)])
     args = _args(tmp_path, buffer_url, credit="per_turn", batch=2, n=2, gbs=4)
     mgr = rollout_manager(args)
     data, metrics = mgr._get_rollout_data(rollout_id=version)

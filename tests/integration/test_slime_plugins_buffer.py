@@ -27,6 +27,8 @@ from slime_ext.service import free_port, running_service  # noqa: E402
 from slime_ext.slime_plugins.buffer_client import BufferError  # noqa: E402
 from slime_ext.slime_plugins.rollout import POST_PROCESS_PATH, generate_rollout, reset_state  # noqa: E402
 from slime_ext.slime_plugins.samples import TRAJECTORY_KEY, check_sample  # noqa: E402
+from tests.trajectory_dicts import post_trajectories as post  # noqa: E402
+from tests.trajectory_dicts import trajectory_dict as record  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -51,25 +53,6 @@ def next_rollout_id(url: str) -> int:
     r = httpx.post(f"{url}/policy_version", json={"version": rid}, timeout=10)
     assert r.status_code == 200, r.text
     return rid
-
-
-def record(uid: str, iid: str, reward: float, *, version: int = 0, **kw) -> dict:
-    base = abs(hash(uid)) % 1000
-    data = {
-        "uid": uid, "instance_id": iid, "policy_version": version,
-        "prompt_token_ids": [base, base + 1, base + 2],
-        "response_token_ids": [base + 3, base + 4, 9, 9, base + 5],
-        "loss_mask": [1, 1, 0, 0, 1], "rollout_log_probs": [-0.5, -0.25, 0.0, 0.0, -1.0],
-        "turn_rewards": [reward], "turn_eval_results": [{"status": "ok", "compiled": True, "correct": True}],
-        "reward": reward, "status": "completed", "metadata": {"level": 1},
-    }  # fmt: skip
-    data.update(kw)
-    return data
-
-
-def post(url: str, records: list[dict]) -> None:
-    r = httpx.post(f"{url}/trajectories", json={"records": records}, timeout=30)
-    assert r.status_code == 200, r.text
 
 
 def args_for(
