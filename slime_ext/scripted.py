@@ -18,7 +18,8 @@ same `match` form that prompt's pool; the first `match` (in file order) found in
   (same ids) get different draws, and each later turn (whose context holds the earlier answers and
   their feedback) draws again, independently of the turn before.
 
-`sample_answers` builds the answers for the bundled sample problems: each problem's correct
+`sample_prompt_records` gives the prompt records of the bundled sample problems (what the dry
+run and the single-GPU preset train on), `sample_answers` the answers for them: each problem's correct
 candidate; for the mix also its bundled candidates that compile but are incorrect or fail to
 compile, and an answer without code (`NO_CODE_TEXT`).
 """
@@ -31,6 +32,10 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slime_ext.problems import PromptRecord
 
 __all__ = [
     "NO_CODE_TEXT",
@@ -41,6 +46,8 @@ __all__ = [
     "mix_draw",
     "read_answers",
     "sample_answers",
+    "sample_names",
+    "sample_prompt_records",
     "write_answers",
 ]
 
@@ -98,6 +105,38 @@ def write_answers(path: str | os.PathLike[str], answers: Iterable[ScriptedAnswer
 
 def _fenced(source: str) -> str:
     return f"```python\n{source.strip()}\n```"
+
+
+def sample_names(names: Sequence[str] | None = None) -> list[str]:
+    """The bundled sample problems named (all of them when `names` is empty); ValueError naming
+    the unknown ones and what is bundled."""
+    from eval_server import samples
+
+    bundled = list(samples.problem_names())
+    unknown = sorted(set(names or ()) - set(bundled))
+    if unknown:
+        raise ValueError(f"unknown sample problem(s) {', '.join(unknown)}; bundled: {', '.join(bundled)}")
+    return list(names) if names else bundled
+
+
+def sample_prompt_records(names: Sequence[str] | None = None) -> list[PromptRecord]:
+    """Prompt records (slime_ext/problems.py, split `train`) of the bundled sample problems (all,
+    or `names`); ValueError for an unknown name."""
+    from eval_server import samples
+    from slime_ext.problems import PromptRecord
+
+    return [
+        PromptRecord(
+            instance_id=f"sample_{name}",
+            level=1,
+            problem_id=name,
+            name=name,
+            reference=samples.load_problem(name),
+            split="train",
+            metadata={"source": "eval_server/samples/problems"},
+        )
+        for name in sample_names(names)
+    ]
 
 
 def sample_answers(names: Sequence[str] | None = None, *, wrong: bool = False) -> list[ScriptedAnswer]:

@@ -75,26 +75,13 @@ def ensure_requirements(install: bool) -> None:
 
 def write_prompts(path: Path, names: list[str] | None) -> int:
     """Prompt records from the bundled sample problems (all, or the named ones)."""
-    from eval_server import samples
-    from slime_ext.problems import PromptRecord, write_prompt_records
+    from slime_ext.problems import write_prompt_records
+    from slime_ext.scripted import sample_prompt_records
 
-    available = list(samples.problem_names())
-    chosen = names or available
-    unknown = sorted(set(chosen) - set(available))
-    if unknown:
-        raise DryRunError(f"unknown sample problem(s) {unknown}; bundled: {available}")
-    records = [
-        PromptRecord(
-            instance_id=f"sample_{name}",
-            level=1,
-            problem_id=name,
-            name=name,
-            reference=samples.load_problem(name),
-            split="train",
-            metadata={"source": "eval_server/samples/problems"},
-        )
-        for name in chosen
-    ]
+    try:
+        records = sample_prompt_records(names)
+    except ValueError as exc:
+        raise DryRunError(str(exc)) from None
     return write_prompt_records(path, records)
 
 
@@ -353,15 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.scripted and args.engine_url:
         p.error("--scripted/--scripted-mix script the embedded engine: not combined with --engine-url")
     if args.problems:
-        # Refused here, before packages are installed or the model is built (write_prompts checks again).
-        from eval_server import samples
+        # Refused here, before packages are installed or the model is built.
+        from slime_ext.scripted import sample_names
 
-        bundled = list(samples.problem_names())
-        unknown = sorted(set(args.problems) - set(bundled))
-        if unknown:
-            p.error(
-                f"--problems: unknown sample problem(s) {', '.join(unknown)}; bundled: {', '.join(bundled)}"
-            )
+        try:
+            sample_names(args.problems)
+        except ValueError as exc:
+            p.error(f"--problems: {exc}")
 
     # SIGTERM/SIGHUP (kill, a closed terminal) take the Ctrl-C path: scripts/stop.sh of the run.
     interrupt_on_termination()

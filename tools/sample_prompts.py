@@ -11,10 +11,10 @@ writes the same records. Exit 2 with one line for an unknown problem name.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from slime_ext.cli import EXIT_USAGE, make_parser
-from tools.dry_run import DryRunError, write_prompts
+from slime_ext.problems import write_prompt_records
+from slime_ext.scripted import sample_prompt_records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,10 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--problems", nargs="*", default=None, help="sample problem names (default: all)")
     args = p.parse_args(argv)
     try:
-        n = write_prompts(Path(args.out), args.problems)
-    except DryRunError as exc:
+        records = sample_prompt_records(args.problems)
+    except ValueError as exc:
         print(f"sample_prompts: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    n = write_prompt_records(args.out, records)
     print(f"{n} sample prompt record(s) -> {args.out}")
     return 0
 
