@@ -278,12 +278,13 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
     ]
     # TRAINER_PYTHONPATH goes first, the caller's PYTHONPATH last (packages installed beside the
     # system ones reach slime's Ray workers).
-    env.update(TRAINER_PYTHONPATH="/opt/np1", PYTHONPATH="/opt/site")
+    np1, site = tmp_path / "np1", tmp_path / "site"
+    env.update(TRAINER_PYTHONPATH=str(np1), PYTHONPATH=str(site))
     calls.unlink()
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     runtime = json.loads(_flag(_ray_calls(calls)[1], "--runtime-env-json"))["env_vars"]
-    assert runtime["PYTHONPATH"] == f"/opt/np1:{tmp_path / 'megatron'}:{REPO}:/opt/site"
+    assert runtime["PYTHONPATH"] == f"{np1}:{tmp_path / 'megatron'}:{REPO}:{site}"
 
 
 def test_eval_on_cpu_still_needs_the_ray_gpus(tmp_path: Path) -> None:
