@@ -185,6 +185,11 @@ def _is_device_fault(exc: BaseException) -> bool:
     return bool(_DEVICE_FAULT.search(own if isinstance(own, str) else str(exc)))
 
 
+def _device_faulted(exc: BaseException) -> bool:
+    """Whether `exc` or anything in its cause/context chain is a device fault."""
+    return any(_is_device_fault(e) for e in _exception_chain(exc))
+
+
 def _is_triton_compile_error(exc: BaseException) -> bool:
     """Triton's own compile failures (front end, ptxas, resource limits at load), which surface
     at a kernel's first launch before it runs."""
@@ -204,8 +209,7 @@ def classify_forward_error(exc: BaseException) -> str:
     device fault anywhere in its chain (even under a Triton wrapper, e.g. a later kernel's first
     launch failing in a poisoned CUDA context) and everything else is runtime_error.
     """
-    chain = _exception_chain(exc)
-    if any(_is_device_fault(e) for e in chain):
+    if _device_faulted(exc):
         return STATUS_RUNTIME_ERROR
     return STATUS_COMPILE_ERROR if _is_triton_compile_error(exc) else STATUS_RUNTIME_ERROR
 
@@ -490,8 +494,7 @@ def _load_candidate(request: EvalRequest, ctx: EvalContext, result: EvalResult, 
         module = loader.import_source(request.candidate, ctx.workdir, "candidate")
     except Exception as exc:
         # A kernel launched at import that faults on the device ran: that is not a compile error.
-        faulted = any(_is_device_fault(e) for e in _exception_chain(exc))
-        result.status = STATUS_RUNTIME_ERROR if faulted else STATUS_COMPILE_ERROR
+        result.status = STATUS_RUNTIME_ERROR if _device_faulted(exc) else STATUS_COMPILE_ERROR
         result.error = _error(exc, ctx)
         raise _Stop from None
     model_cls = getattr(module, "ModelNew", None)
