@@ -13,6 +13,13 @@ Then: slime's log holds each step's loss and grad norm and our rollout metrics; 
 `iter_XXXXXXX` converts to HF with `tools/convert_megatron_to_hf`; transformers loads it; its
 weights differ from the initial ones; its logits are finite.
 
+Parallel layouts (`LAYOUTS`): the same preset at TP=1 (1 GPU), TP=2 with sequence parallelism
+(2 GPUs), CP=2 (2 GPUs) and TP=2 x CP=2 (4 GPUs), `--use-dynamic-batch-size` in all; a layout
+skips when fewer GPUs are visible. slime's argument dump must show the layout, and at step 0
+(initial weights) the trainer's log-probs of the rollout tokens must match the engine's (the
+initial HF model in transformers, no parallelism) within bf16 tolerance
+(`train/train_rollout_logprob_abs_diff`, the mean absolute per-token difference).
+
 Needs, on the GPU machine (docs/GPU_TESTS.md says how they were brought there): slime's source
 (`SLIME_DIR`, default third_party/slime) and Megatron-LM's (`MEGATRON_DIR`, default
 third_party/Megatron-LM) at the pinned commits, Ray's CLI, Transformer Engine, SGLang and the
@@ -38,6 +45,12 @@ REPO = Path(__file__).resolve().parents[2]
 SLIME_DIR = Path(os.environ.get("SLIME_DIR", REPO / "third_party" / "slime"))
 MEGATRON_DIR = os.environ.get("MEGATRON_DIR", str(REPO / "third_party" / "Megatron-LM"))
 RUN_TIMEOUT_S = float(os.environ.get("KRL_TRAIN_TIMEOUT_S", "600"))
+# TP, CP of each parallel layout (GPUs = TP x CP); the eval server and the engine share GPU 0.
+LAYOUTS = {"tp1": (1, 1), "tp2": (2, 1), "cp2": (1, 2), "tp2cp2": (2, 2)}
+# Step 0, initial weights: the trainer's per-token log-probs against the engine's. bf16 Megatron
+# vs the engine's transformers forward measured 0.064 at TP=1 (H100, 2026-11-24).
+STEP0_LOGPROB_TOL = 0.1
+ARG_RE = re.compile(r"^\s+([a-z_]+) \.+ (.*)$", re.M)
 STEP_RE = re.compile(r"model\.py:\d+ - step (\d+): (\{.*\})")
 ROLLOUT_RE = re.compile(r"rollout_metrics\.py:\d+ - perf (\d+): (\{.*\})")
 
@@ -104,8 +117,16 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "hf": hf, "env": env}
 
 
-def _train(base: dict[str, Any], credit: str) -> dict[str, Any]:
-    env = dict(base["env"], CREDIT=credit, RUN_NAME=f"train-{credit}", TMUX_SESSION=f"krl-gpu-{credit}")
+def _slime_args(log: str) -> dict[str, str]:
+    """The `name ..... value` lines of slime's argument dump."""
+    return {m.group(1): m.group(2).strip() for m in ARG_RE.finditer(log)}
+
+
+def _train(base: dict[str, Any], credit: str, layout: str) -> dict[str, Any]:
+    tp, cp = LAYOUTS[layout]
+    name = f"{credit}-{layout}"
+    env = dict(base["env"], CREDIT=credit, RUN_NAME=f"train-{name}", TMUX_SESSION=f"krl-gpu-{name}",
+               TP=str(tp), CP=str(cp), TRAIN_GPUS=str(tp * cp))
     run_dir = Path(env["RUNS_ROOT"]) / env["RUN_NAME"]
     t0 = time.monotonic()
     try:
@@ -118,7 +139,7 @@ def _train(base: dict[str, Any], credit: str) -> dict[str, Any]:
         subprocess.run(["bash", "scripts/stop.sh", str(run_dir)], cwd=REPO, env=env, capture_output=True, timeout=300)
         artifacts = os.environ.get("KRL_GPU_ARTIFACTS")
         if artifacts:
-            shutil.copytree(run_dir / "logs", Path(artifacts) / f"logs-{credit}", dirs_exist_ok=True)
+            shutil.copytree(run_dir / "logs", Path(artifacts) / f"logs-{name}", dirs_exist_ok=True)
     log = (run_dir / "logs" / "trainer.log").read_text(errors="replace")
     assert rc == "0", f"trainer exited with {rc} after {time.monotonic() - t0:.0f} s:\n{log[-6000:]}"
     return {"run_dir": run_dir, "log": log, "wall_s": time.monotonic() - t0}
@@ -156,9 +177,22 @@ def _convert_and_check(base: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)
-@pytest.mark.parametrize("credit", ["trajectory", "per_turn"])
-def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str) -> None:
-    run = _train(base, credit)
+@pytest.mark.parametrize(
+    "credit,layout",
+    [("trajectory", "tp1"), ("per_turn", "tp1"), ("per_turn", "tp2"), ("per_turn", "cp2"), ("per_turn", "tp2cp2")],
+)
+def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str, layout: str) -> None:
+    import torch
+
+    tp, cp = LAYOUTS[layout]
+    if torch.cuda.device_count() < tp * cp:
+        pytest.skip(f"layout {layout} needs {tp * cp} GPUs, {torch.cuda.device_count()} visible")
+    run = _train(base, credit, layout)
+    args = _slime_args(run["log"])
+    layout_seen = {k: args.get(k) for k in ("tensor_model_parallel_size", "context_parallel_size",
+                                             "sequence_parallel", "use_dynamic_batch_size")}
+    assert layout_seen == {"tensor_model_parallel_size": str(tp), "context_parallel_size": str(cp),
+                           "sequence_parallel": str(tp > 1), "use_dynamic_batch_size": "True"}, layout_seen
     steps = _dicts(STEP_RE, run["log"])
     rollouts = _dicts(ROLLOUT_RE, run["log"])
     num_rollout = 3  # the preset's NUM_ROLLOUT, one optimizer step per rollout (global batch = all)
@@ -166,6 +200,8 @@ def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str) -> None
     for m in steps.values():
         assert {"train/loss", "train/grad_norm", "train/kl_loss", "train/pg_loss"} <= set(m)
     assert any(m["train/grad_norm"] > 0 for m in steps.values()), steps
+    step0_diff = steps[0]["train/train_rollout_logprob_abs_diff"]
+    assert step0_diff <= STEP0_LOGPROB_TOL, f"step 0 log-prob difference {step0_diff} at {layout}"
     assert sorted(rollouts) == list(range(num_rollout)), f"rollout metrics of steps {sorted(rollouts)}"
     correct = [m["rollout/kernel/correct_rate"] for m in rollouts.values()]
     assert any(0 < c < 1 for c in correct), f"no mixed group outcomes: correct_rate {correct}"
@@ -175,6 +211,7 @@ def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str) -> None
     assert result["logits_finite"], result
     artifacts = os.environ.get("KRL_GPU_ARTIFACTS")
     if artifacts:
-        summary = dict(result, credit=credit, wall_s=round(run["wall_s"], 1), steps=steps,
+        summary = dict(result, credit=credit, layout=layout, slime_layout=layout_seen,
+                       step0_logprob_abs_diff=step0_diff, wall_s=round(run["wall_s"], 1), steps=steps,
                        correct_rate=correct)
-        (Path(artifacts) / f"summary-{credit}.json").write_text(json.dumps(summary, indent=1, default=str))
+        (Path(artifacts) / f"summary-{credit}-{layout}.json").write_text(json.dumps(summary, indent=1, default=str))
