@@ -76,6 +76,11 @@ class Hardening:
     spot_check_trials: int = 20  # reference trials timed in every evaluation when the cache has an entry
     drift_tolerance: float = 0.05  # spot check vs cache disagreement that forces a re-measure
     excessive_speedup: float = 10.0  # above this, re-verify and re-time before reporting
+    # Adaptive timing (timing.time_gpu): at least this many trials, then stop once the median's
+    # 95 % confidence interval is within +- timing_ci_rel of it; the request's timing_trials is
+    # the maximum. timing_ci_rel 0 times exactly timing_trials.
+    timing_min_trials: int = 20
+    timing_ci_rel: float = 0.001
     # Precision: the candidate's normalized error against float64 (max abs diff / max abs value)
     # must stay under max(floor[dtype], factor x the budget of the policy); see _precision_baseline.
     precision_policy: str = "fp32"  # "fp32" (strict) or "tf32" (10-bit-mantissa inputs allowed)
@@ -447,6 +452,11 @@ def _precision_baseline(
         return None
 
 
+def _adaptive(hard: Hardening) -> dict[str, Any]:
+    """time_gpu's adaptive-trial arguments (the same for reference and candidate)."""
+    return {"min_trials": hard.timing_min_trials, "ci_rel": hard.timing_ci_rel}
+
+
 def _timing_sets(ref: _Reference, device: torch.device, n: int) -> list[list[Any]]:
     return [loader.make_inputs(ref.module, s, device) for s in ref.seeds[: max(1, min(n, len(ref.seeds)))]]
 
@@ -467,6 +477,7 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
         "warmup_trials": opts.warmup_trials,
         "input_sets": len(sets),
         "method": TIMING_METHOD,
+        "adaptive": _adaptive(hard),
     }
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None:
@@ -489,7 +500,13 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
     else:
         source = "measured"
     stats = time_gpu(
-        ref.model, sets, trials=opts.timing_trials, warmup=opts.warmup_trials, device=device, flush=flush
+        ref.model,
+        sets,
+        trials=opts.timing_trials,
+        warmup=opts.warmup_trials,
+        device=device,
+        flush=flush,
+        **_adaptive(hard),
     )
     if ctx.ref_cache is not None:
         ctx.ref_cache.put(key, stats)
@@ -759,6 +776,7 @@ def _timing_phase(
             device=device,
             flush=flush,
             last_outputs=last,
+            **_adaptive(hard),
         )
     _check_not_patched(result, snapshot)
     # What was timed must be right: the last output on every input set...
@@ -795,7 +813,15 @@ def _timing_phase(
         # Re-verify on new values and re-time on those buffers before believing it.
         _refill_and_verify(result, ctx, ref, model, sets[0], ref.check_seeds[1], opts)
         with _candidate_code(result, ctx):
-            retimed = time_gpu(model, sets, trials=opts.timing_trials, warmup=1, device=device, flush=flush)
+            retimed = time_gpu(
+                model,
+                sets,
+                trials=opts.timing_trials,
+                warmup=1,
+                device=device,
+                flush=flush,
+                **_adaptive(hard),
+            )
         _check_not_patched(result, snapshot)
         first_speedup = speedup
         cand = retimed if _speedup(ref_stats, retimed) < speedup else cand  # the slower of the two
