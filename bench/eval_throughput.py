@@ -9,7 +9,14 @@ In one invocation:
    on the CPU, the common practice) `--baseline-repeats` times per case, on the same GPU;
 3. prints both and the throughput ratio; `--json` writes everything.
 
+With `--kernelbench DIR` (a local checkout of ScalingIntelligence/KernelBench) the cases are
+KernelBench's own problem files at their real sizes, read from DIR (KERNELBENCH_CASES: L1 19 ReLU,
+23 Softmax, 47 Sum over a dimension, L2 12 Gemm_Multiply_LeakyReLU) with our Triton candidates,
+and the comparison point is KernelBench's own harness (`bench/kernelbench_eval.py`: its
+`eval_kernel_against_ref`, one fresh process per evaluation) instead of baseline_eval.py.
+
   python bench/eval_throughput.py --devices 0 --repeats 3 --baseline-repeats 1 --json out.json
+  python bench/eval_throughput.py --kernelbench third_party/KernelBench --repeats 3 --baseline-repeats 1
 """
 
 from __future__ import annotations
@@ -23,21 +30,67 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.corpus import BENCH_CASES, load_candidate, load_problem  # noqa: E402
+from bench.corpus import BENCH_CASES  # noqa: E402
 from eval_server.launch import running_server  # noqa: E402
 from eval_server.pool import percentile  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 
+# KernelBench problems (level, number) and the bench candidate that solves each.
+KERNELBENCH_CASES: tuple[tuple[int, int, str], ...] = (
+    (1, 19, "relu_large__triton"),  # ReLU, 4096 x 393216
+    (1, 23, "softmax_large__triton"),  # Softmax over dim 1, 4096 x 393216
+    (1, 47, "sum_dim_large__triton"),  # Sum over dim 1, 128 x 4096 x 4095
+    (2, 12, "gemm_scale_leakyrelu_large__triton"),  # Gemm_Multiply_LeakyReLU, 1024 x 8192 x 8192
+)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One benchmark case: a problem file and a candidate file."""
+
+    name: str
+    problem: Path
+    candidate: Path
+
+
+def bench_jobs(names: list[str]) -> list[Job]:
+    """The cases of bench/corpus.py (all when `names` is empty)."""
+    return [
+        Job(
+            c.problem,
+            BENCH_DIR / "problems" / f"{c.problem}.py",
+            BENCH_DIR / "candidates" / f"{c.candidate}.py",
+        )
+        for c in BENCH_CASES
+        if not names or c.problem in names
+    ]
+
+
+def kernelbench_jobs(root: Path, names: list[str]) -> list[Job]:
+    """KERNELBENCH_CASES found in a KernelBench checkout (`KernelBench/level<L>/<N>_*.py`)."""
+    jobs = []
+    for level, number, candidate in KERNELBENCH_CASES:
+        found = sorted((root / "KernelBench" / f"level{level}").glob(f"{number}_*.py"))
+        if len(found) != 1:
+            raise SystemExit(
+                f"expected one KernelBench/level{level}/{number}_*.py under {root}, found {len(found)}"
+            )
+        name = f"L{level}_{found[0].stem}"
+        if not names or name in names or found[0].stem in names:
+            jobs.append(Job(name, found[0], BENCH_DIR / "candidates" / f"{candidate}.py"))
+    return jobs
+
 
 def run_ours(
-    devices: str, workers_per_device: int, repeats: int, cases: list, tmp: Path, timeout_s: float
+    devices: str, workers_per_device: int, repeats: int, cases: list[Job], tmp: Path, timeout_s: float
 ) -> dict:
     """Every case `repeats` times; up to 2 requests per worker in flight so the queue never runs dry."""
     rows: list[dict] = []
@@ -51,16 +104,16 @@ def run_ours(
         def one(job: tuple[int, object]) -> None:
             rep, case = job
             body = {
-                "reference": load_problem(case.problem),
-                "candidate": load_candidate(case.candidate),
-                "problem_id": case.problem,
+                "reference": case.problem.read_text(encoding="utf-8"),
+                "candidate": case.candidate.read_text(encoding="utf-8"),
+                "problem_id": case.name,
             }
             t = time.perf_counter()
             res = httpx.post(f"{url}/eval", json=body, timeout=timeout_s + 600).json()
             latency = time.perf_counter() - t
             rows.append(
                 {
-                    "case": case.problem,
+                    "case": case.name,
                     "repeat": rep,
                     "latency_s": latency,
                     "status": res["status"],
@@ -73,7 +126,7 @@ def run_ours(
                 }
             )
             print(
-                f"ours  {case.problem:28s} rep {rep}  {res['status']:14s} {latency:6.2f} s "
+                f"ours  {case.name:28s} rep {rep}  {res['status']:14s} {latency:6.2f} s "
                 f"(in worker {res['elapsed_s']:.2f} s)  "
                 f"speedup {res['speedup'] if res['speedup'] is None else round(res['speedup'], 3)}  "
                 f"{res.get('reference_timing_source') or ''}",
@@ -103,17 +156,26 @@ def run_ours(
     }
 
 
-def run_baseline(device: str, repeats: int, cases: list, timeout_s: float) -> dict:
+def run_baseline(
+    device: str, repeats: int, cases: list[Job], timeout_s: float, kernelbench: Path | None = None
+) -> dict:
+    """Each case in a fresh process: baseline_eval.py, or KernelBench's harness from `kernelbench`."""
     rows = []
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": device}
     t0 = time.perf_counter()
     for rep in range(repeats):
         for case in cases:
-            cmd = [
-                sys.executable, str(BENCH_DIR / "baseline_eval.py"),
-                "--problem", str(BENCH_DIR / "problems" / f"{case.problem}.py"),
-                "--candidate", str(BENCH_DIR / "candidates" / f"{case.candidate}.py"),
-            ]  # fmt: skip
+            files = ["--problem", str(case.problem), "--candidate", str(case.candidate)]
+            if kernelbench is None:
+                cmd = [sys.executable, str(BENCH_DIR / "baseline_eval.py"), *files]
+            else:
+                cmd = [
+                    sys.executable,
+                    str(BENCH_DIR / "kernelbench_eval.py"),
+                    "--kernelbench",
+                    str(kernelbench),
+                    *files,
+                ]
             t = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
             latency = time.perf_counter() - t
@@ -121,10 +183,8 @@ def run_baseline(device: str, repeats: int, cases: list, timeout_s: float) -> di
                 out = json.loads(proc.stdout.strip().splitlines()[-1])
             except (IndexError, json.JSONDecodeError):
                 out = {"error": proc.stderr[-800:]}
-            rows.append({"case": case.problem, "repeat": rep, "latency_s": latency, **out})
-            print(
-                f"base  {case.problem:28s} rep {rep}  {latency:6.2f} s  {json.dumps(out)[:160]}", flush=True
-            )
+            rows.append({"case": case.name, "repeat": rep, "latency_s": latency, **out})
+            print(f"base  {case.name:28s} rep {rep}  {latency:6.2f} s  {json.dumps(out)[:160]}", flush=True)
     wall = time.perf_counter() - t0
     lat = [r["latency_s"] for r in rows]
     return {
@@ -144,10 +204,16 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--baseline-repeats", type=int, default=1)
     p.add_argument("--cases", default="", help="comma-separated problem names (default: all)")
+    p.add_argument(
+        "--kernelbench",
+        type=Path,
+        help="KernelBench checkout: run its problems and compare with its own harness (module docstring)",
+    )
     p.add_argument("--timeout-s", type=float, default=300.0)
     p.add_argument("--json", type=Path)
     args = p.parse_args()
-    cases = [c for c in BENCH_CASES if not args.cases or c.problem in args.cases.split(",")]
+    names = [n for n in args.cases.split(",") if n]
+    cases = kernelbench_jobs(args.kernelbench, names) if args.kernelbench else bench_jobs(names)
     results: dict[str, dict | None] = {}
     for wpd in [int(w) for w in args.workers_per_device.split(",")]:
         with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
@@ -155,32 +221,46 @@ def main() -> int:
                 args.devices, wpd, args.repeats, cases, Path(tmp), args.timeout_s
             )
     base = (
-        run_baseline(args.devices.split(",")[0], args.baseline_repeats, cases, args.timeout_s)
+        run_baseline(
+            args.devices.split(",")[0], args.baseline_repeats, cases, args.timeout_s, args.kernelbench
+        )
         if args.baseline_repeats
         else None
     )
-    results["baseline"] = base
+    base_name = "kernelbench_harness" if args.kernelbench else "baseline"
+    results[base_name] = base
     print()
-    print(f"{'':18s} {'evals':>6s} {'wall s':>8s} {'evals/min':>10s} {'p50 s':>7s} {'p95 s':>7s}")
+    print(f"{'':20s} {'evals':>6s} {'wall s':>8s} {'evals/min':>10s} {'p50 s':>7s} {'p95 s':>7s}")
     for name, r in results.items():
         if r:
             print(
-                f"{name:18s} {r['evaluations']:6d} {r['wall_s']:8.1f} {r['evals_per_min']:10.2f} {r['p50_s']:7.2f} {r['p95_s']:7.2f}"
+                f"{name:20s} {r['evaluations']:6d} {r['wall_s']:8.1f} {r['evals_per_min']:10.2f} {r['p50_s']:7.2f} {r['p95_s']:7.2f}"
             )
     for name, r in results.items():
-        if r and name != "baseline":
+        if r and name != base_name:
             if base:
-                print(f"throughput ratio {name}/baseline: {r['evals_per_min'] / base['evals_per_min']:.1f}x")
+                print(
+                    f"{name}/{base_name}: throughput {r['evals_per_min'] / base['evals_per_min']:.1f}x, "
+                    f"p50 latency {base['p50_s'] / r['p50_s']:.1f}x lower"
+                )
             print(f"{name}: warm p50 {r['warm_p50_s']}, cold mean {r['cold_mean_s']:.2f} s")
             print(
                 f"{name} phase means (s):", json.dumps({k: round(v, 3) for k, v in r["phase_mean_s"].items()})
             )
+            for case in cases:
+                rows = [row for row in r["rows"] if row["case"] == case.name and row["repeat"] > 0]
+                if rows:
+                    keys = sorted({k for row in rows for k in row["phases"]})
+                    means = {
+                        k: round(statistics.fmean(row["phases"].get(k, 0.0) for row in rows), 3) for k in keys
+                    }
+                    print(f"  {case.name} warm phases (s):", json.dumps(means))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     bad = [
         row
         for name, r in results.items()
-        if r and name != "baseline"
+        if r and name != base_name
         for row in r["rows"]
         if row["status"] != "ok"
     ]

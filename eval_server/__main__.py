@@ -145,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a cached reference timing is re-measured when a spot check differs by more than this",
     )
     dev.add_argument(
+        "--timing-ci",
+        type=float,
+        default=0.001,
+        help="adaptive timing: stop once the median's 95%% confidence interval is within +- this share "
+        "(after at least 20 trials, at most the request's timing_trials); 0 = always timing_trials",
+    )
+    dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
     )
     p.add_argument("--log-level", default="INFO", help="logging level")
@@ -173,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         else Path(args.ref_cache).expanduser().resolve(),
         excessive_speedup=args.excessive_speedup,
         drift_tolerance=args.drift_tolerance,
+        timing_ci=args.timing_ci,
         precision_policy=args.precision_policy,
     )
     pool = WorkerPool(config)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from eval_server import loader
-from eval_server.compare import compare_outputs, flatten_output, normalized_error, tolerance_for
+from eval_server.compare import compare_outputs, error_parts, flatten_output, normalized_error, tolerance_for
 from eval_server.feedback import build_feedback
 from eval_server.gpu_lock import GpuLock
 from eval_server.ref_cache import RefTimingCache
@@ -76,6 +76,11 @@ class Hardening:
     spot_check_trials: int = 20  # reference trials timed in every evaluation when the cache has an entry
     drift_tolerance: float = 0.05  # spot check vs cache disagreement that forces a re-measure
     excessive_speedup: float = 10.0  # above this, re-verify and re-time before reporting
+    # Adaptive timing (timing.time_gpu): at least this many trials, then stop once the median's
+    # 95 % confidence interval is within +- timing_ci_rel of it; the request's timing_trials is
+    # the maximum. timing_ci_rel 0 times exactly timing_trials.
+    timing_min_trials: int = 20
+    timing_ci_rel: float = 0.001
     # Precision: the candidate's normalized error against float64 (max abs diff / max abs value)
     # must stay under max(floor[dtype], factor x the budget of the policy); see _precision_baseline.
     precision_policy: str = "fp32"  # "fp32" (strict) or "tf32" (10-bit-mantissa inputs allowed)
@@ -137,6 +142,7 @@ class _Precision:
     ref_error: float  # normalized error of the fp32 (problem-dtype) reference against float64
     budget: float  # normalized error allowed under the precision policy, before the factor
     dtype: str  # dtype of the first floating output
+    ref_scale: float = 0.0  # a lower bound of max|reference output| (finite floating elements)
 
 
 @dataclass
@@ -415,9 +421,12 @@ def _precision_baseline(
             ]
         )
         del model64
-        budget = normalized_error(out32, out64)
-        if budget is None:
+        parts = error_parts(out32, out64)
+        if parts is None:
             return None
+        diff64, mag64 = parts
+        ref_error = diff64 / mag64 if mag64 > 0 else (0.0 if diff64 == 0 else math.inf)
+        budget = ref_error
         if policy == "tf32":
             model_r = copy.deepcopy(model)
             for p in list(model_r.parameters()) + list(model_r.buffers()):
@@ -432,11 +441,20 @@ def _precision_baseline(
         first = next((t for t in _leaves(out32) if t.is_floating_point()), None)
         if first is None:
             return None
-        ref_error = normalized_error(out32, out64) or 0.0
         del out64  # not kept: a KernelBench output in float64 can be 10+ GB
-        return _Precision(ref_error=ref_error, budget=budget, dtype=str(first.dtype).removeprefix("torch."))
+        return _Precision(
+            ref_error=ref_error,
+            budget=budget,
+            dtype=str(first.dtype).removeprefix("torch."),
+            ref_scale=max(0.0, mag64 - diff64),  # |r32| >= |r64| - |r32 - r64|
+        )
     except Exception:  # noqa: BLE001 - some ops have no float64 kernel; the check is then skipped
         return None
+
+
+def _adaptive(hard: Hardening) -> dict[str, Any]:
+    """time_gpu's adaptive-trial arguments (the same for reference and candidate)."""
+    return {"min_trials": hard.timing_min_trials, "ci_rel": hard.timing_ci_rel}
 
 
 def _timing_sets(ref: _Reference, device: torch.device, n: int) -> list[list[Any]]:
@@ -459,6 +477,7 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
         "warmup_trials": opts.warmup_trials,
         "input_sets": len(sets),
         "method": TIMING_METHOD,
+        "adaptive": _adaptive(hard),
     }
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None:
@@ -481,7 +500,13 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
     else:
         source = "measured"
     stats = time_gpu(
-        ref.model, sets, trials=opts.timing_trials, warmup=opts.warmup_trials, device=device, flush=flush
+        ref.model,
+        sets,
+        trials=opts.timing_trials,
+        warmup=opts.warmup_trials,
+        device=device,
+        flush=flush,
+        **_adaptive(hard),
     )
     if ctx.ref_cache is not None:
         ctx.ref_cache.put(key, stats)
@@ -610,7 +635,7 @@ def _correctness_phase(
             TrialResult(seed, cmp.passed, cmp.max_abs_diff, cmp.max_rel_diff, cmp.mismatch, cmp.detail)
         )
         if i == 0 and cmp.passed:
-            _precision_check(result, ctx, ref, out)
+            _precision_check(result, ctx, ref, out, cmp.max_abs_diff)
         del out, args
     _check_not_patched(result, snapshot)
     diffs = [t.max_abs_diff for t in result.trials if t.max_abs_diff is not None]
@@ -662,10 +687,32 @@ def _first_trial_checks(
         raise _Stop
 
 
-def _precision_check(result: EvalResult, ctx: EvalContext, ref: _Reference, out: Any) -> None:
+def precision_check_needed(max_abs_diff: float | None, ref_scale: float, floor: float) -> bool:
+    """Whether the candidate's float64 error pass can change the verdict.
+
+    The check rejects only an error above max(floor, ...), and the error it measures is at most
+    err32 = max|out - ref| / max|ref|. The comparison already has max|out - ref| (in fp32 math:
+    at most 2**-23 relative below the exact value; the margin covers it) and the reference phase
+    a lower bound of max|ref|: when that bound on err32 is under the floor, the check cannot fire
+    and its pass over the output (a float64 copy of every element) is skipped.
+    """
+    if max_abs_diff is None or not math.isfinite(max_abs_diff):
+        return True
+    if max_abs_diff == 0.0:
+        return False
+    return ref_scale <= 0.0 or max_abs_diff * (1.0 + 2.0**-20) / ref_scale > floor
+
+
+def _precision_check(
+    result: EvalResult, ctx: EvalContext, ref: _Reference, out: Any, max_abs_diff: float | None = None
+) -> None:
     """Reject computing in lower precision than the reference (e.g. bf16 math for an fp32 problem)."""
     prec = ref.precision
     if prec is None:
+        return
+    hard = ctx.hardening
+    floor = hard.precision_floor.get(prec.dtype, hard.precision_floor["float32"])
+    if not precision_check_needed(max_abs_diff, prec.ref_scale, floor):
         return
     err32 = normalized_error(out, ref.outputs[ref.seeds[0]])
     if err32 is None:
@@ -673,8 +720,6 @@ def _precision_check(result: EvalResult, ctx: EvalContext, ref: _Reference, out:
     # Distance to float64 is at least the distance to the reference minus the reference's own
     # error (triangle inequality), so this never overstates the candidate's error.
     err = max(0.0, err32 - prec.ref_error)
-    hard = ctx.hardening
-    floor = hard.precision_floor.get(prec.dtype, hard.precision_floor["float32"])
     factor = hard.precision_factor if hard.precision_policy == "fp32" else hard.precision_factor_tf32
     limit = max(floor, factor * prec.budget)
     if err > limit:
@@ -731,6 +776,7 @@ def _timing_phase(
             device=device,
             flush=flush,
             last_outputs=last,
+            **_adaptive(hard),
         )
     _check_not_patched(result, snapshot)
     # What was timed must be right: the last output on every input set...
@@ -767,7 +813,15 @@ def _timing_phase(
         # Re-verify on new values and re-time on those buffers before believing it.
         _refill_and_verify(result, ctx, ref, model, sets[0], ref.check_seeds[1], opts)
         with _candidate_code(result, ctx):
-            retimed = time_gpu(model, sets, trials=opts.timing_trials, warmup=1, device=device, flush=flush)
+            retimed = time_gpu(
+                model,
+                sets,
+                trials=opts.timing_trials,
+                warmup=1,
+                device=device,
+                flush=flush,
+                **_adaptive(hard),
+            )
         _check_not_patched(result, snapshot)
         first_speedup = speedup
         cand = retimed if _speedup(ref_stats, retimed) < speedup else cand  # the slower of the two

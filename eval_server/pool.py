@@ -68,6 +68,7 @@ class PoolConfig:
     ref_cache: Path | None = None  # persistent reference-timing cache (GPU workers)
     excessive_speedup: float = 10.0
     drift_tolerance: float = 0.05
+    timing_ci: float = 0.001  # adaptive timing trials (evaluate.Hardening.timing_ci_rel)
     precision_policy: str = "fp32"
 
 
@@ -145,6 +146,8 @@ class WorkerHandle:
             str(self.config.excessive_speedup),
             "--drift-tolerance",
             str(self.config.drift_tolerance),
+            "--timing-ci",
+            str(self.config.timing_ci),
             "--precision-policy",
             self.config.precision_policy,
         ]

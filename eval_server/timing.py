@@ -23,7 +23,10 @@ either fires, the caller compares `launch_median_ms` instead (evaluate.py), and 
 of the first correctness call rejects kernels on other streams outright.
 
 Warm-up calls first; the first timed trial of each kind is discarded; median, min, mean, IQR and
-CV are reported. Inputs rotate over several sets so one set cannot sit in cache, and the output
+CV are reported. The number of trials is fixed (`trials`) or adaptive: with `min_trials` and
+`ci_rel`, trials stop once at least `min_trials` lead-timed ones are in and the distribution-free
+95 % confidence interval of their median (order statistics) is within +-`ci_rel` of it, or at
+`trials` (the maximum) if it never gets that tight. Inputs rotate over several sets so one set cannot sit in cache, and the output
 of the last call on each set is handed back so the caller can verify what was timed.
 The torch entry points are bound at import (before any candidate exists in the process).
 """
@@ -31,6 +34,7 @@ The torch entry points are bound at import (before any candidate exists in the p
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -57,6 +61,23 @@ MAX_LEAD_MS = 20.0
 ESCAPE_MARGIN_MS = 0.025
 ESCAPE_MARGIN_FRACTION = 0.10
 _cycles_per_ms: dict[int, float] = {}
+_Z95 = 1.96
+
+
+def median_ci_rel(times_ms: Sequence[float]) -> float:
+    """Half-width of the ~95 % confidence interval of the median, relative to the median.
+
+    Distribution-free: the interval between the order statistics n/2 -+ 1.96 sqrt(n)/2 (the
+    normal approximation of the binomial), clipped to the sample. inf for fewer than 2 values.
+    """
+    n = len(times_ms)
+    if n < 2:
+        return math.inf
+    xs = sorted(times_ms)
+    half = _Z95 * math.sqrt(n) / 2
+    lo, hi = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half) - 1)
+    med = statistics.median(xs)
+    return (xs[hi] - xs[lo]) / (2 * med) if med > 0 else math.inf
 
 
 def l2_flush_buffer(device: torch.device) -> torch.Tensor:
@@ -139,6 +160,14 @@ def _trial(fn: Callable[..., Any], args: Sequence[Any], device: torch.device, le
     return _Trial(start.elapsed_time(stream_end), start.elapsed_time(end), (t1 - t0) * 1e3, wall, out)
 
 
+def _enough(times: list[float], trials: int, min_trials: int | None, ci_rel: float) -> bool:
+    """Whether the lead-timed trials so far (the first is discarded later) complete the timing."""
+    if len(times) >= trials:
+        return True
+    kept = times[1:]
+    return min_trials is not None and len(kept) >= min_trials and median_ci_rel(kept) <= ci_rel
+
+
 def time_gpu(
     fn: Callable[..., Any],
     input_sets: Sequence[Sequence[Any]],
@@ -149,10 +178,16 @@ def time_gpu(
     flush: torch.Tensor | None = None,
     last_outputs: dict[int, Any] | None = None,
     min_warmup_ms: float = 200.0,
+    min_trials: int | None = None,
+    ci_rel: float = 0.0,
 ) -> TimingStats:
     """Median-based timing of `fn(*inputs)` in milliseconds over `trials` lead-timed trials (the
     first discarded), with one launch-inclusive check trial per LAUNCH_EVERY - 1 of them
     interleaved (`launch_median_ms`, `escaped_ms`, and the wall clock of those trials).
+
+    Adaptive (`min_trials` set and `ci_rel` > 0): `trials` becomes the maximum, and timing stops
+    as soon as at least `min_trials` kept trials give a median confidence interval within
+    +-`ci_rel` (median_ci_rel); `TimingStats.trials` says how many were kept.
 
     Warm-up runs at least `warmup` calls and at least `min_warmup_ms` of wall time: each
     evaluation is a fresh process on a GPU that may have idled, and a few calls of a 100 us
@@ -189,11 +224,14 @@ def time_gpu(
         launch: list[float] = []  # start (before the call) to end: launch-inclusive check trials
         beyond_call: list[float] = []  # per check trial: launch-inclusive time minus the host's call
         walls: list[float] = []
-        n = trials * LAUNCH_EVERY // (LAUNCH_EVERY - 1) if lead else trials
-        schedule = [lead and j % LAUNCH_EVERY == LAUNCH_EVERY - 1 for j in range(n)]
-        if lead and schedule.count(True) < 2:
-            schedule += [True] * (2 - schedule.count(True))
-        for i, check in enumerate(schedule):
+        adaptive = min_trials is not None and ci_rel > 0 and min_trials < trials
+        i = 0
+        while True:
+            check = lead and i % LAUNCH_EVERY == LAUNCH_EVERY - 1
+            if not check and _enough(times, trials, min_trials if adaptive else None, ci_rel):
+                if not lead or len(launch) >= 2:
+                    break
+                check = True  # at least two check trials, whatever the count
             k = i % len(input_sets)
             flush.zero_()
             _synchronize(device)
@@ -209,6 +247,7 @@ def time_gpu(
             if last_outputs is not None:
                 last_outputs[k] = t.out
             del t
+            i += 1
         if lead:
             # What a single-kernel call on the current stream shows beyond its host call time
             # in a check trial (submission latency, event records): the legitimate baseline.

@@ -110,6 +110,7 @@ class Worker:
         self.hardening_overrides = {
             "excessive_speedup": args.excessive_speedup,
             "drift_tolerance": args.drift_tolerance,
+            "timing_ci_rel": args.timing_ci,
             "precision_policy": args.precision_policy,
         }
         self.versions: dict[str, Any] = {}
@@ -418,6 +419,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu-lock", default="", help="lock file shared by the evaluations of this GPU")
     parser.add_argument("--excessive-speedup", type=float, default=10.0)
     parser.add_argument("--drift-tolerance", type=float, default=0.05)
+    parser.add_argument("--timing-ci", type=float, default=0.001)
     parser.add_argument("--precision-policy", choices=["fp32", "tf32"], default="fp32")
     args = parser.parse_args(argv)
 

@@ -312,3 +312,33 @@ def test_chunked_comparison_matches_unchunked(monkeypatch):
     assert compare.normalized_error(cand.nan_to_num(), ref) == pytest.approx(
         3.0 / float(ref.abs().max()), rel=1e-3
     )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_sync_comparison_matches_elementwise_definition(monkeypatch, seed):
+    """The device-side statistics agree with isclose and the max diffs computed element by element,
+    with and without inf/NaN (which take the matching pass), over several chunks."""
+    import eval_server.compare as compare
+
+    monkeypatch.setattr(compare, "_CHUNK", 64)
+    g = torch.Generator().manual_seed(seed)
+    ref = torch.randn(1000, generator=g)
+    cand = ref + 1e-3 * torch.randn(1000, generator=g) * (seed % 3)
+    if seed >= 3:
+        idx = torch.randperm(1000, generator=g)[:6]
+        ref[idx[:2]] = cand[idx[:2]] = float("inf")  # matching infinities
+        ref[idx[2]] = cand[idx[2]] = float("nan")  # NaN in both
+        if seed == 5:
+            cand[idx[3]] = float("nan")  # a NaN the reference does not have
+    tol = 1e-2
+    same = (cand == ref) | (ref.isnan() & cand.isnan())
+    diff = torch.where(same, torch.zeros_like(ref), (cand - ref).abs())
+    expect_ok = bool(torch.isclose(cand, ref, rtol=tol, atol=tol, equal_nan=True).all())
+    ok, max_abs, max_rel = compare._tensor_close(ref, cand, tol)
+    assert ok == expect_ok
+    if not bool(diff.isfinite().all()):
+        assert (max_abs, max_rel) == (math.inf, math.inf)
+    else:
+        big = ref.abs() > tol
+        assert max_abs == pytest.approx(float(diff.max()))
+        assert max_rel == pytest.approx(float((diff[big] / ref[big].abs()).max()))

@@ -1,0 +1,112 @@
+"""time_gpu's trial schedule (fixed and adaptive) on a simulated device clock, and the median's
+confidence interval that decides when adaptive timing stops. The CUDA entry points timing.py
+binds at import are replaced by a clock that kernels, GPU delays and events share."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from eval_server import timing
+
+
+class _Clock:
+    """One stream: every call queues work that ends at `now`; events read `now`."""
+
+    def __init__(self, kernel_ms: float, noise: float, seed: int = 0) -> None:
+        self.now = 0.0
+        self.kernel_ms, self.noise = kernel_ms, noise
+        self.rng = random.Random(seed)
+        self.kernel_calls = 0
+
+    def kernel(self, *_args: object) -> torch.Tensor:
+        self.kernel_calls += 1
+        self.now += self.kernel_ms * (1 + self.noise * self.rng.uniform(-1, 1))
+        return torch.zeros(1)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        clock = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.t = 0.0
+
+            def record(self) -> None:
+                self.t = clock.now
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, end: Event) -> float:
+                return end.t - self.t
+
+        def sleep(cycles: int) -> None:
+            clock.now += cycles / 1e6  # 1e6 cycles per ms
+
+        monkeypatch.setattr(timing, "_Event", Event)
+        monkeypatch.setattr(timing, "_synchronize", lambda *_a: None)
+        monkeypatch.setattr(timing, "_gpu_sleep", sleep)
+        monkeypatch.setitem(timing._cycles_per_ms, 0, 1e6)
+
+
+def _time(monkeypatch: pytest.MonkeyPatch, clock: _Clock, **kwargs: object) -> timing.TimingStats:
+    clock.install(monkeypatch)
+    return timing.time_gpu(
+        clock.kernel,
+        [[], [], []],
+        warmup=1,
+        device=torch.device("cuda", 0),
+        flush=torch.empty(4),
+        min_warmup_ms=0.0,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_fixed_count_is_unchanged_without_adaptive_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(kernel_ms=1.0, noise=0.0)
+    stats = _time(monkeypatch, clock, trials=100)
+    # 100 lead-timed trials (first discarded) + one check trial per three: 133 timed calls.
+    assert stats.trials == 99
+    assert clock.kernel_calls - 1 == 133
+    assert stats.median_ms == pytest.approx(1.0)
+
+
+def test_adaptive_stops_at_the_minimum_when_the_median_is_tight(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(kernel_ms=3.0, noise=1e-4)
+    stats = _time(monkeypatch, clock, trials=100, min_trials=20, ci_rel=1e-3)
+    assert stats.trials == 20
+    assert timing.median_ci_rel([3.0] * 20) == 0.0
+    assert stats.median_ms == pytest.approx(3.0, rel=1e-3)
+
+
+def test_adaptive_runs_to_the_maximum_when_noise_keeps_the_interval_wide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock(kernel_ms=0.01, noise=0.2)
+    stats = _time(monkeypatch, clock, trials=100, min_trials=20, ci_rel=1e-3)
+    assert stats.trials == 99
+
+
+def test_adaptive_stops_in_between_for_moderate_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(kernel_ms=1.0, noise=0.01)  # uniform +-1 %: ~0.58 % CV
+    stats = _time(monkeypatch, clock, trials=1000, min_trials=20, ci_rel=1e-3)
+    assert 20 < stats.trials < 999
+
+
+def test_at_least_two_check_trials_even_for_two_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(kernel_ms=1.0, noise=0.0)
+    stats = _time(monkeypatch, clock, trials=2)
+    assert stats.trials == 1 and stats.launch_median_ms is not None
+    assert clock.kernel_calls - 1 == 4
+
+
+def test_median_ci_rel() -> None:
+    assert timing.median_ci_rel([1.0]) == float("inf")
+    assert timing.median_ci_rel([2.0, 2.0, 2.0]) == 0.0
+    xs = [1.0 + i / 100 for i in range(100)]  # 1.00 .. 1.99, median 1.495
+    # order statistics 50 -+ 9.8: the 41st and 60th values (0-based 40 and 59)
+    assert timing.median_ci_rel(xs) == pytest.approx((1.59 - 1.40) / (2 * 1.495))
+    wide = timing.median_ci_rel([1.0, 1.5, 2.0, 2.5, 3.0])
+    assert wide == pytest.approx((3.0 - 1.0) / (2 * 2.0))
