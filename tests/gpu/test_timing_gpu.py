@@ -1,5 +1,7 @@
 """eval_server.timing.time_gpu on a real GPU: the lead excludes host launch time, and work that
-runs outside the timed stream during the lead is measured by the launch-inclusive check trials.
+runs outside the timed stream during the lead is measured by the launch-inclusive check trials,
+one call per trial or k calls (the method of short problems); and the A/A steadiness of a small
+kernel's speedup over evaluations through a pool worker, a restart included (issue 16).
 
 Run on the GPU machine: `python -m pytest -m gpu tests/gpu/test_timing_gpu.py`.
 """
@@ -74,3 +76,52 @@ def test_work_on_a_side_stream_during_the_lead_is_caught() -> None:
     assert stats.launch_median_ms >= 0.9 * work_ms, stats
     assert stats.median_ms < stats.launch_median_ms - 0.4, stats  # the lead hid part of the work
     assert stats.escaped_ms > 0.1, stats
+
+
+def test_batched_trials_report_per_call_times_of_a_short_kernel() -> None:
+    """k back-to-back calls per trial (the method of problems whose reference is under 50 us):
+    per-call times close to one call per trial, the method recorded, a small in-process spread."""
+    x = torch.randn(64, 1000, device=DEVICE)
+    single = timing.time_gpu(torch.relu, [[x]], trials=100, warmup=3, device=DEVICE)
+    k = timing.calls_per_trial_for(single.median_ms)
+    assert single.median_ms < timing.SHORT_REFERENCE_MS and k >= 2, single
+    batched = timing.time_gpu(torch.relu, [[x]], trials=100, warmup=3, device=DEVICE, calls_per_trial=k)
+    assert (single.method, single.calls_per_trial) == (timing.METHOD_SINGLE, 1)
+    assert (batched.method, batched.calls_per_trial) == (timing.METHOD_BATCHED, k)
+    # warm L2 after the first call of a trial: per call at most the single-call time (+ 20 %)
+    assert 0 < batched.median_ms <= 1.2 * single.median_ms, (single, batched)
+    assert batched.cv < 0.05 and batched.escaped_ms == 0.0, batched
+
+
+def test_side_stream_work_is_caught_in_batched_trials_too() -> None:
+    cycles = 1_000_000
+    side = torch.cuda.Stream(device=DEVICE)
+    x = torch.randn(1024, device=DEVICE)
+
+    def hidden(t: torch.Tensor) -> torch.Tensor:
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(cycles)
+        t_end = time.perf_counter() + 1e-4
+        while time.perf_counter() < t_end:
+            pass
+        return t + 1
+
+    stats = timing.time_gpu(hidden, [[x]], trials=30, warmup=3, device=DEVICE, calls_per_trial=4)
+    assert stats.escaped_ms > 0.05, stats
+
+
+def test_small_kernel_speedup_is_steady_over_evaluations_and_a_worker_restart(tmp_path) -> None:
+    """Issue 16: a ~4 us ReLU evaluated 8 times through a pool worker (cache empty at first, a
+    worker restart before round 3, a crashing candidate before round 5) keeps one method and a
+    speedup CV within 2 %; a 72 us layer norm is timed one call per trial."""
+    from bench import timing_noise
+
+    cases = timing_noise.select_cases("relu_large:64x1000,layernorm_large:full")
+    records = timing_noise.run(cases, "0", repeats=8, pause_s=2.0, restart_at=3, crash_at=5, workdir=tmp_path)
+    rows = timing_noise.summarize(records)
+    print(timing_noise.format_table(rows))
+    assert timing_noise.failures(rows, max_cv=0.02) == [], timing_noise.format_table(rows)
+    relu, layernorm = rows
+    assert relu.methods[0].startswith(timing.METHOD_BATCHED + " x"), relu
+    assert layernorm.methods == [timing.METHOD_SINGLE + " x1"], layernorm
+    assert relu.tagged["after-restart"] is not None and relu.tagged["after-crash"] is not None
