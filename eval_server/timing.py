@@ -25,9 +25,10 @@ call rejects kernels on other streams outright.
 One method per problem (`calls_per_trial_for`): a reference whose lead-timed median is below
 SHORT_REFERENCE_MS is timed, with its candidate, by trials of k back-to-back calls (k a power of
 two, chosen from that recorded median so a trial spans at least BATCH_TRIAL_MS); every other
-problem one call per trial. Reported times are per call. A 2-8 us kernel is a few ticks of the
-event clock and its per-trial fixed costs (first launch after the lead, event records) are a
-large share of it; k calls amortise both, and the escape margins scale with the trial.
+problem one call per trial. Reported times are per call. CUDA events resolve about 0.5 us (CUDA
+runtime documentation), so a 2-8 us kernel is 4-16 ticks, and its per-trial fixed costs (first
+launch after the lead, event records) are a large share of it; k calls amortise both, and the
+escape margins scale with the trial.
 
 Warm-up calls first; the first timed trial of each kind is discarded; median, min, mean, IQR and
 CV are reported. Inputs rotate over several sets so one set cannot sit in cache, and the output
