@@ -10,7 +10,8 @@ with all math inside `@triton.jit` kernels.
 Size convention: every size of a problem is a module-level ALL_CAPS integer constant on a line of
 its own (`BATCH = 4096`). Values that are not sizes (a reduce dim, a multiplier) are lower case
 and are never touched. `shrunk_problem(name, factor)` divides every size constant so tests can
-run the same problem, at a toy size, in the Triton interpreter. The candidates mask every tile,
+run the same problem, at a toy size, in the Triton interpreter; `sized_problem(name, sizes)` sets
+them to given values (the timing-noise bench's size ladder). The candidates mask every tile,
 so any shrunk size is valid (no multiple-of-16 requirement).
 """
 
@@ -27,6 +28,7 @@ __all__ = [
     "load_problem",
     "shrunk_problem",
     "size_constants",
+    "sized_problem",
 ]
 
 _HERE = Path(__file__).resolve().parent
@@ -91,10 +93,24 @@ def shrunk_problem(name: str, factor: int) -> str:
     if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
         raise ValueError(f"factor must be a positive integer, got {factor!r}")
     source = load_problem(name)
-    if not size_constants(source):
+    return sized_problem(name, {k: max(1, v // factor) for k, v in size_constants(source).items()})
+
+
+def sized_problem(name: str, sizes: dict[str, int]) -> str:
+    """Problem source with the named size constants set to `sizes` (others keep their value);
+    ValueError for a name that is not one of the problem's size constants or a size below 1."""
+    source = load_problem(name)
+    known = size_constants(source)
+    if not known:
         raise ValueError(f"problem {name!r} has no ALL_CAPS integer size constants")
+    unknown = sorted(set(sizes) - set(known))
+    if unknown:
+        raise ValueError(f"problem {name!r} has no size constant(s) {unknown}; known: {sorted(known)}")
+    bad = {k: v for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1}
+    if bad:
+        raise ValueError(f"sizes must be positive integers, got {bad}")
 
-    def shrink(m: re.Match[str]) -> str:
-        return f"{m['name']} = {max(1, int(m['value']) // factor)}{m['tail']}"
+    def resize(m: re.Match[str]) -> str:
+        return f"{m['name']} = {sizes.get(m['name'], int(m['value']))}{m['tail']}"
 
-    return _SIZE_LINE.sub(shrink, source)
+    return _SIZE_LINE.sub(resize, source)

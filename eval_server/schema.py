@@ -119,10 +119,14 @@ class TimingStats:
     wall_median_ms: float | None = None
     # timing.py: median of the trials timed without the GPU lead (host launch time included)
     launch_median_ms: float | None = None
-    lead_ms: float | None = None  # GPU delay queued before each timed call (None: not used)
+    lead_ms: float | None = None  # GPU delay queued before each timed trial (None: not used)
     # launch-inclusive median beyond the lead-timed one plus the host's call time: work that
     # ran outside the timed stream during the lead (0.0 when none)
     escaped_ms: float | None = None
+    # timing.py: "gpu-time" (one call per trial) or "gpu-time-batched" (`calls_per_trial`
+    # back-to-back calls per trial, times per call); fixed per problem, the same for both models
+    method: str | None = None
+    calls_per_trial: int = 1
 
 
 @dataclass

@@ -18,9 +18,17 @@ stream-end to end must stay within this process's bare synchronize latency (work
 after the stream's), and every LAUNCH_EVERY-th trial is timed without the lead, start event
 before the call, as the common method does: its median must not exceed the lead-timed one
 (with its synchronize tail) by more than the host's own call time (work that ran during the
-lead). Each allows a margin. When
-either fires, the caller compares `launch_median_ms` instead (evaluate.py), and the CUPTI check
-of the first correctness call rejects kernels on other streams outright.
+lead). Each allows a margin. The checks never change what is compared: the caller re-times once
+and rejects when the escape repeats (evaluate.py), and the CUPTI check of the first correctness
+call rejects kernels on other streams outright.
+
+One method per problem (`calls_per_trial_for`): a reference whose lead-timed median is below
+SHORT_REFERENCE_MS is timed, with its candidate, by trials of k back-to-back calls (k a power of
+two, chosen from that recorded median so a trial spans at least BATCH_TRIAL_MS); every other
+problem one call per trial. Reported times are per call. CUDA events resolve about 0.5 us (CUDA
+runtime documentation), so a 2-8 us kernel is 4-16 ticks, and its per-trial fixed costs (first
+launch after the lead, event records) are a large share of it; k calls amortise both, and the
+escape margins scale with the trial.
 
 Warm-up calls first; the first timed trial of each kind is discarded; median, min, mean, IQR and
 CV are reported. The number of trials is fixed (`trials`) or adaptive: with `min_trials` and
@@ -50,7 +58,13 @@ _perf_counter = time.perf_counter
 _no_grad = torch.no_grad
 _gpu_sleep = getattr(torch.cuda, "_sleep", None)  # spins one GPU thread for N clock cycles
 
-TIMING_METHOD = "events+device-sync+lead-v1" if _gpu_sleep is not None else "events+device-sync"
+# Version of the implementation (part of the reference-cache key: a change makes old entries misses).
+TIMING_METHOD = "events+device-sync+lead-v2" if _gpu_sleep is not None else "events+device-sync-v2"
+METHOD_SINGLE = "gpu-time"  # one call per trial
+METHOD_BATCHED = "gpu-time-batched"  # `calls_per_trial` back-to-back calls per trial, reported per call
+SHORT_REFERENCE_MS = 0.05  # references faster than this per call are timed batched
+BATCH_TRIAL_MS = 0.1  # a batched trial spans at least this much reference GPU time
+MAX_CALLS_PER_TRIAL = 256  # keeps the lead (2x the host time of a trial) under MAX_LEAD_MS
 LAUNCH_EVERY = 4  # one trial in four is timed without the lead (the escaped-work check)
 MIN_LEAD_MS = 0.1
 MAX_LEAD_MS = 20.0
@@ -130,6 +144,57 @@ def _cycles_per_ms_on(device: torch.device) -> float:
     return _cycles_per_ms[index]
 
 
+def calls_per_trial_for(reference_ms: float) -> int:
+    """Calls per timed trial for a problem whose reference takes `reference_ms` per call (its
+    lead-timed median, one call per trial): 1 from SHORT_REFERENCE_MS up, else the smallest
+    power of two k >= 2 with k * reference_ms >= BATCH_TRIAL_MS (at most MAX_CALLS_PER_TRIAL).
+    A pure function of the recorded duration, so a problem never changes method between
+    evaluations; a power of two so a cached duration that moves a little keeps its k."""
+    if reference_ms >= SHORT_REFERENCE_MS:
+        return 1
+    k = 2
+    while not k * reference_ms >= BATCH_TRIAL_MS and k < MAX_CALLS_PER_TRIAL:  # `not`: NaN ends at the cap
+        k *= 2
+    return k
+
+
+def method_name(calls_per_trial: int) -> str:
+    """The `method` a TimingStats carries for this many calls per trial."""
+    return METHOD_SINGLE if calls_per_trial == 1 else METHOD_BATCHED
+
+
+def _repeated(fn: Callable[..., Any], k: int) -> Callable[..., Any]:
+    """`fn` called k times back to back on the same arguments; returns the last output."""
+
+    def run(*args: Any) -> Any:
+        out = None
+        for _ in range(k):
+            out = fn(*args)
+        return out
+
+    return run
+
+
+def _per_call(stats: TimingStats, k: int) -> TimingStats:
+    """Per-trial times of k-call trials as per-call times (the CV is unchanged)."""
+    if k == 1:
+        return stats
+
+    def div(x: float | None) -> float | None:
+        return None if x is None else x / k
+
+    return dataclasses.replace(
+        stats,
+        median_ms=stats.median_ms / k,
+        min_ms=stats.min_ms / k,
+        mean_ms=stats.mean_ms / k,
+        iqr_ms=stats.iqr_ms / k,
+        wall_median_ms=div(stats.wall_median_ms),
+        launch_median_ms=div(stats.launch_median_ms),
+        escaped_ms=div(stats.escaped_ms),
+    )
+
+
 def _noop() -> None:
     return None
 
@@ -180,6 +245,7 @@ def time_gpu(
     min_warmup_ms: float = 200.0,
     min_trials: int | None = None,
     ci_rel: float = 0.0,
+    calls_per_trial: int = 1,
 ) -> TimingStats:
     """Median-based timing of `fn(*inputs)` in milliseconds over `trials` lead-timed trials (the
     first discarded), with one launch-inclusive check trial per LAUNCH_EVERY - 1 of them
@@ -194,8 +260,13 @@ def time_gpu(
     kernel are not enough to bring its clocks up (measured: 8-10 % run-to-run CV without this).
     The lead is twice the host's call time seen in warm-up plus 50 us, within
     [MIN_LEAD_MS, MAX_LEAD_MS]. If `last_outputs` is given, it receives {set index: output of
-    the last timed call on that set}.
+    the last timed call on that set}. With `calls_per_trial` k > 1 every trial (warm-up, lead,
+    check trials alike) is k back-to-back calls and the times returned are per call; the lead and
+    `lead_ms` are per trial. The result's `method` and `calls_per_trial` say which was used.
     """
+    if calls_per_trial < 1:
+        raise ValueError(f"calls_per_trial must be >= 1, got {calls_per_trial}")
+    fn = fn if calls_per_trial == 1 else _repeated(fn, calls_per_trial)
     if flush is None:
         flush = l2_flush_buffer(device)
     with _no_grad():
@@ -267,9 +338,12 @@ def time_gpu(
         escaped = max(escaped, statistics.median(beyond_call) - stats.median_ms - bare_beyond - margin)
     else:  # launch-inclusive already: start event before the call, and end after the sync
         launch_median = statistics.median(t + tail for t, tail in zip(times, tails, strict=True))
-    return dataclasses.replace(
+    stats = dataclasses.replace(
         stats,
         launch_median_ms=launch_median,
         lead_ms=lead_ms if lead else None,
         escaped_ms=max(0.0, escaped),
+        method=method_name(calls_per_trial),
+        calls_per_trial=calls_per_trial,
     )
+    return _per_call(stats, calls_per_trial)

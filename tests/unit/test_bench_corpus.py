@@ -317,6 +317,17 @@ def test_shrunk_problem_rejects_bad_factor(factor: Any) -> None:
         corpus.shrunk_problem("relu_large", factor)
 
 
+def test_sized_problem_sets_named_sizes_only() -> None:
+    sized = corpus.sized_problem("sum_dim_large", {"BATCH": 16, "DIM2": 256})
+    assert _module_constants(sized) == {"BATCH": 16, "DIM1": 4096, "DIM2": 256, "reduce_dim": 1}
+
+
+@pytest.mark.parametrize("sizes", [{"WIDTH": 4}, {"reduce_dim": 2}, {"BATCH": 0}, {"BATCH": 2.0}])
+def test_sized_problem_rejects_unknown_names_and_bad_sizes(sizes: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        corpus.sized_problem("sum_dim_large", sizes)
+
+
 @pytest.mark.parametrize("name", ["../corpus", "relu_large.py", "", "a/b"])
 def test_loaders_reject_non_stems(name: str) -> None:
     with pytest.raises(ValueError):
