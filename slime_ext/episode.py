@@ -70,7 +70,9 @@ class EpisodeConfig:
     max_turns: int = 3
     max_new_tokens_per_turn: int | None = None  # None: the SGLang client's default
     backend: str = DEFAULT_BACKEND  # kernel language (slime_ext/backends.py): prompts + eval request
-    prompt: PromptConfig | None = None  # None: default_prompt(backend), set on construction
+    # None: default_prompt(backend), set on construction (so replace(config, backend=...) keeps
+    # the old wording unless it also passes prompt=None)
+    prompt: PromptConfig | None = None
     reward: RewardConfig = field(default_factory=RewardConfig)
     eval_options: EvalOptions = field(default_factory=EvalOptions)
     enable_thinking: bool | None = None  # passed to the chat template (None: template default)
