@@ -14,6 +14,8 @@
 # Settings: configs/run/common.sh (paths, GPU split, ports, PRESET), configs/run/kbench_multiturn.sh
 # (slime argument groups), configs/servers/*.sh (server flags), configs/models/${MODEL}.sh
 # (MODEL_ARGS), the recipe YAML (multi-turn, runner, rollout temperature).
+# BACKEND=triton|cuda: the kernel language the model writes (the run recipe's episode.backend:
+# prompts and eval requests); empty keeps the recipe's (default triton).
 # MODE=buffer (default: the buffer server's agent runner plays the episodes, slime reads whole
 # groups) or MODE=in_slime (slime's own rollout loop calls our generate plug-in; no buffer window).
 # TRAIN_ONLY=1: slime's --debug-train-only (no SGLang engine, no weight push; MODE=buffer, with
@@ -193,12 +195,15 @@ recipe_sets=(
   --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}"
 )
 [[ -n "${CREDIT}" ]] && recipe_sets+=(--set "episode.reward.credit=${CREDIT}")
+[[ -n "${BACKEND}" ]] && recipe_sets+=(--set "episode.backend=${BACKEND}")
 read -ra extra_sets <<<"${RECIPE_SET}"
 for item in "${extra_sets[@]}"; do
   recipe_sets+=(--set "${item}")
 done
 krl_py -m tools.run_recipe write "${RECIPE}" "${RUN_RECIPE}" "${recipe_sets[@]}" ||
   krl_die "could not write the run's recipe from ${RECIPE} (see the message above)"
+krl_info "kernel backend: $(krl_py -m tools.run_recipe get "${RUN_RECIPE}" episode.backend --default triton)" \
+  "(episode.backend of ${RUN_RECIPE}; BACKEND=triton|cuda sets it)"
 if ((write_train_prompts)); then
   if [[ "${PRINT_ONLY}" == 1 && ! -f "${PROMPT_DATA}" ]]; then
     krl_info "PROMPT_DATA ${PROMPT_DATA} not found: ${TRAIN_PROMPT_DATA} not written (PRINT_ONLY)"

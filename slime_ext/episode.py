@@ -32,12 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eval_server.schema import STATUS_REFERENCE_ERROR, STATUS_SERVER_ERROR, EvalOptions, EvalResult
+from slime_ext.backends import DEFAULT_BACKEND, check_backend
 from slime_ext.candidate import extract_candidate
 from slime_ext.chat import ChatRenderer
 from slime_ext.eval_client import EvalClient, EvalClientError, EvalRequestError
 from slime_ext.prompts import (
     PromptConfig,
     build_messages,
+    default_prompt,
     feedback_message,
     no_code_feedback,
     refused_feedback,
@@ -67,7 +69,10 @@ EPISODE_STATUSES = (STATUS_COMPLETED, STATUS_TRUNCATED, STATUS_ABORTED)
 class EpisodeConfig:
     max_turns: int = 3
     max_new_tokens_per_turn: int | None = None  # None: the SGLang client's default
-    prompt: PromptConfig = field(default_factory=PromptConfig)
+    backend: str = DEFAULT_BACKEND  # kernel language (slime_ext/backends.py): prompts + eval request
+    # None: default_prompt(backend), set on construction (so replace(config, backend=...) keeps
+    # the old wording unless it also passes prompt=None)
+    prompt: PromptConfig | None = None
     reward: RewardConfig = field(default_factory=RewardConfig)
     eval_options: EvalOptions = field(default_factory=EvalOptions)
     enable_thinking: bool | None = None  # passed to the chat template (None: template default)
@@ -79,6 +84,9 @@ class EpisodeConfig:
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError("max_turns must be >= 1")
+        check_backend(self.backend, "backend")
+        if self.prompt is None:
+            object.__setattr__(self, "prompt", default_prompt(self.backend))
 
 
 @dataclass
@@ -260,7 +268,11 @@ async def evaluate_response(
         eval_started = time.monotonic()
         try:
             result = await evaluator.evaluate_source(
-                reference, step.candidate, options=config.eval_options, problem_id=problem_id
+                reference,
+                step.candidate,
+                options=config.eval_options,
+                problem_id=problem_id,
+                backend=config.backend,
             )
         except EvalRequestError as exc:
             step.eval_error = exc.message

@@ -8,7 +8,8 @@ the episode code can tell "the candidate is bad" (a normal EvalResult) from "the
 wrong" (EvalRequestError), "the evaluators are down" (EvalUnavailableError) and "the evaluation
 took too long" (EvalTimeoutError).
 
-HTTP contract (see eval_server): `POST {url}/eval` with `EvalRequest.to_json()` answers 200 with
+HTTP contract (see eval_server): `POST {url}/eval` with `EvalRequest.to_json()` (plus
+`options.backend` for a kernel backend other than Triton) answers 200 with
 `EvalResult.to_json()` once the evaluation is over; 400/413 `{"error": ...}` for a bad request;
 503 with `Retry-After` when the queue is full (nothing evaluated); `GET {url}/health` answers
 200 `{"status": "ok", ...}`.
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 
 from eval_server.schema import EvalOptions, EvalRequest, EvalResult, ValidationError
+from slime_ext.backends import DEFAULT_BACKEND, check_backend
 
 __all__ = [
     "EvalClient",
@@ -37,6 +39,7 @@ __all__ = [
     "EvalTimeoutError",
     "EvalUnavailableError",
     "parse_urls",
+    "with_backend",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,15 @@ def parse_urls(urls: str | Sequence[str]) -> list[str]:
     if not result:
         raise ValueError(f"no eval server URL given (got {urls!r})")
     return result
+
+
+def with_backend(body: dict[str, Any], backend: str) -> dict[str, Any]:
+    """The request body with `options.backend` set to a non-default backend (checked here, so a
+    typo fails before any request is sent); the default leaves the body as it is."""
+    check_backend(backend)
+    if backend == DEFAULT_BACKEND:
+        return body
+    return {**body, "options": {**body.get("options", {}), "backend": backend}}
 
 
 def _parse_retry_after(value: str | None) -> float | None:
@@ -225,14 +237,16 @@ class EvalClient:
         """Requests currently in flight per URL (for logs and metrics)."""
         return {s.url: s.in_flight for s in self._states}
 
-    async def evaluate(self, request: EvalRequest) -> EvalResult:
+    async def evaluate(self, request: EvalRequest, *, backend: str = DEFAULT_BACKEND) -> EvalResult:
         """Evaluate one request on the least loaded server and return the parsed result.
 
+        `backend` (slime_ext/backends.py) is sent as `options.backend`; the default (triton) is
+        left out of the body, so a server that predates the option still accepts Triton requests.
         Raises EvalRequestError (4xx), EvalTimeoutError (no answer within timeout_s),
         EvalUnavailableError (every attempt failed to connect or got 503) or EvalClientError
         (any other unexpected answer). A failed candidate is not an error: it is a result.
         """
-        body = request.to_json()
+        body = with_backend(request.to_json(), backend)
         attempts = self._max_retries + 1
         avoid: str | None = None
         last = ""
@@ -270,6 +284,7 @@ class EvalClient:
         *,
         options: EvalOptions | None = None,
         problem_id: str | None = None,
+        backend: str = DEFAULT_BACKEND,
     ) -> EvalResult:
         """Convenience wrapper: build the EvalRequest from the two sources and evaluate it."""
         request = EvalRequest(
@@ -278,7 +293,7 @@ class EvalClient:
             options=options if options is not None else EvalOptions(),
             problem_id=problem_id,
         )
-        return await self.evaluate(request)
+        return await self.evaluate(request, backend=backend)
 
     async def health(self) -> dict[str, dict[str, Any]]:
         """Probe every server's /health at once: url -> its JSON, or {"error": ...}. Never raises

@@ -2,10 +2,12 @@
 
 A prompt is a list of chat messages (`{"role", "content"}`), rendered later with the model's own
 chat template (`slime_ext/chat.py`). `PromptConfig` holds every template, so a run can change the
-wording from a config file without touching code; the defaults are the recipe's wording.
+wording from a config file without touching code; the defaults are the recipe's wording for
+Triton, and `default_prompt("cuda")` the wording for CUDA C++ (its own system message, rules and
+one-shot example: a ReLU built with `load_inline`).
 
 - `build_messages(reference, config)`: system message + the first user message (the reference
-  module, the rules for `ModelNew`, the output format, optionally a one-shot ReLU example).
+  module, the rules for `ModelNew`, the output format, optionally a one-shot ReLU example in the backend's language).
 - `feedback_message(result, config)`: the next user turn after an evaluation: the evaluator's
   `feedback` text plus a short instruction (fix it, or make it faster), asking again for the
   whole module in one fenced python block.
@@ -18,32 +20,47 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eval_server.schema import EvalResult
+from slime_ext.backends import CUDA, TRITON, check_backend
 
 __all__ = [
+    "CUDA_EXAMPLE",
     "DEFAULT_EXAMPLE",
     "PromptConfig",
     "build_messages",
+    "default_prompt",
     "feedback_message",
     "feedback_text",
     "no_code_feedback",
     "refused_feedback",
 ]
 
-DEFAULT_SYSTEM = (
-    "You are an expert GPU programmer. You rewrite PyTorch modules as fast, correct Triton kernels."
-)
+_SYSTEM = "You are an expert GPU programmer. You rewrite PyTorch modules as fast, correct {language} kernels."
 
-DEFAULT_INSTRUCTIONS = """\
+
+def _instructions(kernel_rule: str, imports: str, parts: str) -> str:
+    """The first user message's rules; only the kernel rule and the imports differ per backend."""
+    return f"""\
 Write `class ModelNew(nn.Module)` that replaces `Model` below.
 
 Rules:
 - `ModelNew` has the same constructor arguments and the same `forward` signature as `Model`, and returns the same outputs (same shapes and dtypes, numerically equal within tolerance).
-- `forward` must launch one or more `@triton.jit` kernels that do all of the math. Do not call torch operators (torch.matmul, torch.relu, F.*, tensor arithmetic, ...) to compute the result; allocating outputs (torch.empty, torch.empty_like) and reshaping views are fine.
+- {kernel_rule}
 - Do not copy, subclass or call `Model`, and do not fall back to PyTorch in a try/except.
-- Import everything you use (torch, torch.nn as nn, triton, triton.language as tl).
+- Import everything you use ({imports}).
 - Make it fast: the speed of your `ModelNew` is compared with the reference.
 
-Return the whole module (imports, kernels and `ModelNew`) in ONE fenced ```python code block."""
+Return the whole module ({parts} and `ModelNew`) in ONE fenced ```python code block."""
+
+
+DEFAULT_SYSTEM = _SYSTEM.format(language="Triton")
+
+DEFAULT_INSTRUCTIONS = _instructions(
+    "`forward` must launch one or more `@triton.jit` kernels that do all of the math. Do not call torch "
+    "operators (torch.matmul, torch.relu, F.*, tensor arithmetic, ...) to compute the result; allocating "
+    "outputs (torch.empty, torch.empty_like) and reshaping views are fine.",
+    "torch, torch.nn as nn, triton, triton.language as tl",
+    "imports, kernels",
+)
 
 DEFAULT_REFERENCE_HEADER = "Here is the reference PyTorch module:"
 
@@ -77,6 +94,73 @@ class ModelNew(nn.Module):
         relu_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK_SIZE=BLOCK_SIZE)
         return out"""
 
+CUDA_SYSTEM = _SYSTEM.format(language="CUDA C++")
+
+CUDA_INSTRUCTIONS = _instructions(
+    "Write the kernels in CUDA C++ (`__global__` functions and the C++ functions that launch them) as "
+    "strings in the Python file, compile them with `torch.utils.cpp_extension.load_inline`, and call the "
+    "compiled functions from `forward`; they must do all of the math. Do not compute the result with torch "
+    "operators in Python (torch.matmul, F.*, tensor arithmetic, ...) or with ATen, cuBLAS or cuDNN calls in "
+    "C++ (at::matmul, torch::conv2d, ...); allocating outputs (torch::empty, torch.empty_like) and reshaping "
+    "views are fine. Launch on the current stream (at::cuda::getCurrentCUDAStream()).",
+    "torch, torch.nn as nn, load_inline from torch.utils.cpp_extension",
+    "imports, CUDA source strings, the load_inline call",
+)
+
+# Written for this project; tests/gpu/test_cuda_prompt_gpu.py builds and checks it on a GPU.
+CUDA_EXAMPLE = '''\
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+relu_cuda_source = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i];
+        out[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat32, "relu_forward: float32 CUDA tensor expected");
+    auto xc = x.contiguous();
+    auto out = torch::empty_like(xc);
+    int64_t n = xc.numel();
+    if (n == 0) {
+        return out;
+    }
+    const int threads = 256;
+    const unsigned int blocks = (unsigned int)((n + threads - 1) / threads);
+    relu_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        xc.data_ptr<float>(), out.data_ptr<float>(), n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+"""
+
+relu_cpp_source = "torch::Tensor relu_forward(torch::Tensor x);"
+
+relu_module = load_inline(
+    name="relu_example",
+    cpp_sources=relu_cpp_source,
+    cuda_sources=relu_cuda_source,
+    functions=["relu_forward"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return relu_module.relu_forward(x)'''
+
 DEFAULT_FIX_INSTRUCTION = (
     "Fix the problem above and return the full corrected module again, in ONE fenced ```python block."
 )
@@ -104,6 +188,15 @@ class PromptConfig:
     no_code_feedback: str = DEFAULT_NO_CODE_FEEDBACK
     eval_refused: str = "The evaluator refused the candidate: {error}"  # a 4xx from the eval server
     max_feedback_chars: int = 4000  # evaluator feedback longer than this keeps its head and tail
+
+
+def default_prompt(backend: str = TRITON) -> PromptConfig:
+    """The recipe's wording for a kernel backend: Triton's defaults, or the CUDA system message,
+    rules and one-shot example (the feedback turns are the same for both)."""
+    backend = check_backend(backend)
+    if backend == CUDA:
+        return PromptConfig(system=CUDA_SYSTEM, instructions=CUDA_INSTRUCTIONS, example=CUDA_EXAMPLE)
+    return PromptConfig()
 
 
 def _fence(source: str) -> str:

@@ -4,8 +4,9 @@ The file has one top-level key, `kernel_rl`, so the same file can be given to sl
 `--custom-config-path` (slime setattrs every top-level key onto `args`: the plug-ins then read
 `args.kernel_rl`) and to the buffer server (`--recipe`). Sections under `kernel_rl`:
 
-- `episode`: the multi-turn episode (`EpisodeConfig`): `max_turns`, `max_new_tokens_per_turn`,
-  `enable_thinking`, `end_of_turn`, `chat_template_kwargs`, and the nested `prompt`
+- `episode`: the multi-turn episode (`EpisodeConfig`): `backend` (the kernel language, `triton`
+  or `cuda`: it picks the prompt wording and goes with every eval request), `max_turns`,
+  `max_new_tokens_per_turn`, `enable_thinking`, `end_of_turn`, `chat_template_kwargs`, the nested `prompt`
   (`PromptConfig`), `reward` (`RewardConfig`: rewards, `gamma`, `credit`, early stop) and
   `eval_options` (the eval request's options) sections.
 - Other sections (`runner`, `buffer`, `eval`, `curriculum`, ...) belong to the component that
@@ -25,8 +26,9 @@ from typing import Any
 import yaml
 
 from eval_server.schema import parse_options
+from slime_ext.backends import DEFAULT_BACKEND, check_backend
 from slime_ext.episode import EpisodeConfig
-from slime_ext.prompts import PromptConfig
+from slime_ext.prompts import PromptConfig, default_prompt
 from slime_ext.rewards import RewardConfig
 from slime_ext.validation import ValidationError, check_type, reject_unknown
 
@@ -63,9 +65,10 @@ def recipe_section(recipe: Mapping[str, Any] | None, name: str) -> dict[str, Any
     return dict(value)
 
 
-def dataclass_from_dict(cls: type, data: Mapping[str, Any], path: str) -> Any:
+def dataclass_from_dict(cls: type, data: Mapping[str, Any], path: str, base: Any = None) -> Any:
     """Build a (frozen) dataclass from a mapping: unknown keys rejected, list -> tuple where the
-    default is a tuple, constructor errors re-raised as ValidationError naming `path`."""
+    default is a tuple, constructor errors re-raised as ValidationError naming `path`. With
+    `base` (an instance of cls), the mapping's keys replace its values instead of the defaults."""
     check_type(path, data, dict)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     reject_unknown(path, dict(data), set(fields))
@@ -74,22 +77,33 @@ def dataclass_from_dict(cls: type, data: Mapping[str, Any], path: str) -> Any:
         default = fields[key].default
         kwargs[key] = tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value
     try:
-        return cls(**kwargs)
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"{path}: {exc}") from None
 
 
-def episode_config_from_dict(data: Mapping[str, Any] | None, path: str = f"{ROOT_KEY}.episode") -> EpisodeConfig:
+def episode_config_from_dict(
+    data: Mapping[str, Any] | None, path: str = f"{ROOT_KEY}.episode"
+) -> EpisodeConfig:
     """EpisodeConfig from the `episode` section (None or {} gives the defaults)."""
     data = dict(data or {})
     check_type(path, data, dict)
     reject_unknown(path, data, {f.name for f in dataclasses.fields(EpisodeConfig)})
     top = {k: v for k, v in data.items() if k not in _NESTED}
+    backend = check_backend(data.get("backend", DEFAULT_BACKEND), f"{path}.backend")
     if "prompt" in data:
-        top["prompt"] = dataclass_from_dict(PromptConfig, data["prompt"] or {}, f"{path}.prompt")
+        # The prompt section changes the backend's wording (Triton's or CUDA's), key by key.
+        top["prompt"] = dataclass_from_dict(
+            PromptConfig, data["prompt"] or {}, f"{path}.prompt", base=default_prompt(backend)
+        )
     if "reward" in data:
         top["reward"] = dataclass_from_dict(RewardConfig, data["reward"] or {}, f"{path}.reward")
     if "eval_options" in data:
+        if isinstance(data["eval_options"], Mapping) and "backend" in data["eval_options"]:
+            raise ValidationError(
+                f"{path}.eval_options.backend: set {path}.backend instead (the one setting that picks "
+                "both the prompts and the evaluator's backend)"
+            )
         try:
             top["eval_options"] = parse_options(data["eval_options"] or {})
         except ValueError as exc:

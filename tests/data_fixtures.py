@@ -400,3 +400,276 @@ def write_word_tokenizer(path: Path) -> str:
     fast.chat_template = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}"
     fast.save_pretrained(path)
     return str(path)
+
+
+# --------------------------------------------------------------------------- AI CUDA Engineer Archive
+# Rows in the archive's layout (SakanaAI/AI-CUDA-Engineer-Archive, level_<N>.parquet), written
+# for these tests: two KernelBench-style tasks, their functional forms, and CUDA extensions.
+
+_RELU_TAIL = """
+
+batch_size = 16
+dim = 4096
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+_LINEAR_SCALE_TAIL = """
+
+batch_size = 32
+in_features = 64
+out_features = 48
+scale = 0.5
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features, scale]
+"""
+
+RELU_MODULE = (
+    """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"Applies ReLU.\"\"\"
+
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+"""
+    + _RELU_TAIL
+)
+
+RELU_FUNCTIONAL = (
+    """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def module_fn(x: torch.Tensor) -> torch.Tensor:
+    \"\"\"The PyTorch implementation.\"\"\"
+    return F.relu(x)
+
+
+class Model(nn.Module):
+    \"\"\"Applies ReLU.\"\"\"
+
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x: torch.Tensor, fn=module_fn) -> torch.Tensor:
+        return fn(x)
+"""
+    + _RELU_TAIL
+)
+
+_CUDA_HEAD = "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n"
+_BIND = '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n    m.def("forward", &forward, "forward (CUDA)");\n}\n'
+
+RELU_CUDA = (
+    _CUDA_HEAD
+    + """
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = fmaxf(x[i], 0.0f);
+    }
+}
+
+torch::Tensor forward(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    int64_t n = xc.numel();
+    const int threads = 256;
+    const int blocks = (int)((n + threads - 1) / threads);
+    if (n > 0) {
+        relu_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+            xc.data_ptr<float>(), y.data_ptr<float>(), n);
+    }
+    return y;
+}
+"""
+    + _BIND
+)
+
+RELU_CUDA_STRIDED = (
+    _CUDA_HEAD
+    + """
+// grid-stride loop: a fixed grid covers any size
+__global__ void relu_strided_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        y[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+
+torch::Tensor forward(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    int64_t n = xc.numel();
+    if (n > 0) {
+        relu_strided_kernel<<<128, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+            xc.data_ptr<float>(), y.data_ptr<float>(), n);
+    }
+    return y;
+}
+"""
+    + _BIND
+)
+
+LINEAR_SCALE_MODULE = (
+    """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"Linear layer, then a constant scale.\"\"\"
+
+    def __init__(self, in_features, out_features, scale):
+        super(Model, self).__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale = scale
+
+    def forward(self, x):
+        return self.linear(x) * self.scale
+"""
+    + _LINEAR_SCALE_TAIL
+)
+
+LINEAR_SCALE_FUNCTIONAL = (
+    """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def module_fn(x, weight, bias, scale):
+    return F.linear(x, weight, bias) * scale
+
+
+class Model(nn.Module):
+    \"\"\"Linear layer, then a constant scale.\"\"\"
+
+    def __init__(self, in_features, out_features, scale):
+        super(Model, self).__init__()
+        linear = nn.Linear(in_features, out_features)
+        self.weight = nn.Parameter(linear.weight.clone())
+        self.bias = nn.Parameter(linear.bias.clone())
+        self.scale = scale
+
+    def forward(self, x, fn=module_fn):
+        return fn(x, self.weight, self.bias, self.scale)
+"""
+    + _LINEAR_SCALE_TAIL
+)
+
+LINEAR_SCALE_CUDA = (
+    _CUDA_HEAD
+    + """
+__global__ void linear_scale_kernel(const float* x, const float* w, const float* b, float* y,
+                                    int M, int N, int K, float scale) {
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < M && col < N) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; ++k) {
+            acc += x[row * K + k] * w[col * K + k];
+        }
+        y[row * N + col] = (acc + b[col]) * scale;
+    }
+}
+
+torch::Tensor forward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias, double scale) {
+    auto xc = x.contiguous();
+    auto wc = weight.contiguous();
+    auto bc = bias.contiguous();
+    int M = xc.size(0), K = xc.size(1), N = wc.size(0);
+    auto y = torch::empty({M, N}, xc.options());
+    dim3 threads(16, 16);
+    dim3 blocks((N + 15) / 16, (M + 15) / 16);
+    linear_scale_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        xc.data_ptr<float>(), wc.data_ptr<float>(), bc.data_ptr<float>(), y.data_ptr<float>(),
+        M, N, K, (float)scale);
+    return y;
+}
+"""
+    + _BIND
+)
+
+# torch::relu does the work: a kernel is launched, but the result comes from ATen.
+RELU_CUDA_ATEN = RELU_CUDA.replace("return y;\n}", "return torch::relu(xc);\n}", 1)
+
+
+def sakana_row(level: int, task: int, module: str, functional: str, cuda: str, **extra: object) -> dict:
+    """One archive row (every column of the real archive; profiles left empty)."""
+    row: dict = {
+        "Op_Name": f"{task}_Task",
+        "Level_ID": level,
+        "Task_ID": task,
+        "Kernel_Name": f"kernel_{task}",
+        "CUDA_Runtime": 0.01,
+        "PyTorch_Native_Runtime": 0.012,
+        "PyTorch_Compile_Runtime": 0.02,
+        "CUDA_Speedup_Native": 1.2,
+        "CUDA_Speedup_Compile": 2.0,
+        "CUDA_Code": cuda,
+        "PyTorch_Code_Module": module,
+        "PyTorch_Code_Functional": functional,
+        "Correct": True,
+        "Max_Diff": 1e-6,
+        "Error": None,
+        "NCU_Profile": None,
+        "Torch_Profile": None,
+        "Clang_Tidy": None,
+        "__index_level_0__": 0,
+    }
+    row.update(extra)
+    return row
+
+
+def sakana_rows() -> list[dict]:
+    """Rows 0..6: ReLU (L1 task 19) twice, a duplicate, an incorrect kernel, an ATen-calling one,
+    Linear+scale (L2 task 7) with an unknown speedup, and a row without a kernel."""
+    return [
+        sakana_row(1, 19, RELU_MODULE, RELU_FUNCTIONAL, RELU_CUDA, CUDA_Speedup_Native=1.1),
+        sakana_row(1, 19, RELU_MODULE, RELU_FUNCTIONAL, RELU_CUDA_STRIDED, CUDA_Speedup_Native=1.4),
+        sakana_row(1, 19, RELU_MODULE, RELU_FUNCTIONAL, RELU_CUDA, CUDA_Speedup_Native=1.1),
+        sakana_row(1, 19, RELU_MODULE, RELU_FUNCTIONAL, RELU_CUDA, Correct=False, Error="wrong"),
+        sakana_row(1, 19, RELU_MODULE, RELU_FUNCTIONAL, RELU_CUDA_ATEN, CUDA_Speedup_Native=3.0),
+        sakana_row(
+            2,
+            7,
+            LINEAR_SCALE_MODULE,
+            LINEAR_SCALE_FUNCTIONAL,
+            LINEAR_SCALE_CUDA,
+            CUDA_Speedup_Native=float("nan"),
+        ),
+        sakana_row(2, 7, LINEAR_SCALE_MODULE, LINEAR_SCALE_FUNCTIONAL, "// nothing here\n" + _BIND),
+    ]
+
+
+def write_sakana_archive(root: Path) -> Path:
+    """The archive's file layout: one parquet file per level."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir(parents=True, exist_ok=True)
+    rows = sakana_rows()
+    for level in sorted({r["Level_ID"] for r in rows}):
+        pq.write_table(
+            pa.Table.from_pylist([r for r in rows if r["Level_ID"] == level]), root / f"level_{level}.parquet"
+        )
+    return root

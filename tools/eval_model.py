@@ -7,7 +7,8 @@
 
 Backends: `sglang` drives SGLang's `/generate` token in / token out through the training
 episode (needs `--tokenizer`); `chat` drives any OpenAI-compatible `/v1/chat/completions`
-endpoint (API key from the environment variable named by `--api-key-env`, if set).
+endpoint (API key from the environment variable named by `--api-key-env`, if set). The kernel
+language is `--kernel-backend triton|cuda` (default: the recipe's `episode.backend`, else triton).
 Problems: the prompt jsonl, filtered by `--levels`, `--split` (default holdout; train problems are
 refused unless `--allow-train`) and `--problems`; when a split manifest lies beside the prompt file
 (`<stem>.split.json`, or `--manifest`), every chosen problem must be in it with that split. Eval server: `--eval-url`, or one is started here
@@ -37,6 +38,7 @@ from typing import Any
 
 from eval_server.launch import running_server
 from eval_server.schema import parse_options
+from slime_ext.backends import BACKENDS
 from slime_ext.cli import EXIT_USAGE, make_parser
 from slime_ext.data.split import check_reportable, default_manifest_path, load_split_manifest
 from slime_ext.episode import EpisodeConfig
@@ -108,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--recipe", type=Path, help="recipe YAML (kernel_rl.episode: prompts, rewards, eval options)"
     )
+    p.add_argument(
+        "--kernel-backend",
+        choices=BACKENDS,
+        help="kernel language the model writes (prompts and eval requests); default: the recipe's "
+        "episode.backend, else triton",
+    )
     p.add_argument("--max-turns", type=int, help="override the recipe's max_turns")
     p.add_argument(
         "--max-new-tokens", type=int, help="per turn; override the recipe's max_new_tokens_per_turn"
@@ -136,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def episode_config(args: argparse.Namespace) -> EpisodeConfig:
     section = recipe_section(load_recipe(args.recipe), "episode") if args.recipe else {}
+    if args.kernel_backend is not None:
+        section["backend"] = args.kernel_backend  # before parsing: the backend picks the prompt wording
     config = episode_config_from_dict(section)
     changes: dict[str, Any] = {}
     if args.max_turns is not None:
@@ -152,6 +162,7 @@ def run_settings(args: argparse.Namespace, config: EpisodeConfig) -> dict[str, A
     """Every setting that changes outcomes (the fingerprint), plus the selection (not in it)."""
     outcome = {
         "backend": args.backend,
+        "kernel_backend": config.backend,
         "model": args.model,
         "served_model": args.served_model or args.model,
         "temperature": args.temperature,

@@ -50,6 +50,7 @@ SETTINGS = [
     "SAVE_DIR",
     "PROMPT_DATA",
     "RECIPE",
+    "BACKEND",
     "TRAIN_GPUS",
     "ROLLOUT_GPUS",
     "EVAL_GPUS",
@@ -309,7 +310,10 @@ def check_recipe(s: Mapping[str, str]) -> Check:
         )
     try:
         recipe = load_recipe(path)
-        ep = episode_config_from_dict(recipe_section(recipe, "episode"))
+        episode = recipe_section(recipe, "episode")
+        if s.get("BACKEND"):
+            episode["backend"] = s["BACKEND"]  # what the launcher writes into the run's recipe
+        ep = episode_config_from_dict(episode)
     except (ValidationError, ValueError) as exc:
         return Check("recipe", FAIL, f"{path}: {exc}"[:300], "fix the named key")
     temp = recipe_section(recipe, "runner").get("temperature")
@@ -323,7 +327,7 @@ def check_recipe(s: Mapping[str, str]) -> Check:
     return Check(
         "recipe",
         PASS,
-        f"{path}: max_turns {ep.max_turns}, gamma {ep.reward.gamma}, "
+        f"{path}: backend {ep.backend}, max_turns {ep.max_turns}, gamma {ep.reward.gamma}, "
         f"credit {ep.reward.credit}, temperature {temp}",
     )
 

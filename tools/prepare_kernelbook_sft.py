@@ -1,4 +1,5 @@
-"""KernelBook -> slime SFT data (`messages` jsonl) with filters, dedup and a report.
+"""KernelBook (Triton) or the AI CUDA Engineer Archive (CUDA) -> slime SFT data (`messages` jsonl)
+with filters, dedup and a report.
 
   python -m tools.prepare_kernelbook_sft --input KernelBook/dataset_permissive.parquet \\
       --output data/sft.jsonl --exclude-problems data/kernelbench.jsonl
@@ -6,9 +7,14 @@
   # turn carries the server's real feedback on a failing first attempt:
   python -m tools.prepare_kernelbook_sft --input kb.parquet --output data/sft.jsonl \\
       --verify-url http://127.0.0.1:18188 --mutate --attempts model_attempts.jsonl
+  # CUDA C++ answers from SakanaAI/AI-CUDA-Engineer-Archive (level_*.parquet), best 4 per task
+  # (python -m tools.prepare_cuda_sft is the same as --backend cuda):
+  python -m tools.prepare_kernelbook_sft --backend cuda --input AI-CUDA-Engineer-Archive/ \\
+      --output data/sft_cuda.jsonl --exclude-problems data/kb_holdout.jsonl --per-task 4
 
-Prompts are built exactly as in RL (`slime_ext.prompts.build_messages`; the prompt section of
-`--recipe` if given). The report (`<output stem>.report.json` unless --report) counts every
+Prompts are built exactly as in RL (`slime_ext.prompts.build_messages`, in the backend's wording;
+the prompt section of `--recipe` if given). The backend is `--backend`, else the recipe's
+`episode.backend`, else triton. The report (`<output stem>.report.json` unless --report) counts every
 dropped row by reason; the same table is printed. Outputs are written atomically. Exit codes:
 0 written, 1 no example survived (report still written), 2 bad arguments or input,
 3 the eval server failed (unavailable, timeout); nothing is written then.
@@ -27,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from eval_server.schema import EvalOptions
+from slime_ext.backends import BACKENDS, CUDA, DEFAULT_BACKEND
 from slime_ext.cli import make_parser
 from slime_ext.data.files import TABLE_SUFFIXES, atomic_write_text, read_rows
 from slime_ext.data.kernelbook import canonical_hash
 from slime_ext.data.report import FilterReport
+from slime_ext.data.sakana import select_archive_pairs
 from slime_ext.data.sft_build import (
     Attempt,
     SFTBuildConfig,
@@ -43,16 +51,37 @@ from slime_ext.data.sft_format import SFTExample, write_sft_jsonl
 from slime_ext.data.sft_verify import load_attempts, multi_turn_examples, mutation_attempts, verify_pairs
 from slime_ext.episode import EpisodeConfig
 from slime_ext.eval_client import EvalClient, EvalClientError
-from slime_ext.problems import load_prompt_records
-from slime_ext.prompts import PromptConfig
+from slime_ext.problems import PromptRecord, load_prompt_records
 from slime_ext.recipe import episode_config_from_dict, load_recipe, recipe_section
 from slime_ext.validation import ValidationError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = make_parser("tools.prepare_kernelbook_sft", __doc__)
+def build_parser(
+    prog: str = "tools.prepare_kernelbook_sft", doc: str | None = __doc__
+) -> argparse.ArgumentParser:
+    p = make_parser(prog, doc)
     p.add_argument(
-        "--input", required=True, help=f"KernelBook file ({', '.join(TABLE_SUFFIXES)}) or a folder of them"
+        "--input",
+        required=True,
+        help=f"KernelBook / archive file ({', '.join(TABLE_SUFFIXES)}) or a folder of them",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="triton: KernelBook rows; cuda: AI CUDA Engineer Archive rows (default: the recipe's, else triton)",
+    )
+    p.add_argument(
+        "--per-task",
+        type=int,
+        default=4,
+        help="cuda: keep the N fastest kernels of each KernelBench task (0: all)",
+    )
+    p.add_argument(
+        "--min-archive-speedup",
+        type=float,
+        default=None,
+        help="cuda: drop kernels the archive measured slower than this (CUDA_Speedup_Native)",
     )
     p.add_argument("--output", required=True, help="SFT jsonl to write")
     p.add_argument("--report", default=None, help="report JSON (default: <output stem>.report.json)")
@@ -70,10 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-answer-chars",
         type=int,
         default=SFTBuildConfig.max_answer_chars,
-        help="skip rows whose Triton answer is longer",
+        help="skip rows whose answer is longer",
     )
     p.add_argument(
-        "--allow-extern-kernels", action="store_true", help="keep answers using torch/cuBLAS kernels"
+        "--allow-extern-kernels",
+        action="store_true",
+        help="keep answers computing with torch/cuBLAS (Inductor extern_kernels; torch::/at:: calls in CUDA)",
     )
     p.add_argument("--no-dedup", action="store_true", help="keep duplicate modules")
     p.add_argument("--tokenizer", default=None, help="local tokenizer dir: enables --max-tokens")
@@ -128,13 +159,30 @@ def _rows(files: list[Path], limit: int | None) -> Iterator[dict[str, Any]]:
             yield row
 
 
-def _settings(args: argparse.Namespace) -> tuple[PromptConfig, EvalOptions, dict[str, Any]]:
-    """Prompt wording, eval options and chat-template variables: the recipe's episode section
-    when --recipe is given (the RL run's own settings), else the defaults."""
+def _kernelbench_tasks(records: list[PromptRecord]) -> frozenset[tuple[int, int]]:
+    """(level, KernelBench problem number) of prompt records made by tools.prepare_kernelbench:
+    the archive names its tasks so, whatever the formatting of its copy of the module."""
+    return frozenset(
+        (r.level, int(r.metadata["kernelbench_problem_id"]))
+        for r in records
+        if isinstance(r.metadata.get("kernelbench_problem_id"), int)
+    )
+
+
+def _settings(args: argparse.Namespace) -> tuple[EpisodeConfig, EvalOptions, dict[str, Any]]:
+    """The episode settings (backend, prompt wording), eval options and chat-template variables:
+    the recipe's episode section when --recipe is given (the RL run's own settings), else the
+    defaults; --backend wins over the recipe's."""
     if args.recipe:
-        episode = episode_config_from_dict(recipe_section(load_recipe(args.recipe), "episode"))
+        section = recipe_section(load_recipe(args.recipe), "episode")
+        if args.backend is not None:
+            section["backend"] = args.backend  # before parsing: the backend picks the wording
+        episode = episode_config_from_dict(section)
     else:
-        episode = EpisodeConfig(eval_options=EvalOptions(correctness_trials=3, timing=False))
+        episode = EpisodeConfig(
+            backend=args.backend or DEFAULT_BACKEND,
+            eval_options=EvalOptions(correctness_trials=3, timing=False),
+        )
     options = episode.eval_options
     if args.correctness_trials is not None:
         options = dataclasses.replace(options, correctness_trials=args.correctness_trials)
@@ -143,11 +191,11 @@ def _settings(args: argparse.Namespace) -> tuple[PromptConfig, EvalOptions, dict
     template_kwargs = dict(episode.chat_template_kwargs or {})
     if episode.enable_thinking is not None:
         template_kwargs["enable_thinking"] = episode.enable_thinking
-    return episode.prompt, options, template_kwargs
+    return episode, options, template_kwargs
 
 
 async def _evaluate_stages(
-    args: argparse.Namespace, pairs: list, prompt: PromptConfig, options: EvalOptions, report: FilterReport
+    args: argparse.Namespace, pairs: list, episode: EpisodeConfig, options: EvalOptions, report: FilterReport
 ) -> tuple[list, list[SFTExample]]:
     attempts: list[Attempt] = load_attempts(args.attempts) if args.attempts else []
     async with EvalClient(
@@ -161,6 +209,7 @@ async def _evaluate_stages(
             min_speedup=args.min_speedup,
             concurrency=args.concurrency,
             progress=not args.no_progress,
+            backend=episode.backend,
         )
         if args.mutate:
             attempts += mutation_attempts(verified)
@@ -169,10 +218,11 @@ async def _evaluate_stages(
             attempts,
             client,
             options,
-            prompt,
+            episode.prompt,
             report,
             concurrency=args.concurrency,
             progress=not args.no_progress,
+            backend=episode.backend,
         )
     return verified, multi
 
@@ -186,10 +236,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValidationError(
             "--attempts/--mutate need --verify-url: multi-turn feedback must come from the evaluator"
         )
-    prompt, options, template_kwargs = _settings(args)
-    exclude = frozenset(
-        canonical_hash(r.reference) for path in args.exclude_problems for r in load_prompt_records(path)
-    )
+    if args.per_task < 0:
+        raise ValidationError("--per-task must be >= 0 (0 keeps every kernel)")
+    episode, options, template_kwargs = _settings(args)
+    prompt = episode.prompt
+    records = [r for path in args.exclude_problems for r in load_prompt_records(path)]
+    exclude = frozenset(canonical_hash(r.reference) for r in records)
     config = SFTBuildConfig(
         max_reference_chars=args.max_reference_chars,
         max_answer_chars=args.max_answer_chars,
@@ -201,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
     report = FilterReport()
     report.settings = {
         "input": args.input,
+        "backend": episode.backend,
         "max_reference_chars": config.max_reference_chars,
         "max_answer_chars": config.max_answer_chars,
         "allow_extern_kernels": config.allow_extern_kernels,
@@ -215,10 +268,22 @@ def run(args: argparse.Namespace) -> int:
         "max_tokens": args.max_tokens,
     }
     rows = _rows(_input_files(Path(args.input)), args.limit)
-    pairs = select_pairs(rows, config, report, where=args.input, jobs=args.jobs)
+    if episode.backend == CUDA:
+        report.settings.update(per_task=args.per_task, min_archive_speedup=args.min_archive_speedup)
+        pairs = select_archive_pairs(
+            rows,
+            config,
+            report,
+            where=args.input,
+            per_task=args.per_task or None,
+            min_archive_speedup=args.min_archive_speedup,
+            exclude_tasks=_kernelbench_tasks(records),
+        )
+    else:
+        pairs = select_pairs(rows, config, report, where=args.input, jobs=args.jobs)
     verified, multi = pairs, []
     if args.verify_url:
-        verified, multi = asyncio.run(_evaluate_stages(args, pairs, prompt, options, report))
+        verified, multi = asyncio.run(_evaluate_stages(args, pairs, episode, options, report))
     by_key: dict[str, list[SFTExample]] = {}
     for example in multi:
         by_key.setdefault(example.metadata["key"], []).append(example)
@@ -246,8 +311,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    args = (parser or build_parser()).parse_args(argv)
     try:
         return run(args)
     except (ValidationError, FileNotFoundError, ValueError) as exc:

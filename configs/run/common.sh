@@ -33,6 +33,7 @@ fi
 : "${DATA_DIR:=${KRL_REPO_ROOT}/data}"
 : "${PROMPT_DATA:=${DATA_DIR}/kernelbench.jsonl}"  # prompt records (tools/prepare_kernelbench.py)
 : "${RECIPE:=${KRL_REPO_ROOT}/configs/recipe/kernelbench_multiturn.yaml}"
+: "${BACKEND:=}"                  # kernel language, triton | cuda: the run recipe's episode.backend (empty: RECIPE's)
 : "${RUNS_ROOT:=${KRL_REPO_ROOT}/runs}"                  # one directory per run below it
 : "${RUN_NAME:=kbench-mt-$(date +%Y%m%d-%H%M%S)}"
 : "${RUN_DIR:=${RUNS_ROOT}/${RUN_NAME}}"

@@ -36,6 +36,7 @@ __all__ = [
     "Rejected",
     "answer_rejection",
     "canonical_hash",
+    "jsonable",
     "launched_kernels",
     "parse_kernelbook_row",
     "to_answer",
@@ -64,11 +65,12 @@ class KernelBookRow:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """A table cell as JSON metadata (numpy scalars and other objects as their text)."""
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return str(value)
 
 
@@ -85,7 +87,7 @@ def parse_kernelbook_row(data: Mapping[str, Any], index: int, where: str = "") -
             raise Rejected("invalid_row", f"column {c!r} is empty or not a string")
     uuid = data.get("uuid")
     key = str(uuid) if uuid is not None else f"row{index}"
-    metadata = {c: _jsonable(data[c]) for c in _METADATA_COLUMNS if c in data and data[c] is not None}
+    metadata = {c: jsonable(data[c]) for c in _METADATA_COLUMNS if c in data and data[c] is not None}
     return KernelBookRow(
         key=key,
         entry_point=data["entry_point"].strip(),

@@ -65,6 +65,7 @@ class Pair:
     reference: str
     answer: str
     metadata: dict[str, Any]
+    source: str = "kernelbook"  # the dataset (slime_ext/data/kernelbook.py, sakana.py): metadata key
 
 
 @dataclass(frozen=True)
@@ -143,12 +144,12 @@ def select_pairs(
 
 def _metadata(pair: Pair, turns: int, **extra: Any) -> dict[str, Any]:
     return {
-        "source": "kernelbook",
+        "source": pair.source,
         "key": pair.key,
         "problem_hash": sha256_of(pair.reference),
         "turns": turns,
         **extra,
-        "kernelbook": pair.metadata,
+        pair.source: pair.metadata,
     }
 
 

@@ -6,6 +6,7 @@ attempts into two-turn examples whose second user turn is the evaluator's real f
   `mutation_attempts` (`mutations.flip_arithmetic` variants of the verified answers).
 - `multi_turn_examples`: evaluate each attempt; a failing one becomes prompt -> attempt (not
   trained) -> `feedback_message(result)` -> the verified answer.
+Every request names the kernel backend of the answers (`backend`: triton or cuda).
 A 4xx answer (the server refused the request) is counted as `refused`; an unavailable server or a
 timeout raises (EvalClientError): it says nothing about the data.
 """
@@ -20,6 +21,7 @@ from typing import TypeVar
 from tqdm import tqdm
 
 from eval_server.schema import STATUS_OK, STATUS_REFERENCE_ERROR, STATUS_SERVER_ERROR, EvalOptions, EvalResult
+from slime_ext.backends import DEFAULT_BACKEND
 from slime_ext.data.files import read_rows
 from slime_ext.data.mutations import flip_arithmetic
 from slime_ext.data.report import FilterReport
@@ -56,12 +58,14 @@ async def _bounded(
 
 
 async def _evaluate(
-    client: EvalClient, reference: str, candidate: str, options: EvalOptions, key: str
+    client: EvalClient, reference: str, candidate: str, options: EvalOptions, key: str, backend: str
 ) -> EvalResult | str:
     """The result, or the server's refusal message (a 4xx: e.g. a source over its size limit).
     Unavailable servers and timeouts propagate: they say nothing about the data."""
     try:
-        return await client.evaluate_source(reference, candidate, options=options, problem_id=key)
+        return await client.evaluate_source(
+            reference, candidate, options=options, problem_id=key, backend=backend
+        )
     except EvalRequestError as exc:
         return exc.message
 
@@ -75,6 +79,7 @@ async def verify_pairs(
     min_speedup: float | None = None,
     concurrency: int = 4,
     progress: bool = False,
+    backend: str = DEFAULT_BACKEND,
 ) -> list[Pair]:
     """The pairs whose answer evaluates `ok` against their reference, in order. With
     `min_speedup`, also at least that fast against the reference (timed on the server's GPU):
@@ -83,7 +88,7 @@ async def verify_pairs(
         options = dataclasses.replace(options, timing=True)
 
     async def check(pair: Pair) -> EvalResult | str:
-        return await _evaluate(client, pair.reference, pair.answer, options, pair.key)
+        return await _evaluate(client, pair.reference, pair.answer, options, pair.key, backend)
 
     results = await _bounded(pairs, check, concurrency, "verify", progress)
     kept: list[Pair] = []
@@ -141,6 +146,7 @@ async def multi_turn_examples(
     *,
     concurrency: int = 4,
     progress: bool = False,
+    backend: str = DEFAULT_BACKEND,
 ) -> list[SFTExample]:
     """Evaluate each attempt of a verified pair; a failing one becomes a two-turn example.
     Attempts for unknown or unverified rows, and attempts that pass, are counted, not used."""
@@ -154,7 +160,7 @@ async def multi_turn_examples(
 
     async def run(item: tuple[Pair, Attempt]) -> EvalResult | str:
         pair, attempt = item
-        return await _evaluate(client, pair.reference, attempt.candidate, options, pair.key)
+        return await _evaluate(client, pair.reference, attempt.candidate, options, pair.key, backend)
 
     results = await _bounded(usable, run, concurrency, "attempts", progress)
     examples: list[SFTExample] = []

@@ -97,7 +97,15 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     out = [f"# Evaluation: {run.get('model', '?')}", ""]
     settings = ", ".join(
         f"{k} {run[k]}"
-        for k in ("backend", "samples_per_problem", "max_turns", "temperature", "split", "config_id")
+        for k in (
+            "kernel_backend",
+            "backend",
+            "samples_per_problem",
+            "max_turns",
+            "temperature",
+            "split",
+            "config_id",
+        )
         if k in run
     )
     out += [f"Settings: {settings}. Generated {summary['generated_at']}.", ""]

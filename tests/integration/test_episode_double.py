@@ -39,9 +39,11 @@ class ScriptedEvaluator:
     def __init__(self, results: list[Any]) -> None:
         self.results = list(results)
         self.calls: list[tuple[str, str]] = []
+        self.backends: list[str | None] = []
 
     async def evaluate_source(self, reference: str, candidate: str, **kw: Any) -> EvalResult:
         self.calls.append((reference, candidate))
+        self.backends.append(kw.get("backend"))
         item = self.results.pop(0)
         if isinstance(item, Exception):
             raise item
@@ -110,6 +112,21 @@ def test_three_sampled_turns_token_exact(double, tok) -> None:
     last = ep.turns[-1]
     assert ep.status == ("truncated" if last.finish_reason == "length" else "completed")
     assert ep.response_ids[-1] == double.outputs[-1][-1]  # nothing appended after the last turn
+
+
+def test_cuda_backend_prompts_in_cuda_and_asks_for_a_cuda_evaluation(double, tok) -> None:
+    double.scripted.extend([f"{F}python\nv1 = 1\n{F}", f"{F}python\nv2 = 2\n{F}"])
+    ev = ScriptedEvaluator(
+        [
+            EvalResult(status="compile_error", feedback="nvcc: error (FEEDBACK-1)"),
+            EvalResult(status="ok", correct=True, compiled=True),
+        ]
+    )
+    ep = episode(double, tok, ev, backend="cuda", max_turns=2)
+    assert ev.backends == ["cuda", "cuda"]
+    first = ChatRenderer(tok).decode(double.requests[0]["input_ids"])
+    assert "CUDA C++" in first and "load_inline" in first and "triton" not in first.lower()
+    assert "FEEDBACK-1" in ep.messages[3]["content"] and "triton" not in ep.messages[3]["content"].lower()
 
 
 def test_rollout_logprobs_match_forward_pass(double, tok) -> None:

@@ -156,6 +156,7 @@ def test_report_metrics(chat_run: dict[str, Any]) -> None:
     out = chat_run["out"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run"]["model"] == "scripted-chat" and summary["run"]["max_turns"] == 2
+    assert summary["run"]["kernel_backend"] == "triton"
     m = summary["metrics"]
     level1, level2, overall = m["1"], m["2"], m["all"]
     assert (level1["problems"], level1["samples"], level2["problems"]) == (2, 4, 1)
@@ -170,6 +171,7 @@ def test_report_metrics(chat_run: dict[str, Any]) -> None:
     assert overall["final"]["correct_rate"] == pytest.approx((1.0 + 0.5 + 0.5) / 3)
     md = (out / "report.md").read_text()
     assert "# Evaluation: scripted-chat" in md and "| L1 | 2 | 4 | 75.0% |" in md
+    assert "Settings: kernel_backend triton, backend chat" in md
     for png in ("fast_p.png", "turns.png"):
         assert (out / png).read_bytes().startswith(b"\x89PNG")
 

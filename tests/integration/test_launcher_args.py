@@ -190,6 +190,19 @@ def test_bad_recipe_value_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "runs" / "r" / "cmd" / "trainer.sh").exists()
 
 
+def test_backend_lands_in_the_run_recipe_and_is_printed(tmp_path: Path) -> None:
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8")
+    assert res.returncode == 0, res.stderr
+    assert "kernel backend: triton" in res.stderr  # the recipe's (default) backend
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", BACKEND="cuda")
+    assert res.returncode == 0, res.stderr
+    assert "kernel backend: cuda" in res.stderr
+    recipe = yaml.safe_load((tmp_path / "runs" / "r" / "recipe.yaml").read_text())["kernel_rl"]
+    assert recipe["episode"]["backend"] == "cuda" and recipe["episode"]["max_turns"] == 2
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", BACKEND="opencl")
+    assert res.returncode == 1 and "unknown kernel backend 'opencl'" in res.stderr
+
+
 def test_recipe_without_temperature_is_refused(tmp_path: Path) -> None:
     (tmp_path / "r2.yaml").write_text("kernel_rl:\n  episode:\n    max_turns: 2\n")
     res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", RECIPE=str(tmp_path / "r2.yaml"))

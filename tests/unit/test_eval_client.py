@@ -23,6 +23,7 @@ from slime_ext.eval_client import (
     EvalUnavailableError,
     parse_urls,
 )
+from slime_ext.validation import ValidationError
 
 URL_A = "http://node-a:8000"
 URL_B = "http://node-b:8000"
@@ -138,6 +139,33 @@ def test_evaluate_source_builds_the_request() -> None:
     )
     expected = EvalRequest(reference=REFERENCE, candidate=CANDIDATE, options=options, problem_id="p9")
     assert server.calls == [("node-a", expected.to_json())]
+
+
+@pytest.mark.unit
+def test_backend_goes_into_the_options_only_when_not_the_default() -> None:
+    async def respond(request: httpx.Request, n: int) -> httpx.Response:
+        return ok_response()
+
+    server = FakeEvalServer(respond)
+    options = EvalOptions(seed=7)
+
+    async def both(c: EvalClient) -> None:
+        await c.evaluate_source(REFERENCE, CANDIDATE, options=options, backend="cuda")
+        await c.evaluate_source(REFERENCE, CANDIDATE, options=options, backend="triton")
+
+    run_with_client(server, URL_A, both)
+    cuda_body, triton_body = (body for _, body in server.calls)
+    plain = EvalRequest(reference=REFERENCE, candidate=CANDIDATE, options=options).to_json()
+    assert cuda_body == {**plain, "options": {**plain["options"], "backend": "cuda"}}
+    assert triton_body == plain  # a server without the option still accepts Triton requests
+
+
+@pytest.mark.unit
+def test_unknown_backend_fails_before_sending() -> None:
+    server = FakeEvalServer(lambda request, n: pytest.fail("nothing may be sent"))
+    with pytest.raises(ValidationError, match="unknown kernel backend 'cuda-c'"):
+        run_with_client(server, URL_A, lambda c: c.evaluate(make_request(), backend="cuda-c"))
+    assert server.calls == []
 
 
 # --------------------------------------------------------------------------- errors that are not retried

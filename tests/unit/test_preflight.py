@@ -252,3 +252,13 @@ def test_run_named_comes_from_the_callers_environment(tmp_path: Path) -> None:
     named = preflight.launcher_settings({**base, "RUN_NAME": "exp1"})
     assert named["RUN_NAMED"] == "1" and named["LOAD_DIR"].endswith("/exp1/checkpoints")
     assert preflight.launcher_settings({**base, "LOAD_DIR": str(tmp_path)})["RUN_NAMED"] == "1"
+
+
+def test_recipe_row_shows_the_kernel_backend_and_backend_overrides_it(settings: dict[str, str]) -> None:
+    assert "backend triton," in preflight.check_recipe(settings).detail  # the dry-run recipe's default
+    settings["BACKEND"] = "cuda"
+    check = preflight.check_recipe(settings)
+    assert check.status == PASS and "backend cuda," in check.detail
+    settings["BACKEND"] = "opencl"
+    check = preflight.check_recipe(settings)
+    assert check.status == FAIL and "unknown kernel backend 'opencl'" in check.detail

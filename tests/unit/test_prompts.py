@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from dataclasses import replace
+
 import pytest
 
 from eval_server.samples import load_problem
@@ -9,6 +12,7 @@ from eval_server.schema import EvalResult
 from slime_ext.prompts import (
     PromptConfig,
     build_messages,
+    default_prompt,
     feedback_message,
     no_code_feedback,
     refused_feedback,
@@ -69,3 +73,28 @@ def test_refused_feedback() -> None:
     content = refused_feedback("candidate: too long")["content"]
     assert content.startswith("The evaluator refused the candidate: candidate: too long")
     assert "Fix the problem" in content
+
+
+def test_cuda_wording_says_cuda_not_triton() -> None:
+    config = replace(default_prompt("cuda"), one_shot=True)
+    system, user = (m["content"] for m in build_messages(load_problem("relu"), config))
+    assert "CUDA C++" in system and "Triton" not in system
+    assert "load_inline" in user and "__global__" in user and "ONE fenced ```python" in user
+    assert "triton" not in user.lower()
+    example = ast.parse(config.example)  # the one-shot answer is a Python module ...
+    names = {n.name for n in example.body if isinstance(n, ast.ClassDef)}
+    calls = {n.func.id for n in ast.walk(example) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert names == {"ModelNew"} and "load_inline" in calls  # ... defining ModelNew, built with load_inline
+    result = EvalResult(status="incorrect", compiled=True, feedback="max abs diff 3.0")
+    for message in (
+        feedback_message(result, config),
+        no_code_feedback(config),
+        refused_feedback("too long", config),
+    ):
+        assert "triton" not in message["content"].lower()
+
+
+def test_default_prompt_rejects_unknown_backends() -> None:
+    assert default_prompt() == PromptConfig()
+    with pytest.raises(ValueError, match="unknown kernel backend 'hip'"):
+        default_prompt("hip")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from slime_ext.prompts import default_prompt
 from slime_ext.recipe import episode_config_from_dict, load_recipe, recipe_section
 from slime_ext.validation import ValidationError
 
@@ -42,6 +43,14 @@ def test_defaults_and_nested_sections(tmp_path):
         ({"reward": {"credit": "both"}}, r"kernel_rl\.episode\.reward: credit must be"),
         ({"max_turns": 0}, "max_turns must be >= 1"),
         ({"eval_options": {"timing_trials": 1}}, "timing_trials"),
+        (
+            {"backend": "cuda-c"},
+            r"kernel_rl\.episode\.backend: unknown kernel backend 'cuda-c'; choose one of triton, cuda",
+        ),
+        (
+            {"backend": "cuda", "eval_options": {"backend": "cuda"}},
+            r"eval_options\.backend: set kernel_rl\.episode\.backend",
+        ),
     ],
 )
 def test_errors_name_the_key(data, message):
@@ -56,3 +65,14 @@ def test_file_errors(tmp_path):
     bad.write_text("episode: {}\n")
     with pytest.raises(ValidationError, match="top-level 'kernel_rl'"):
         load_recipe(bad)
+
+
+def test_backend_picks_the_prompt_wording_and_the_prompt_section_edits_it():
+    triton = episode_config_from_dict({})
+    assert triton.backend == "triton" and triton.prompt == default_prompt("triton")
+    cuda = episode_config_from_dict({"backend": "cuda"})
+    assert cuda.backend == "cuda" and cuda.prompt == default_prompt("cuda")
+    edited = episode_config_from_dict({"backend": "cuda", "prompt": {"one_shot": True, "system": None}})
+    assert edited.prompt.one_shot is True and edited.prompt.system is None
+    assert edited.prompt.instructions == default_prompt("cuda").instructions  # the rest stays CUDA's
+    assert "load_inline" in edited.prompt.example
