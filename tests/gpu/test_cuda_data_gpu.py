@@ -4,7 +4,7 @@ archive fixture builds and equals its reference Model (same seed); and, once the
 accepts `options.backend: "cuda"`, the tool's verification keeps exactly those answers.
 
 Run on the GPU machine (nvcc and ninja on PATH for load_inline):
-    python -m pytest -m gpu tests/gpu/test_cuda_backend_gpu.py -v
+    python -m pytest -m gpu tests/gpu/test_cuda_data_gpu.py -v
 """
 
 from __future__ import annotations
