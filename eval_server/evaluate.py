@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from eval_server import loader
+from eval_server import loader, persisting_l2
 from eval_server.compare import compare_outputs, flatten_output, normalized_error, tolerance_for
 from eval_server.feedback import build_feedback
 from eval_server.gpu_lock import GpuLock
@@ -298,7 +298,24 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
     if timing:
         with ctx.phase("timing"), ctx.gpu(exclusive=True):
             _timing_phase(opts, ctx, result, ref, cand_model, snapshot)
+        _persisting_l2_note(result)
     result.status = STATUS_OK
+
+
+def _persisting_l2_note(result: EvalResult) -> None:
+    """Warn when the per-trial persisting-L2 reset (persisting_l2.py) could not run, or found a
+    set-aside someone else had made (it was reset: a timing that relied on it is not reported)."""
+    state = persisting_l2.STATE
+    if state.note:
+        message = f"Timing ran without the persisting-L2 reset: {state.note}."
+    elif state.found_limit_bytes:
+        message = (
+            f"A persisting-L2 set-aside of {state.found_limit_bytes} bytes was found before a timed trial "
+            "and reset to 0 with every persisting line: L2 contents never carry over between trials."
+        )
+    else:
+        return
+    result.checks.append(Check("runtime.persisting_l2", message, "warn"))
 
 
 # ----------------------------------------------------------------------------- phases
@@ -705,7 +722,7 @@ def _check_not_patched(result: EvalResult, snapshot: NamespaceSnapshot) -> None:
             "runtime.monkey_patch",
             "The candidate replaced functions the evaluator relies on: "
             + ", ".join(patched[:8])
-            + ". Do not modify torch, triton or time at import or run time.",
+            + ". Do not modify torch, triton, time or the evaluator at import or run time.",
         )
 
 

@@ -252,6 +252,11 @@ FORBIDDEN_MODULES = frozenset(
         "inspect",
         "gc",
         "pycuda",
+        # native CUDA API from Python (persisting-L2 windows, device limits) and the evaluator itself
+        "cuda",
+        "pynvml",
+        "nvidia",
+        "eval_server",
         # dynamic imports, module tables and code from data
         "importlib",
         "imp",
@@ -393,7 +398,8 @@ RULES = (
     Rule(
         "static.forbidden_api",
         "The candidate uses modules or private APIs that compute outside Triton or tamper with the "
-        "evaluator (numpy/scipy/cupy/jax, ctypes/cffi, inspect/gc, torch._C, dispatch internals, "
+        "evaluator (numpy/scipy/cupy/jax, ctypes/cffi/cuda-python, inspect/gc, the eval_server package, "
+        "torch._C, dispatch internals, "
         ".numpy()/.tolist()), or reaches modules by name (__import__, importlib, builtins, sys.modules, "
         "eval/exec/compile, globals()/vars(), getattr with a computed name). Import what you need "
         "with plain import statements and compute on the GPU with Triton kernels only.",

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from eval_server import persisting_l2
 from eval_server.schema import TimingStats
 
 _Event = torch.cuda.Event
@@ -45,6 +46,7 @@ _synchronize = torch.cuda.synchronize
 _perf_counter = time.perf_counter
 _no_grad = torch.no_grad
 _gpu_sleep = getattr(torch.cuda, "_sleep", None)  # spins one GPU thread for N clock cycles
+_reset_persisting_l2 = persisting_l2.reset
 
 TIMING_METHOD = "events+device-sync+lead-v1" if _gpu_sleep is not None else "events+device-sync"
 LAUNCH_EVERY = 4  # one trial in four is timed without the lead (the escaped-work check)
@@ -195,6 +197,7 @@ def time_gpu(
             schedule += [True] * (2 - schedule.count(True))
         for i, check in enumerate(schedule):
             k = i % len(input_sets)
+            _reset_persisting_l2()  # a flush cannot evict persisting lines (persisting_l2.py)
             flush.zero_()
             _synchronize(device)
             t = _trial(fn, input_sets[k], device, 0 if check or not lead else lead_cycles)
