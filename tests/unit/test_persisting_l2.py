@@ -76,7 +76,9 @@ def test_reset_sets_the_limit_to_zero_only_when_set_and_always_resets_lines(fres
         (_FakeLibrary(limit=0, reset_err=700), "failed with CUDA error 700"),
     ],
 )
-def test_a_failing_library_leaves_a_note_and_never_raises(fresh_state, lib: _FakeLibrary, expected: str) -> None:
+def test_a_failing_library_leaves_a_note_and_never_raises(
+    fresh_state, lib: _FakeLibrary, expected: str
+) -> None:
     fresh_state(lib)
     persisting_l2.reset()
     assert expected in (persisting_l2.STATE.note or "")
