@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from eval_server import loader, persisting_l2
+from eval_server import loader, persisting_l2, physics_floor
 from eval_server.compare import compare_outputs, flatten_output, normalized_error, tolerance_for
 from eval_server.feedback import build_feedback
 from eval_server.gpu_lock import GpuLock
@@ -158,6 +158,8 @@ class _Reference:
     check_seeds: list[int]  # seeds for the post-timing refill checks (never used as timing sets)
     pool: Any = None  # CUDA memory pool holding every reference allocation
     in_pool: Callable[[], Any] = contextlib.nullcontext
+    input_bytes: int = 0  # one call's inputs (physics floor)
+    flops: int = 0  # matmul/conv/attention FLOPs of one forward, when timed (physics floor)
 
 
 # What a fault of code that already ran on the device says (torch.AcceleratorError, Triton's
@@ -383,6 +385,7 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
             args = loader.make_inputs(module, seeds[0], device)
             with in_pool():
                 first = model(*args)
+            input_bytes, flops = _nbytes(args), _count_flops(model, args) if timing else 0
             del args
             _sync(device)
         except Exception as exc:
@@ -401,6 +404,8 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
         seeds=seeds,
         precision=precision,
         output_bytes=output_bytes,
+        input_bytes=input_bytes,
+        flops=flops,
         check_seeds=check_seeds,
         pool=pool,
         in_pool=in_pool,
@@ -411,6 +416,19 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
     if device.type == "cuda":
         torch.cuda.empty_cache()  # float64 copies and timing buffers: give the memory back
     return ref
+
+
+def _count_flops(model: torch.nn.Module, args: list[Any]) -> int:
+    """FLOPs torch's counter sees in one forward (matmuls, convolutions, attention); 0 when it
+    cannot count (the physics floor then rests on bytes alone)."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            model(*args)
+        return int(counter.get_total_flops())
+    except Exception:  # noqa: BLE001 - an op the counter cannot trace: no FLOP floor
+        return 0
 
 
 def _round_to_tf32(t: torch.Tensor) -> torch.Tensor:
@@ -816,18 +834,63 @@ def _timing_phase(
                 "warn",
             )
         )
+    _physics_floor_check(result, ctx, ref, ref_stats, cand)
     result.candidate_timing = cand
     result.speedup = speedup
+
+
+def _physics_floor_check(
+    result: EvalResult, ctx: EvalContext, ref: _Reference, ref_stats: TimingStats, cand: TimingStats
+) -> None:
+    """Reject a candidate time below the physics floor (physics_floor.py); a warning says why no
+    floor applies when none does (unknown device, reference itself below it)."""
+    name = torch.cuda.get_device_name(ctx.device)
+    peak = physics_floor.peak_for(name)
+    if peak is None:
+        note = f"no physics floor: {name} is not in the table of peak bandwidth and FLOP/s"
+        result.checks.append(Check("runtime.physics_floor", note, "warn"))
+        return
+    l2 = int(getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 0) or 0)
+    floor = physics_floor.floor_for(ref.input_bytes, ref.output_bytes, l2, ref.flops, peak)
+    if floor.floor_us < physics_floor.MIN_FLOOR_US:
+        return
+    launch = _launch_inclusive(ref_stats, cand)
+    ref_us, cand_us = _median_ms(ref_stats, launch) * 1e3, _median_ms(cand, launch) * 1e3
+    if ref_us < floor.floor_us:
+        note = (
+            f"no physics floor for this problem: the reference's own {ref_us:.3g} us is below the "
+            f"{floor.floor_us:.3g} us computed from {floor.describe()}"
+        )
+        result.checks.append(Check("runtime.physics_floor", note, "warn"))
+        return
+    if cand_us < floor.floor_us:
+        _reject(
+            result,
+            "runtime.physics_floor",
+            f"Your measured time {cand_us:.3g} us is below the physical minimum {floor.floor_us:.3g} us for "
+            f"this problem on this GPU: {floor.describe()}. A time below it means the timed calls did not do "
+            "the work (e.g. results kept from an earlier call). Compute the whole result on every call.",
+        )
+
+
+def _launch_inclusive(ref: TimingStats, cand: TimingStats) -> bool:
+    """Whether the speedup compares launch-inclusive medians: work escaped the candidate's
+    lead-timed trials (timing.py)."""
+    return bool(cand.escaped_ms) and ref.launch_median_ms is not None and cand.launch_median_ms is not None
+
+
+def _median_ms(stats: TimingStats, launch_inclusive: bool) -> float:
+    return (
+        stats.launch_median_ms if launch_inclusive and stats.launch_median_ms is not None else stats.median_ms
+    )
 
 
 def _speedup(ref: TimingStats, cand: TimingStats) -> float:
     """Reference median / candidate median: the GPU-time medians, or the launch-inclusive ones
     when work escaped the candidate's lead-timed trials (timing.py)."""
-    if cand.escaped_ms and ref.launch_median_ms is not None and cand.launch_median_ms is not None:
-        num, den = ref.launch_median_ms, cand.launch_median_ms
-    else:
-        num, den = ref.median_ms, cand.median_ms
-    return num / den if den > 0 else math.inf
+    launch = _launch_inclusive(ref, cand)
+    den = _median_ms(cand, launch)
+    return _median_ms(ref, launch) / den if den > 0 else math.inf
 
 
 def _refill_and_verify(
