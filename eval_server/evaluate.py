@@ -1,13 +1,17 @@
 """One evaluation, start to finish, inside a disposable process (see worker.py).
 
-Order matters for trust. Everything about the reference (outputs for every correctness trial
-and for the fresh-input checks, its float64 precision baseline, its timing or the check of a
-cached timing) is computed *before* the candidate is imported, so candidate code can never
-influence it. The candidate then runs on inputs regenerated from the same seeds, into poisoned
-memory, under launch/op/thread recorders; a namespace snapshot taken before its import detects
-monkey-patching before any verdict or timing is accepted. Timed outputs are verified, the
-input buffers are then refilled with fresh values and verified again (defeats result caching),
-and an excessive speedup is re-verified and re-timed before it is reported.
+Order matters for trust. The reference's float64 precision baseline, its output size and its
+timing (or the check of a cached timing) are computed *before* the candidate is imported. Its
+expected outputs are not kept: no reference output exists while candidate code runs (nothing
+to steal from memory, FIELD_NOTES 2026). Each is computed after the candidate's output for that
+input exists, from inputs regenerated from the seed, compared, and dropped before the next
+candidate call. Since the reference then runs after candidate code, a snapshot taken before the
+candidate's import (torch, triton, the evaluator, the reference module and its classes, global
+module hooks, active torch modes) must be intact before every reference run and every verdict.
+The candidate runs on inputs regenerated from the same seeds, into poisoned memory, under
+launch/op/thread recorders. Timed outputs are verified, the input buffers are then refilled with
+fresh values and verified again (defeats result caching), and an excessive speedup is
+re-verified and re-timed before it is reported.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from typing import Any
 
 import torch
 
-from eval_server import loader
+from eval_server import loader, persisting_l2, physics_floor
 from eval_server.compare import compare_outputs, error_parts, flatten_output, normalized_error, tolerance_for
 from eval_server.feedback import build_feedback
 from eval_server.gpu_lock import GpuLock
 from eval_server.ref_cache import RefTimingCache
 from eval_server.runtime_checks import (
+    GlobalStateSnapshot,
     LaunchRecorder,
     NamespaceSnapshot,
     ThreadStartRecorder,
@@ -41,6 +46,7 @@ from eval_server.runtime_checks import (
     poison_free_memory,
     profile_device_activity,
     python_threads,
+    reference_namespaces,
 )
 from eval_server.schema import (
     STATUS_COMPILE_ERROR,
@@ -147,18 +153,19 @@ class _Precision:
 
 @dataclass
 class _Reference:
-    """What the reference phase leaves for the candidate phases."""
+    """What the reference phase leaves for the candidate phases (no output: see _expected)."""
 
     module: Any
     model: torch.nn.Module
     init_inputs: list[Any]
     seeds: list[int]
-    outputs: dict[int, Any]  # seed -> reference output
     precision: _Precision | None
     output_bytes: int
     check_seeds: list[int]  # seeds for the post-timing refill checks (never used as timing sets)
     pool: Any = None  # CUDA memory pool holding every reference allocation
     in_pool: Callable[[], Any] = contextlib.nullcontext
+    input_bytes: int = 0  # one call's inputs (physics floor)
+    flops: int = 0  # matmul/conv/attention FLOPs of one forward, when timed (physics floor)
 
 
 # What a fault of code that already ran on the device says (torch.AcceleratorError, Triton's
@@ -294,17 +301,37 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
 
     ref = _reference_phase(request, ctx, result, timing)
 
-    snapshot = NamespaceSnapshot(default_guarded_namespaces())
+    guard = _Guard(
+        NamespaceSnapshot(default_guarded_namespaces() + reference_namespaces(ref.module, ref.model)),
+        GlobalStateSnapshot(),
+    )
     with ctx.phase("load_candidate"), ctx.gpu():
         cand_model = _load_candidate(request, ctx, result, ref)
 
     with ctx.phase("correctness"), ctx.gpu(), torch.no_grad():
-        _correctness_phase(opts, ctx, result, ref, cand_model, snapshot)
+        _correctness_phase(opts, ctx, result, ref, cand_model, guard)
 
     if timing:
         with ctx.phase("timing"), ctx.gpu(exclusive=True):
-            _timing_phase(opts, ctx, result, ref, cand_model, snapshot)
+            _timing_phase(opts, ctx, result, ref, cand_model, guard)
+        _persisting_l2_note(result)
     result.status = STATUS_OK
+
+
+def _persisting_l2_note(result: EvalResult) -> None:
+    """Warn when the per-trial persisting-L2 reset (persisting_l2.py) could not run, or found a
+    set-aside someone else had made (it was reset: a timing that relied on it is not reported)."""
+    state = persisting_l2.STATE
+    if state.note:
+        message = f"Timing ran without the persisting-L2 reset: {state.note}."
+    elif state.found_limit_bytes:
+        message = (
+            f"A persisting-L2 set-aside of {state.found_limit_bytes} bytes was found before a timed trial "
+            "and reset to 0 with every persisting line: L2 contents never carry over between trials."
+        )
+    else:
+        return
+    result.checks.append(Check("runtime.persisting_l2", message, "warn"))
 
 
 # ----------------------------------------------------------------------------- phases
@@ -348,12 +375,12 @@ def _reference_pool(device: torch.device) -> tuple[Any, Any]:
 
 
 def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult, timing: bool) -> _Reference:
-    """Everything about the reference, computed before any candidate code exists here."""
+    """Everything about the reference that is kept, computed before any candidate code exists here.
+    The first trial's output gives the precision baseline and the output size, then is dropped."""
     opts = request.options
     device = ctx.device
     seeds = [opts.seed + i for i in range(opts.correctness_trials)]
     check_seeds = post_timing_check_seeds(seeds, ctx.hardening.timing_input_sets, opts.seed) if timing else []
-    extra = [s for s in check_seeds if s not in seeds]
     pool, in_pool = _reference_pool(device)
     with ctx.phase("reference"), ctx.gpu(), torch.no_grad():
         try:
@@ -361,28 +388,30 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
             with in_pool():
                 init_inputs = loader.make_init_inputs(module, opts.seed, device)
                 model = loader.build_model(module.Model, init_inputs, opts.seed, device)
-            outputs: dict[int, Any] = {}
-            for s in seeds + extra:
-                args = loader.make_inputs(module, s, device)
-                with in_pool():  # only what must outlive the phase lives in the private pool
-                    outputs[s] = model(*args)
-                del args
+            args = loader.make_inputs(module, seeds[0], device)
+            with in_pool():
+                first = model(*args)
+            input_bytes, flops = _nbytes(args), _count_flops(model, args) if timing else 0
+            del args
             _sync(device)
         except Exception as exc:
             result.status = STATUS_REFERENCE_ERROR
             result.error = _error(exc, ctx)
             raise _Stop from None
         precision = _precision_baseline(
-            module, model, seeds[0], outputs[seeds[0]], device, ctx.hardening.precision_policy
+            module, model, seeds[0], first, device, ctx.hardening.precision_policy
         )
+        output_bytes = _nbytes(first)
+        del first
     ref = _Reference(
         module=module,
         model=model,
         init_inputs=init_inputs,
         seeds=seeds,
-        outputs=outputs,
         precision=precision,
-        output_bytes=_nbytes(outputs[seeds[0]]),
+        output_bytes=output_bytes,
+        input_bytes=input_bytes,
+        flops=flops,
         check_seeds=check_seeds,
         pool=pool,
         in_pool=in_pool,
@@ -393,6 +422,19 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
     if device.type == "cuda":
         torch.cuda.empty_cache()  # float64 copies and timing buffers: give the memory back
     return ref
+
+
+def _count_flops(model: torch.nn.Module, args: list[Any]) -> int:
+    """FLOPs torch's counter sees in one forward (matmuls, convolutions, attention); 0 when it
+    cannot count (the physics floor then rests on bytes alone)."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            model(*args)
+        return int(counter.get_total_flops())
+    except Exception:  # noqa: BLE001 - an op the counter cannot trace: no FLOP floor
+        return 0
 
 
 def _round_to_tf32(t: torch.Tensor) -> torch.Tensor:
@@ -629,24 +671,27 @@ def _correctness_phase(
     result: EvalResult,
     ref: _Reference,
     model: Any,
-    snapshot: NamespaceSnapshot,
+    guard: _Guard,
 ) -> None:
     poison_bytes = ref.output_bytes + (64 << 20)
     for i, seed in enumerate(ref.seeds):
         args = loader.make_inputs(ref.module, seed, ctx.device)
         profile = i == 0 and ctx.device.type == "cuda" and ctx.hardening.profile_kernels
         out, ops = _run_candidate(model, args, ctx, result, poison_bytes, profile)
+        pristine = loader.make_inputs(ref.module, seed, ctx.device)
         if i == 0:
             result.kernel_launches = LAUNCHES.count
-            _first_trial_checks(result, ops, args, loader.make_inputs(ref.module, seed, ctx.device))
-        cmp = compare_outputs(ref.outputs[seed], out, opts.tolerance)
+            _first_trial_checks(result, ops, args, pristine)
+        del args
+        expected = _expected(result, ctx, ref, guard, seed, pristine)
+        cmp = compare_outputs(expected, out, opts.tolerance)
         result.trials.append(
             TrialResult(seed, cmp.passed, cmp.max_abs_diff, cmp.max_rel_diff, cmp.mismatch, cmp.detail)
         )
         if i == 0 and cmp.passed:
-            _precision_check(result, ctx, ref, out, cmp.max_abs_diff)
-        del out, args
-    _check_not_patched(result, snapshot)
+            _precision_check(result, ctx, ref, out, expected, cmp.max_abs_diff)
+        del out, expected, pristine
+    _check_not_patched(result, guard)
     diffs = [t.max_abs_diff for t in result.trials if t.max_abs_diff is not None]
     rels = [t.max_rel_diff for t in result.trials if t.max_rel_diff is not None]
     result.max_abs_diff = max(diffs) if diffs else None
@@ -713,7 +758,7 @@ def precision_check_needed(max_abs_diff: float | None, ref_scale: float, floor: 
 
 
 def _precision_check(
-    result: EvalResult, ctx: EvalContext, ref: _Reference, out: Any, max_abs_diff: float | None = None
+    result: EvalResult, ctx: EvalContext, ref: _Reference, out: Any, expected: Any, max_abs_diff: float | None = None
 ) -> None:
     """Reject computing in lower precision than the reference (e.g. bf16 math for an fp32 problem)."""
     prec = ref.precision
@@ -723,7 +768,7 @@ def _precision_check(
     floor = hard.precision_floor.get(prec.dtype, hard.precision_floor["float32"])
     if not precision_check_needed(max_abs_diff, prec.ref_scale, floor):
         return
-    err32 = normalized_error(out, ref.outputs[ref.seeds[0]])
+    err32 = normalized_error(out, expected)
     if err32 is None:
         return
     # Distance to float64 is at least the distance to the reference minus the reference's own
@@ -751,15 +796,33 @@ def _leaves(obj: Any) -> list[torch.Tensor]:
     return [leaf for _, leaf in flatten_output(obj) if isinstance(leaf, torch.Tensor)]
 
 
-def _check_not_patched(result: EvalResult, snapshot: NamespaceSnapshot) -> None:
-    patched = snapshot.changed()
+@dataclass
+class _Guard:
+    """What candidate code must leave as it found it: checked before every reference run (the
+    reference runs after candidate code, _expected) and before every verdict."""
+
+    namespaces: NamespaceSnapshot
+    global_state: GlobalStateSnapshot
+
+
+def _check_not_patched(result: EvalResult, guard: _Guard) -> None:
+    changed = guard.global_state.changed()
+    if changed:
+        _reject(
+            result,
+            "runtime.global_state",
+            "The candidate changed process-wide torch state that alters every computation: "
+            + ", ".join(changed)
+            + ". Do not register global module hooks or leave torch function/dispatch modes active.",
+        )
+    patched = guard.namespaces.changed()
     if patched:
         _reject(
             result,
             "runtime.monkey_patch",
             "The candidate replaced functions the evaluator relies on: "
             + ", ".join(patched[:8])
-            + ". Do not modify torch, triton or time at import or run time.",
+            + ". Do not modify torch, triton, time or the evaluator at import or run time.",
         )
 
 
@@ -769,7 +832,7 @@ def _timing_phase(
     result: EvalResult,
     ref: _Reference,
     model: Any,
-    snapshot: NamespaceSnapshot,
+    guard: _Guard,
 ) -> None:
     device = ctx.device
     hard = ctx.hardening
@@ -794,24 +857,16 @@ def _timing_phase(
                 calls_per_trial=ref_stats.calls_per_trial,
                 **_adaptive(hard),
             )
-        _check_not_patched(result, snapshot)
+        _check_not_patched(result, guard)
         return stats
 
     cand = time_candidate(last)
     # What was timed must be right: the last output on every input set...
-    for k, out in last.items():
-        _verify(
-            result,
-            ref,
-            ref.seeds[k],
-            out,
-            opts,
-            "runtime.timed_output",
-            "an output produced while being timed",
-        )
-    last.clear()
+    for k in sorted(last):
+        _verify(result, ctx, ref, guard, ref.seeds[k], last.pop(k), opts, "runtime.timed_output",
+                "an output produced while being timed")  # fmt: skip
     # ...and the same buffers refilled with fresh values must give fresh results (no caching).
-    _refill_and_verify(result, ctx, ref, model, sets[0], ref.check_seeds[0], opts)
+    _refill_and_verify(result, ctx, ref, guard, model, sets[0], ref.check_seeds[0], opts)
     if cand.escaped_ms:
         # Work may have run outside the timed stream while the lead kept it busy. The method is
         # never switched (that made the speedup of one kernel jump between evaluations): a
@@ -837,7 +892,7 @@ def _timing_phase(
     speedup = _speedup(ref_stats, cand)
     if speedup > hard.excessive_speedup:
         # Re-verify on new values and re-time on those buffers before believing it.
-        _refill_and_verify(result, ctx, ref, model, sets[0], ref.check_seeds[1], opts)
+        _refill_and_verify(result, ctx, ref, guard, model, sets[0], ref.check_seeds[1], opts)
         retimed = time_candidate(warmup=1)
         first_speedup = speedup
         cand = retimed if _speedup(ref_stats, retimed) < speedup else cand  # the slower of the two
@@ -850,8 +905,44 @@ def _timing_phase(
                 "warn",
             )
         )
+    _physics_floor_check(result, ctx, ref, ref_stats, cand)
     result.candidate_timing = cand
     result.speedup = speedup
+
+
+def _physics_floor_check(
+    result: EvalResult, ctx: EvalContext, ref: _Reference, ref_stats: TimingStats, cand: TimingStats
+) -> None:
+    """Reject a candidate time below the physics floor (physics_floor.py); a warning says why no
+    floor applies when none does (unknown device, reference itself below it)."""
+    name = torch.cuda.get_device_name(ctx.device)
+    peak = physics_floor.peak_for(name)
+    if peak is None:
+        note = f"no physics floor: {name} is not in the table of peak bandwidth and FLOP/s"
+        result.checks.append(Check("runtime.physics_floor", note, "warn"))
+        return
+    l2 = int(getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 0) or 0)
+    floor = physics_floor.floor_for(
+        ref.input_bytes, ref.output_bytes, l2, ref.flops, peak, calls_per_trial=ref_stats.calls_per_trial
+    )
+    if floor.floor_us < physics_floor.MIN_FLOOR_US:
+        return
+    ref_us, cand_us = ref_stats.median_ms * 1e3, cand.median_ms * 1e3
+    if ref_us < floor.floor_us:
+        note = (
+            f"no physics floor for this problem: the reference's own {ref_us:.3g} us is below the "
+            f"{floor.floor_us:.3g} us computed from {floor.describe()}"
+        )
+        result.checks.append(Check("runtime.physics_floor", note, "warn"))
+        return
+    if cand_us < floor.floor_us:
+        _reject(
+            result,
+            "runtime.physics_floor",
+            f"Your measured time {cand_us:.3g} us is below the physical minimum {floor.floor_us:.3g} us for "
+            f"this problem on this GPU: {floor.describe()}. A time below it means the timed calls did not do "
+            "the work (e.g. results kept from an earlier call). Compute the whole result on every call.",
+        )
 
 
 def _speedup(ref: TimingStats, cand: TimingStats) -> float:
@@ -868,6 +959,7 @@ def _refill_and_verify(
     result: EvalResult,
     ctx: EvalContext,
     ref: _Reference,
+    guard: _Guard,
     model: Any,
     buffers: list[Any],
     seed: int,
@@ -878,25 +970,53 @@ def _refill_and_verify(
     for buf, new in zip(buffers, fresh, strict=True):
         if isinstance(buf, torch.Tensor):
             buf.copy_(new)
-    del fresh
     with _candidate_code(result, ctx), torch.no_grad():
         out = model(*buffers)
         _sync(ctx.device)
-    _verify(
-        result,
-        ref,
-        seed,
-        out,
-        opts,
-        "runtime.stale_output",
-        "an output after the inputs were refilled with new values",
-    )
+    _verify(result, ctx, ref, guard, seed, out, opts, "runtime.stale_output",
+            "an output after the inputs were refilled with new values", fresh)  # fmt: skip
+
+
+def _expected(
+    result: EvalResult,
+    ctx: EvalContext,
+    ref: _Reference,
+    guard: _Guard,
+    seed: int,
+    args: list[Any] | None = None,
+) -> Any:
+    """The reference's output for `seed`, computed now that the candidate's output for it exists
+    (`args`: pristine inputs of `seed`, else regenerated). The caller drops it before the next
+    candidate call. Candidate code has run, so first check it left the reference's world intact."""
+    _check_not_patched(result, guard)
+    if args is None:
+        args = loader.make_inputs(ref.module, seed, ctx.device)
+    try:
+        with torch.no_grad(), ref.in_pool():
+            out = ref.model(*args)
+        _sync(ctx.device)
+    except Exception as exc:
+        result.status = STATUS_REFERENCE_ERROR
+        result.correct = False
+        result.error = _error(exc, ctx)
+        raise _Stop from None
+    return out
 
 
 def _verify(
-    result: EvalResult, ref: _Reference, seed: int, out: Any, opts: EvalOptions, check_id: str, what: str
+    result: EvalResult,
+    ctx: EvalContext,
+    ref: _Reference,
+    guard: _Guard,
+    seed: int,
+    out: Any,
+    opts: EvalOptions,
+    check_id: str,
+    what: str,
+    args: list[Any] | None = None,
 ) -> None:
-    cmp = compare_outputs(ref.outputs[seed], out, opts.tolerance)
+    """Compare `out` with the reference's output for `seed` (computed here, dropped on return)."""
+    cmp = compare_outputs(_expected(result, ctx, ref, guard, seed, args), out, opts.tolerance)
     if not cmp.passed:
         why = cmp.mismatch or cmp.detail or f"max abs diff {cmp.max_abs_diff}"
         _reject(

@@ -294,6 +294,46 @@ class NamespaceSnapshot:
         return out
 
 
+_len_function_modes = getattr(torch._C, "_len_torch_function_stack", lambda: 0)
+_len_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+_GLOBAL_MODULE_HOOKS = (
+    "_global_forward_hooks", "_global_forward_pre_hooks", "_global_forward_hooks_always_called",
+    "_global_forward_hooks_with_kwargs", "_global_backward_hooks", "_global_backward_pre_hooks",
+)  # fmt: skip
+
+
+class GlobalStateSnapshot:
+    """Process-wide switches that change what every module or torch call computes: global
+    nn.Module hooks, and torch function / dispatch modes left active. The reference runs after
+    candidate code (evaluate.py), so these must be as they were before the candidate existed."""
+
+    def __init__(self) -> None:
+        self._saved = self._now()
+
+    @staticmethod
+    def _now() -> dict[str, int]:
+        import torch.nn.modules.module as module
+
+        state = {name: len(getattr(module, name, None) or ()) for name in _GLOBAL_MODULE_HOOKS}
+        state["torch function modes active"] = _len_function_modes()
+        state["torch dispatch modes active"] = _len_dispatch_modes()
+        return state
+
+    def changed(self) -> list[str]:
+        """'<what> (<before> -> <now>)' for every count that differs from the snapshot."""
+        return [f"{k} ({self._saved[k]} -> {v})" for k, v in self._now().items() if v != self._saved[k]]
+
+
+def reference_namespaces(module: ModuleType, model: Any) -> list[tuple[str, Any]]:
+    """The reference module and every class its model's modules are made of (torch.nn classes
+    included): replacing `forward` of one of them would change the reference's output."""
+    spaces: dict[str, Any] = {"reference": module}
+    for sub in model.modules():
+        for cls in type(sub).__mro__[:-1]:  # all but object
+            spaces.setdefault(f"{cls.__module__}.{cls.__qualname__}", cls)
+    return list(spaces.items())
+
+
 def default_guarded_namespaces() -> list[tuple[str, ModuleType | type]]:
     """What the evaluator itself relies on: torch entry points, Tensor methods, CUDA timing."""
     import time
@@ -307,6 +347,7 @@ def default_guarded_namespaces() -> list[tuple[str, ModuleType | type]]:
         ("torch._C.TensorBase", torch._C.TensorBase),
         ("torch.nn.functional", F),
         ("torch.nn.Module", torch.nn.Module),
+        ("torch.nn.modules.module", sys.modules["torch.nn.modules.module"]),  # its global hook tables
         ("torch.cuda", torch.cuda),
         ("torch.cuda.Event", torch.cuda.Event),
         ("time", time),
@@ -316,6 +357,22 @@ def default_guarded_namespaces() -> list[tuple[str, ModuleType | type]]:
         from triton.runtime.interpreter import InterpretedFunction
 
         spaces.append(("triton.InterpretedFunction", InterpretedFunction))
+    return spaces + evaluator_namespaces()
+
+
+def evaluator_namespaces() -> list[tuple[str, Any]]:
+    """Every loaded module of this package and the classes it defines: their helpers are looked
+    up at call time (a candidate replacing `eval_server.compare._tensor_close` would pass any output)."""
+    spaces: list[tuple[str, Any]] = []
+    for name, module in sorted(sys.modules.items()):
+        if not (name == "eval_server" or name.startswith("eval_server.")) or module is None:
+            continue
+        spaces.append((name, module))
+        spaces += [
+            (f"{name}.{attr}", obj)
+            for attr, obj in sorted(vars(module).items())
+            if isinstance(obj, type) and obj.__module__ == name
+        ]
     return spaces
 
 

@@ -252,6 +252,11 @@ FORBIDDEN_MODULES = frozenset(
         "inspect",
         "gc",
         "pycuda",
+        # native CUDA API from Python (persisting-L2 windows, device limits) and the evaluator itself
+        "cuda",
+        "pynvml",
+        "nvidia",
+        "eval_server",
         # dynamic imports, module tables and code from data
         "importlib",
         "imp",
@@ -321,6 +326,14 @@ def _dynamic_access(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | Non
     return None
 
 
+# loader.MODULE_PREFIX: the reference (and the candidate) are in sys.modules under names starting so.
+EVALUATED_MODULE_PREFIX = "_kernel_eval_"
+
+
+def _forbidden_module(name: str) -> bool:
+    return name.split(".")[0] in FORBIDDEN_MODULES or name.startswith(EVALUATED_MODULE_PREFIX)
+
+
 def _find_forbidden(tree: ast.Module) -> list[str]:
     hits = []
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
@@ -330,9 +343,9 @@ def _find_forbidden(tree: ast.Module) -> list[str]:
             hits.append(f"line {getattr(node, 'lineno', 0)}: {dynamic}")
         elif isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.split(".")[0] in FORBIDDEN_MODULES:
+                if _forbidden_module(a.name):
                     hits.append(f"line {node.lineno}: import {a.name}")
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FORBIDDEN_MODULES:
+        elif isinstance(node, ast.ImportFrom) and _forbidden_module(node.module or ""):
             hits.append(f"line {node.lineno}: from {node.module} import ...")
         elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_NAMES:
             hits.append(f"line {node.lineno}: .{node.attr}")
@@ -393,7 +406,8 @@ RULES = (
     Rule(
         "static.forbidden_api",
         "The candidate uses modules or private APIs that compute outside Triton or tamper with the "
-        "evaluator (numpy/scipy/cupy/jax, ctypes/cffi, inspect/gc, torch._C, dispatch internals, "
+        "evaluator (numpy/scipy/cupy/jax, ctypes/cffi/cuda-python, inspect/gc, the eval_server package, "
+        "torch._C, dispatch internals, "
         ".numpy()/.tolist()), or reaches modules by name (__import__, importlib, builtins, sys.modules, "
         "eval/exec/compile, globals()/vars(), getattr with a computed name). Import what you need "
         "with plain import statements and compute on the GPU with Triton kernels only.",

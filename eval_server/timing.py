@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from eval_server import persisting_l2
 from eval_server.schema import TimingStats
 
 _Event = torch.cuda.Event
@@ -57,6 +58,7 @@ _synchronize = torch.cuda.synchronize
 _perf_counter = time.perf_counter
 _no_grad = torch.no_grad
 _gpu_sleep = getattr(torch.cuda, "_sleep", None)  # spins one GPU thread for N clock cycles
+_reset_persisting_l2 = persisting_l2.reset
 
 # Version of the implementation (part of the reference-cache key: a change makes old entries misses).
 TIMING_METHOD = "events+device-sync+lead-v2" if _gpu_sleep is not None else "events+device-sync-v2"
@@ -304,6 +306,7 @@ def time_gpu(
                     break
                 check = True  # at least two check trials, whatever the count
             k = i % len(input_sets)
+            _reset_persisting_l2()  # a flush cannot evict persisting lines (persisting_l2.py)
             flush.zero_()
             _synchronize(device)
             t = _trial(fn, input_sets[k], device, 0 if check or not lead else lead_cycles)

@@ -51,7 +51,8 @@ def test_skip_rule(max_abs_diff: float | None, ref_scale: float, needed: bool) -
     assert precision_check_needed(max_abs_diff, ref_scale, FLOOR) is needed
 
 
-def _reference(tmp_path: Path) -> tuple[evaluate._Reference, torch.Tensor]:
+def _reference(tmp_path: Path) -> tuple[evaluate._Reference, torch.Tensor, torch.Tensor]:
+    """The reference, one input and its expected output (held by the test, not the reference)."""
     cpu = torch.device("cpu")
     module = loader.import_source(PROBLEM, tmp_path, "reference")
     model = loader.build_model(module.Model, [], 0, cpu)
@@ -60,18 +61,20 @@ def _reference(tmp_path: Path) -> tuple[evaluate._Reference, torch.Tensor]:
         out = model(x)
         prec = evaluate._precision_baseline(module, model, 7, out, cpu, "fp32")
     assert prec is not None and prec.ref_scale > 0
-    ref = evaluate._Reference(module, model, [], [7], {7: out}, prec, 0, [])
-    return ref, x
+    ref = evaluate._Reference(
+        module=module, model=model, init_inputs=[], seeds=[7], precision=prec, output_bytes=0, check_seeds=[]
+    )
+    return ref, x, out
 
 
-def _verdict(tmp_path: Path, ref: evaluate._Reference, cand: torch.Tensor) -> tuple[bool, bool]:
+def _verdict(tmp_path: Path, ref: evaluate._Reference, expected: torch.Tensor, cand: torch.Tensor) -> tuple[bool, bool]:
     """(whether the float64 pass was needed, whether the check rejected)."""
     ctx = EvalContext(torch.device("cpu"), "cpu", tmp_path, timing_enabled=False)
     result = EvalResult(status="ok")
-    cmp = compare_outputs(ref.outputs[7], cand, "default")
+    cmp = compare_outputs(expected, cand, "default")
     needed = precision_check_needed(cmp.max_abs_diff, ref.precision.ref_scale, FLOOR)
     try:
-        evaluate._precision_check(result, ctx, ref, cand, cmp.max_abs_diff)
+        evaluate._precision_check(result, ctx, ref, cand, expected, cmp.max_abs_diff)
     except evaluate._Stop:
         assert [c.id for c in result.checks] == ["runtime.low_precision"]
         return needed, True
@@ -79,27 +82,26 @@ def _verdict(tmp_path: Path, ref: evaluate._Reference, cand: torch.Tensor) -> tu
 
 
 def test_honest_fp32_output_skips_the_float64_pass(tmp_path: Path) -> None:
-    ref, x = _reference(tmp_path)
+    ref, x, out = _reference(tmp_path)
     w, b = ref.model.linear.weight, ref.model.linear.bias
     with torch.no_grad():
         other_order = (x.double() @ w.double().T + b.double()).float()  # a correctly rounded fp32 result
-    assert _verdict(tmp_path, ref, other_order) == (False, False)
+    assert _verdict(tmp_path, ref, out, other_order) == (False, False)
 
 
 def test_bf16_output_is_checked_and_rejected(tmp_path: Path) -> None:
-    ref, x = _reference(tmp_path)
+    ref, x, out = _reference(tmp_path)
     w, b = ref.model.linear.weight, ref.model.linear.bias
     with torch.no_grad():
         low = (x.bfloat16().float() @ w.bfloat16().float().T + b).float()
-    assert _verdict(tmp_path, ref, low) == (True, True)
+    assert _verdict(tmp_path, ref, out, low) == (True, True)
 
 
 @pytest.mark.parametrize("scale", [1e-7, 1e-6, 1e-5, 3e-5, 1e-4, 1e-3])
 def test_skipping_never_hides_a_rejection(tmp_path: Path, scale: float) -> None:
-    ref, _ = _reference(tmp_path)
-    out = ref.outputs[7]
+    ref, _, out = _reference(tmp_path)
     noisy = out + scale * float(out.abs().max()) * torch.randn_like(out).clamp(-1, 1)
-    needed, rejected = _verdict(tmp_path, ref, noisy)
+    needed, rejected = _verdict(tmp_path, ref, out, noisy)
     err = normalized_error(noisy, out) - ref.precision.ref_error
     if not needed:
         assert err <= FLOOR and not rejected

@@ -11,7 +11,13 @@ import types
 import pytest
 import torch
 
-from eval_server.runtime_checks import ALLOWED_ATEN_OPS, LaunchRecorder, NamespaceSnapshot, TorchOpRecorder
+from eval_server.runtime_checks import (
+    ALLOWED_ATEN_OPS,
+    LaunchRecorder,
+    NamespaceSnapshot,
+    TorchOpRecorder,
+    default_guarded_namespaces,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -186,6 +192,22 @@ def test_snapshot_of_real_torch_is_clean_without_patching():
     with TorchOpRecorder():  # entering a dispatch mode must not look like a patch
         _ = torch.ones(2) + 1
     assert snap.changed() == []
+
+
+def test_the_evaluators_own_helpers_and_classes_are_guarded(monkeypatch):
+    """A candidate could replace a helper the evaluator looks up at call time (compare._tensor_close:
+    every output matches) or a method of one of its classes (TorchOpRecorder.compute_ops)."""
+    import eval_server.compare
+    import eval_server.evaluate  # noqa: F401 - loads the evaluator's modules, as in a worker
+
+    snap = NamespaceSnapshot(default_guarded_namespaces())
+    assert snap.changed() == []
+    monkeypatch.setattr(eval_server.compare, "_tensor_close", lambda ref, cand, tol: (True, 0.0, 0.0))
+    monkeypatch.setattr(TorchOpRecorder, "compute_ops", lambda self: {})
+    assert snap.changed() == [
+        "eval_server.compare._tensor_close",
+        "eval_server.runtime_checks.TorchOpRecorder.compute_ops",
+    ]
 
 
 # --------------------------------------------------------------------------- LaunchRecorder (no install)

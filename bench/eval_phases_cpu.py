@@ -1,0 +1,54 @@
+"""Per-phase wall time of in-process CPU evaluations (Triton interpreter) of the bundled correct
+candidates: what a change of the evaluation flow costs on the CPU side (e.g. computing each
+reference output after the candidate's instead of all of them up front).
+
+Run from the repository root in a fresh process (the interpreter must be chosen before triton
+is imported): `TRITON_INTERPRET=1 python -m bench.eval_phases_cpu --repeats 5`. Prints one line
+per problem with the median seconds of the phases `reference`, `load_candidate`, `correctness`
+and of the whole evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from eval_server import evaluate, samples
+from eval_server.schema import EvalOptions, EvalRequest
+
+PHASES = ("reference", "load_candidate", "correctness")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=5, help="correctness trials per evaluation")
+    args = parser.parse_args()
+    evaluate.LAUNCHES.install()
+    evaluate.THREADS.install()
+    workdir = Path(tempfile.mkdtemp(prefix="eval-phases-"))
+    for problem in ("relu", "softmax", "sum_dim", "matmul", "gemm_scale_leakyrelu"):
+        request = EvalRequest(
+            reference=samples.load_problem(problem),
+            candidate=samples.load_candidate(f"{problem}__correct"),
+            options=EvalOptions(correctness_trials=args.trials),
+        )
+        rows: dict[str, list[float]] = {name: [] for name in (*PHASES, "total")}
+        for i in range(args.repeats + 1):  # the first run compiles and warms caches: not counted
+            ctx = evaluate.EvalContext(torch.device("cpu"), "cpu", workdir, timing_enabled=False)
+            result = evaluate.evaluate(request, ctx)
+            assert result.status == "ok", result.feedback
+            if i:
+                for name in PHASES:
+                    rows[name].append(result.phases.get(name, 0.0))
+                rows["total"].append(result.elapsed_s)
+        cells = "  ".join(f"{name} {statistics.median(v):.4f}" for name, v in rows.items())
+        print(f"{problem:22s} {cells}")
+
+
+if __name__ == "__main__":
+    main()
