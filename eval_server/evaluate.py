@@ -85,6 +85,8 @@ class Hardening:
     # Adaptive timing (timing.time_gpu): at least this many trials, then stop once the median's
     # 95 % confidence interval is within +- timing_ci_rel of it; the request's timing_trials is
     # the maximum. timing_ci_rel 0 times exactly timing_trials.
+    # Re-timings of a candidate whose timing saw escaped work; rejected when every one does.
+    escape_retimes: int = 2
     timing_min_trials: int = 20
     timing_ci_rel: float = 0.001
     # Precision: the candidate's normalized error against float64 (max abs diff / max abs value)
@@ -869,23 +871,29 @@ def _timing_phase(
     _refill_and_verify(result, ctx, ref, guard, model, sets[0], ref.check_seeds[0], opts)
     if cand.escaped_ms:
         # Work may have run outside the timed stream while the lead kept it busy. The method is
-        # never switched (that made the speedup of one kernel jump between evaluations): a
-        # one-off host hiccup does not repeat in a second timing, escaped work does.
-        first = cand
-        cand = time_candidate()
+        # never switched (that made the speedup of one kernel jump between evaluations): a host
+        # hiccup does not repeat in every re-timing, escaped work does. One re-timing was not
+        # enough: a legitimate ~3 us softmax escaped twice in a row in 1 of 100 evaluations (H200).
+        escaped = [cand.escaped_ms]
+        for _ in range(hard.escape_retimes):
+            cand = time_candidate()
+            if not cand.escaped_ms:
+                break
+            escaped.append(cand.escaped_ms)
+        seen = ", ".join(f"{e:.3g}" for e in escaped)
         if cand.escaped_ms:
             _reject(
                 result,
                 "runtime.escaped_timing",
-                f"GPU work ran outside the current stream in two timings ({first.escaped_ms:.3g} ms and "
-                f"{cand.escaped_ms:.3g} ms per call beyond what the timed stream and the host's launch time "
-                "account for). Launch all work on the current stream and finish it before forward returns.",
+                f"GPU work ran outside the current stream in all {len(escaped)} timings ({seen} ms per call "
+                "beyond what the timed stream and the host's launch time account for). Launch all work on "
+                "the current stream and finish it before forward returns.",
             )
         result.checks.append(
             Check(
                 "runtime.escaped_timing",
-                f"The first timing saw {first.escaped_ms:.3g} ms per call outside the timed stream; "
-                "a second timing did not, and is the one reported.",
+                f"{len(escaped)} timing(s) saw work outside the timed stream ({seen} ms per call); "
+                "the next one did not, and is the one reported.",
                 "warn",
             )
         )

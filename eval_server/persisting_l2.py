@@ -38,6 +38,10 @@ class ResetState:
     note: str | None = None  # why a reset could not be done (None: every reset succeeded)
     resets: int = 0
     found_limit_bytes: int = 0  # largest set-aside found before a reset (0: nobody set one)
+    # What the first reset of the process found: the context's own default, read during the
+    # reference's timing, before any candidate code exists in the process (an H200 reported
+    # 11796480 bytes there). Reset like any other, but not something a candidate did.
+    initial_limit_bytes: int | None = None
 
 
 STATE = ResetState()
@@ -116,7 +120,10 @@ def reset() -> None:
     if limit < 0:
         STATE.note = f"cannot read the persisting-L2 limit through {funcs.source} (CUDA error {-limit})"
         return
-    STATE.found_limit_bytes = max(STATE.found_limit_bytes, limit)
+    if STATE.initial_limit_bytes is None:
+        STATE.initial_limit_bytes = limit
+    else:
+        STATE.found_limit_bytes = max(STATE.found_limit_bytes, limit)
     err = funcs.set_limit(0) if limit > 0 else 0
     err = err or funcs.reset_lines()
     if err:

@@ -96,7 +96,9 @@ def test_batched_trials_report_per_call_times_of_a_short_kernel() -> None:
     assert (batched.method, batched.calls_per_trial) == (timing.METHOD_BATCHED, k)
     # warm L2 after the first call of a trial: per call at most the single-call time (+ 20 %)
     assert 0 < batched.median_ms <= 1.2 * single.median_ms, (single, batched)
-    assert batched.cv < 0.05 and batched.escaped_ms == 0.0, batched
+    # Trial-to-trial spread of a ~2 us kernel: 7.9 % CV on an H200 (2026-11-24); what the reward
+    # uses is the median, whose spread over evaluations stayed under 1 % (bench/timing_noise.py).
+    assert batched.cv < 0.15 and batched.escaped_ms == 0.0, batched
 
 
 def test_side_stream_work_is_caught_in_batched_trials_too() -> None:

@@ -68,6 +68,21 @@ def test_reset_sets_the_limit_to_zero_only_when_set_and_always_resets_lines(fres
     assert (state.resets, state.found_limit_bytes, state.note) == (2, 4 << 20, None)
 
 
+def test_the_first_reset_of_a_process_takes_the_context_default_as_its_own(fresh_state) -> None:
+    """A set-aside the context starts with (read during the reference's timing, before any
+    candidate code) is reset but not reported; one found after that is."""
+    lib = _FakeLibrary(limit=11796480)  # what an H200's context reported before any candidate
+    fresh_state(lib)
+    persisting_l2.reset()
+    state = persisting_l2.STATE
+    assert lib.limit == 0 and (state.initial_limit_bytes, state.found_limit_bytes) == (11796480, 0)
+    persisting_l2.reset()
+    assert state.found_limit_bytes == 0
+    lib.limit = 1 << 20
+    persisting_l2.reset()
+    assert state.found_limit_bytes == 1 << 20
+
+
 @pytest.mark.parametrize(
     ("lib", "expected"),
     [

@@ -260,10 +260,19 @@ def test_one_off_escape_is_retimed_on_the_same_method(fake_gpu):
     assert res.candidate_timing.escaped_ms == 0.0  # the clean re-timing is the one reported
 
 
+def test_escape_twice_then_clean_is_reported_clean(fake_gpu):
+    timer, ctx = fake_gpu
+    timer.per_call_ms, timer.escapes = 0.002, [0.05, 0.04, 0.0]
+    res = _time_candidate(ctx, 1)
+    assert timer.calls == [(100, 1)] * 3
+    assert res.status == STATUS_OK and res.candidate_timing.escaped_ms == 0.0
+    assert [(c.id, c.severity) for c in _timing_checks(res)] == [("runtime.escaped_timing", "warn")]
+
+
 def test_repeated_escape_is_rejected(fake_gpu):
     timer, ctx = fake_gpu
-    timer.per_call_ms, timer.escapes = 0.002, [0.05, 0.04]
+    timer.per_call_ms, timer.escapes = 0.002, [0.05, 0.04, 0.03]
     res = _time_candidate(ctx, 1)
-    assert timer.calls == [(100, 1), (100, 1)]
+    assert timer.calls == [(100, 1)] * 3
     assert res.status == STATUS_REJECTED and res.speedup is None
     assert [(c.id, c.severity) for c in _timing_checks(res)] == [("runtime.escaped_timing", "reject")]
