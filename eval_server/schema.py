@@ -207,20 +207,15 @@ def parse_options(data: Any) -> EvalOptions:
     if "timing" in data:
         _check_type("options.timing", data["timing"], bool)
         kwargs["timing"] = data["timing"]
-    if "tolerance" in data:
-        _check_type("options.tolerance", data["tolerance"], str)
-        if data["tolerance"] not in TOLERANCE_PROFILES:
-            raise ValidationError(
-                f"options.tolerance: unknown profile {data['tolerance']!r}; known: {sorted(TOLERANCE_PROFILES)}"
-            )
-        kwargs["tolerance"] = data["tolerance"]
-    if "backend" in data:
-        _check_type("options.backend", data["backend"], str)
-        if data["backend"] not in BACKENDS:
-            raise ValidationError(
-                f"options.backend: unknown backend {data['backend']!r}; known: {list(BACKENDS)}"
-            )
-        kwargs["backend"] = data["backend"]
+    for name, what, known in (
+        ("tolerance", "profile", sorted(TOLERANCE_PROFILES)),
+        ("backend", "backend", list(BACKENDS)),
+    ):
+        if name in data:
+            _check_type(f"options.{name}", data[name], str)
+            if data[name] not in known:
+                raise ValidationError(f"options.{name}: unknown {what} {data[name]!r}; known: {known}")
+            kwargs[name] = data[name]
     if data.get("timeout_s") is not None:
         _check_type("options.timeout_s", data["timeout_s"], (int, float))
         if data["timeout_s"] <= 0:
