@@ -55,6 +55,7 @@ _SIGNATURE = inspect.signature(_REAL_LOAD_INLINE)
 _IMPLICIT_CPP_LINES = 1  # #include <torch/extension.h>
 _IMPLICIT_CUDA_LINES = 3  # torch/types.h, cuda.h, cuda_runtime.h
 MAX_CACHED_BUILDS = 32
+_BUILDING = "building"  # marker file present while (or if) a build did not finish
 _MAX_ERRORS = 5
 # Kernels in these namespaces are never the candidate's own, whatever it declares.
 _LIBRARY_NAMESPACES = frozenset(
@@ -117,6 +118,7 @@ class InlineCall:
 
     def load(self, build_directory: Path) -> Any:
         """The real load_inline, building into (or loading from) `build_directory`."""
+        build_directory.mkdir(parents=True, exist_ok=True)
         return _REAL_LOAD_INLINE(
             **{**self.arguments, "build_directory": str(build_directory), "verbose": False}
         )
@@ -168,6 +170,16 @@ def toolchain_problem(build: bool) -> str | None:
     if build and shutil.which("ninja") is None:
         return "ninja is not installed on this worker (torch builds extensions with it)"
     return None
+
+
+def prepare_gpu_build(device: torch.device) -> None:
+    """Before forking the compile process on a GPU worker: initialise CUDA here (a forked process
+    cannot use it then) and name the target architecture, which torch would otherwise ask the
+    GPU for in the compile process. Architectures 9.0 and later get their `a` variant (wgmma, TMA)."""
+    torch.cuda.init()
+    if os.environ.get("TORCH_CUDA_ARCH_LIST", "") in ("", "native"):
+        major, minor = torch.cuda.get_device_capability(device)
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}{'a' if major >= 9 else ''}"
 
 
 def _arch_flags() -> list[str]:
@@ -474,8 +486,6 @@ def _compile_one(
         report.unsupported = problem
         raise _Refused
     build_dir = cache_root / call.key()
-    if build and any(build_dir.glob("*.so")):
-        report.cached += 1
     if not build:
         error, unsupported = check_compile(call, build_dir)
         report.error, report.unsupported = error, unsupported
@@ -483,15 +493,26 @@ def _compile_one(
             raise _Refused
         report.compiled += 1
         return types.SimpleNamespace()  # stands for the module: nothing runs in this process
+    marker = build_dir / _BUILDING
+    if marker.exists():  # a build killed at the timeout: its lock file and partial outputs go too
+        shutil.rmtree(build_dir, ignore_errors=True)
+    report.cached += built(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     os.utime(build_dir)  # most recently used: pruned last
+    marker.touch()
     try:
         module = call.load(build_dir)
     except Exception as exc:
         report.error = trim_compiler_output(str(exc), call, str(build_dir))
         raise _Refused from None
+    marker.unlink()
     report.compiled += 1
     return module
+
+
+def built(build_dir: Path) -> bool:
+    """Whether `build_dir` holds a finished build (an extension, no build in progress)."""
+    return any(build_dir.glob("*.so")) and not (build_dir / _BUILDING).exists()
 
 
 # ---------------------------------------------------------------------------- the evaluation's side
@@ -512,7 +533,7 @@ class Extensions:
 
     def _load(self, call: InlineCall) -> Any:
         build_dir = self.cache_root / call.key()
-        if not any(build_dir.glob("*.so")):
+        if not built(build_dir):
             raise CudaBuildMissingError(
                 f"load_inline(name={call.name!r}) was called with sources the compile phase did not build. "
                 "Call load_inline at module level, with the same sources on every import."

@@ -16,7 +16,6 @@ import ast
 import contextlib
 import copy
 import math
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -338,9 +337,7 @@ def _cuda_compile_phase(request: EvalRequest, ctx: EvalContext, result: EvalResu
     and the evaluation ends `unsupported`."""
     on_gpu = ctx.device.type == "cuda"
     if on_gpu:
-        torch.cuda.init()  # before the fork: the compile process then cannot use the GPU
-        major, minor = torch.cuda.get_device_capability(ctx.device)
-        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
+        cuda_backend.prepare_gpu_build(ctx.device)
     cache = ctx.build_cache or ctx.workdir / "cuda-ext"
     with ctx.phase("compile"):
         report = cuda_backend.compile_candidate(

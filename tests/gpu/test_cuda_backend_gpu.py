@@ -70,7 +70,10 @@ def test_a_resubmitted_kernel_is_not_rebuilt(server: str) -> None:
     assert same_worker, "the pool never handed the first worker out again"
     for res in same_worker:
         assert res["status"] == "ok"
-        assert res["phases"]["compile"] < min(3.0, cold["phases"]["compile"] / 3), (cold["phases"], res["phases"])
+        assert res["phases"]["compile"] < min(3.0, cold["phases"]["compile"] / 3), (
+            cold["phases"],
+            res["phases"],
+        )
 
 
 def test_compilation_does_not_hold_the_gpu(server: str) -> None:

@@ -137,3 +137,20 @@ def test_cache_keeps_the_most_recently_used_builds(tmp_path: Path):
         os.utime(tmp_path / f"b{i}", (1000 + i, 1000 + i))
     cuda_backend.prune_cache(tmp_path, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b3", "b4"]
+
+
+def test_only_finished_builds_are_loaded(tmp_path: Path):
+    """The evaluation never compiles: a build the compile process did not finish is an error."""
+    call = _call()
+    ext = Extensions(tmp_path)
+    with pytest.raises(cuda_backend.CudaBuildMissingError, match="Call load_inline at module level"):
+        ext._load(call)
+    build_dir = tmp_path / call.key()
+    build_dir.mkdir()
+    (build_dir / "ext.so").write_bytes(b"")
+    (build_dir / "building").touch()  # left by a build killed at the timeout
+    assert not cuda_backend.built(build_dir)
+    with pytest.raises(cuda_backend.CudaBuildMissingError):
+        ext._load(call)
+    (build_dir / "building").unlink()
+    assert cuda_backend.built(build_dir) and ext.calls == []

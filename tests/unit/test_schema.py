@@ -203,7 +203,10 @@ def test_tolerance_type_and_unknown_profile():
 def test_backend_option_known_values_and_clear_errors():
     assert parse_request(body(options={"backend": "cuda"})).options.backend == "cuda"
     assert parse_request(body(options={"backend": "triton"})).options.backend == "triton"
-    assert opts_error({"backend": "rocm"}) == "options.backend: unknown backend 'rocm'; known: ['triton', 'cuda']"
+    assert (
+        opts_error({"backend": "rocm"})
+        == "options.backend: unknown backend 'rocm'; known: ['triton', 'cuda']"
+    )
     assert opts_error({"backend": 1}) == "options.backend: expected str, got int"
     assert opts_error({"backend": None}) == "options.backend: expected str, got NoneType"
 
