@@ -30,8 +30,9 @@ from typing import Any
 
 import torch
 
-from eval_server import loader, persisting_l2, physics_floor
+from eval_server import cuda_backend, loader, persisting_l2, physics_floor
 from eval_server.compare import compare_outputs, error_parts, flatten_output, normalized_error, tolerance_for
+from eval_server.cuda_static import CUDA_RULES
 from eval_server.feedback import build_feedback
 from eval_server.gpu_lock import GpuLock
 from eval_server.ref_cache import RefTimingCache
@@ -55,6 +56,7 @@ from eval_server.schema import (
     STATUS_REFERENCE_ERROR,
     STATUS_REJECTED,
     STATUS_RUNTIME_ERROR,
+    STATUS_UNSUPPORTED,
     Check,
     EvalOptions,
     EvalRequest,
@@ -63,7 +65,7 @@ from eval_server.schema import (
     TrialResult,
     problem_hash,
 )
-from eval_server.static_checks import run_static_checks
+from eval_server.static_checks import RULES, run_static_checks
 from eval_server.timing import TIMING_METHOD, calls_per_trial_for, l2_flush_buffer, time_gpu
 
 # Installed once in the warm parent and inherited by every forked evaluation.
@@ -98,6 +100,7 @@ class Hardening:
     precision_factor: float = 20.0  # fp32 policy: x the reference's own float64 error
     precision_factor_tf32: float = 4.0  # tf32 policy: x the error of 10-bit-mantissa inputs
     profile_kernels: bool = True  # GPU: CUPTI check that only the candidate's Triton kernels computed
+    cuda_compile_timeout_s: float = 120.0  # backend "cuda": load_inline builds (cuda_backend.py)
 
 
 @dataclass
@@ -110,6 +113,8 @@ class EvalContext:
     hardening: Hardening = field(default_factory=Hardening)
     versions: dict[str, str] = field(default_factory=dict)
     gpu_lock: GpuLock | None = None  # shared for GPU work, exclusive for timing (see gpu_lock.py)
+    build_cache: Path | None = None  # backend "cuda": built extensions, kept across evaluations
+    cuda: cuda_backend.Extensions | None = None  # backend "cuda": the candidate's loaded extensions
     phases: dict[str, float] = field(default_factory=dict)
     _flush: torch.Tensor | None = None
 
@@ -300,8 +305,13 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
 
     with ctx.phase("static"):
         _static_phase(request, ctx, result)
+    cuda = opts.backend == "cuda"
+    if cuda and ctx.device.type != "cuda":
+        _cuda_compile_phase(request, ctx, result)  # ends the evaluation: it cannot run here
 
     ref = _reference_phase(request, ctx, result, timing)
+    if cuda:
+        _cuda_compile_phase(request, ctx, result)  # CPU work: outside the GPU lock
 
     guard = _Guard(
         NamespaceSnapshot(default_guarded_namespaces() + reference_namespaces(ref.module, ref.model)),
@@ -350,10 +360,54 @@ def _static_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) ->
             "traceback": loader.format_exception_tail(exc, ctx.workdir),
         }
         raise _Stop from None
-    result.checks.extend(run_static_checks(tree))
+    result.checks.extend(run_static_checks(tree, CUDA_RULES if request.options.backend == "cuda" else RULES))
     if any(c.severity == "reject" for c in result.checks):
         result.status = STATUS_REJECTED
         raise _Stop
+
+
+def _cuda_compile_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> None:
+    """Backend "cuda": build the candidate's load_inline extensions in a compile process (no GPU
+    lock held), then point load_inline at the builds. Without a GPU the sources are only compiled
+    and the evaluation ends `unsupported`."""
+    on_gpu = ctx.device.type == "cuda"
+    if on_gpu:
+        cuda_backend.prepare_gpu_build(ctx.device)
+    cache = ctx.build_cache or ctx.workdir / "cuda-ext"
+    with ctx.phase("compile"):
+        report = cuda_backend.compile_candidate(
+            request.candidate, ctx.workdir, cache, ctx.hardening.cuda_compile_timeout_s, build=on_gpu
+        )
+    result.compiled = report.compiled > 0
+    if report.checks:
+        result.checks.extend(report.checks)
+        result.status = STATUS_REJECTED
+        raise _Stop
+    if report.error is not None:
+        result.status = STATUS_COMPILE_ERROR
+        result.compiled = False
+        result.error = {"type": "CudaCompileError", "message": report.error, "traceback": ""}
+        raise _Stop
+    if report.import_error is not None and not on_gpu:  # on a GPU the evaluation's import says it
+        result.status = STATUS_COMPILE_ERROR
+        result.error = {"type": "ImportError", "message": "", "traceback": report.import_error}
+        raise _Stop
+    if report.unsupported is not None or not on_gpu:
+        result.status = STATUS_UNSUPPORTED
+        why = report.unsupported or (
+            f"the candidate passed the static checks and its sources compiled ({report.compiled} "
+            "extension(s), compile check only), but this worker has no GPU to run them"
+            if report.compiled
+            else "this worker has no GPU, and the compile check ended without a result"
+        )
+        result.error = {
+            "type": "Unsupported",
+            "message": f"The CUDA backend cannot be evaluated on this worker: {why}. Correctness and "
+            "speed were not measured.",
+            "traceback": "",
+        }
+        raise _Stop
+    ctx.cuda = cuda_backend.Extensions(cache).install()
 
 
 def post_timing_check_seeds(seeds: list[int], timing_sets: int, base_seed: int) -> list[int]:
@@ -624,8 +678,10 @@ def _run_candidate(
             else:
                 out = model(*args)
         _sync(ctx.device)
+    if ctx.cuda is not None and profile:
+        result.kernel_launches = ctx.cuda.count_own(device_activity)
     if device_activity:
-        _device_activity_checks(result, device_activity, off_stream)
+        _device_activity_checks(result, device_activity, off_stream, ctx)
     new_threads = python_threads() - threads_before
     if THREADS.started or new_threads > 0:
         where = ", ".join(THREADS.started[:3]) or "a thread still running after forward returned"
@@ -642,14 +698,17 @@ def _some(names: list[str], n: int) -> str:
     return "; ".join(sorted({name[:90] for name in names})[:n])
 
 
-def _device_activity_checks(result: EvalResult, names: list[str], off_stream: list[str]) -> None:
-    foreign, to_host = classify_kernels(names, LAUNCHES.launches)
+def _device_activity_checks(
+    result: EvalResult, names: list[str], off_stream: list[str], ctx: EvalContext
+) -> None:
+    own = ctx.cuda.owns if ctx.cuda is not None else None
+    foreign, to_host = classify_kernels(names, LAUNCHES.launches, own)
     if foreign:
         _reject(
             result,
             "runtime.foreign_kernels",
-            f"GPU kernels other than your Triton kernels computed during forward ({len(foreign)} launches, "
-            f"e.g. {_some(foreign, 5)}): torch or a library did the work. Compute everything in @triton.jit kernels.",
+            f"GPU kernels other than your {_own_kernels(ctx)} computed during forward ({len(foreign)} launches, "
+            f"e.g. {_some(foreign, 5)}): torch or a library did the work. Compute everything in your own kernels.",
         )
     if off_stream:
         _reject(
@@ -678,12 +737,15 @@ def _correctness_phase(
     poison_bytes = ref.output_bytes + (64 << 20)
     for i, seed in enumerate(ref.seeds):
         args = loader.make_inputs(ref.module, seed, ctx.device)
-        profile = i == 0 and ctx.device.type == "cuda" and ctx.hardening.profile_kernels
+        # CUDA kernels are seen only by the profiler: the first trial is always profiled
+        profile = (
+            i == 0 and ctx.device.type == "cuda" and (ctx.hardening.profile_kernels or ctx.cuda is not None)
+        )
         out, ops = _run_candidate(model, args, ctx, result, poison_bytes, profile)
         pristine = loader.make_inputs(ref.module, seed, ctx.device)
         if i == 0:
-            result.kernel_launches = LAUNCHES.count
-            _first_trial_checks(result, ops, args, pristine)
+            result.kernel_launches += LAUNCHES.count
+            _first_trial_checks(result, ops, args, pristine, ctx)
         del args
         expected = _expected(result, ctx, ref, guard, seed, pristine)
         cmp = compare_outputs(expected, out, opts.tolerance)
@@ -704,15 +766,24 @@ def _correctness_phase(
     result.correct = True
 
 
+def _own_kernels(ctx: EvalContext) -> str:
+    return (
+        "CUDA kernels (the __global__ functions of your load_inline sources)"
+        if ctx.cuda
+        else "Triton kernels"
+    )
+
+
 def _first_trial_checks(
-    result: EvalResult, ops: TorchOpRecorder, args: list[Any], pristine: list[Any]
+    result: EvalResult, ops: TorchOpRecorder, args: list[Any], pristine: list[Any], ctx: EvalContext
 ) -> None:
     if result.kernel_launches == 0:
+        how = "call a function of your extension that launches them" if ctx.cuda else "kernel[grid](...)"
         result.checks.append(
             Check(
                 "runtime.no_kernel_launch",
-                "No Triton kernel was launched during forward. ModelNew.forward must launch your "
-                "@triton.jit kernel(s) (kernel[grid](...)) to compute the output.",
+                f"None of your {_own_kernels(ctx)} was launched during forward. ModelNew.forward must "
+                f"launch them ({how}) to compute the output.",
             )
         )
     compute = ops.compute_ops()
@@ -721,8 +792,8 @@ def _first_trial_checks(
         result.checks.append(
             Check(
                 "runtime.torch_compute",
-                f"torch computed part of the result during forward ({listed}). Only allocation, "
-                "views and copies may use torch; compute everything in Triton kernels.",
+                f"torch computed part of the result during forward ({listed}), from Python or C++. Only "
+                f"allocation, views and copies may use torch; compute everything in your {_own_kernels(ctx)}.",
             )
         )
     changed = [

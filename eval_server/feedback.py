@@ -17,6 +17,7 @@ from eval_server.schema import (
     STATUS_RUNTIME_ERROR,
     STATUS_SERVER_ERROR,
     STATUS_TIMEOUT,
+    STATUS_UNSUPPORTED,
     EvalRequest,
     EvalResult,
     problem_hash,
@@ -32,6 +33,7 @@ _HEADLINES = {
     STATUS_CRASHED: "Your submission crashed the evaluation process.",
     STATUS_REFERENCE_ERROR: "The reference problem itself failed to run; this is not your fault.",
     STATUS_SERVER_ERROR: "The evaluator failed internally; this is not your fault.",
+    STATUS_UNSUPPORTED: "This evaluator cannot run your submission; this is not your fault.",
 }
 
 _FIXES = {

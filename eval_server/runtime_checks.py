@@ -16,7 +16,7 @@ import contextlib
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -442,18 +442,21 @@ _ALLOWED_KERNEL_PATTERNS = (
 )  # fmt: skip
 
 
-def classify_kernels(names: Iterable[str], triton_names: Iterable[str]) -> tuple[list[str], list[str]]:
+def classify_kernels(
+    names: Iterable[str], triton_names: Iterable[str], is_own: Callable[[str], bool] | None = None
+) -> tuple[list[str], list[str]]:
     """Split device activity recorded during forward into (foreign compute kernels, device->host copies).
 
     A name counts as the candidate's when it starts with one of its launched @triton.jit function
-    names (Triton names the CUDA kernel after the function); copies and fills are allowed; any
-    other kernel (ATen, cuBLAS, cuDNN, ...) is torch or a library doing the work.
+    names (Triton names the CUDA kernel after the function) or when `is_own` says so (backend
+    "cuda": its extension's __global__ kernels); copies and fills are allowed; any other kernel
+    (ATen, cuBLAS, cuDNN, ...) is torch or a library doing the work.
     """
     own = tuple(n for n in triton_names if n)
     foreign: list[str] = []
     to_host: list[str] = []
     for name in names:
-        if own and name.startswith(own):
+        if (own and name.startswith(own)) or (is_own is not None and is_own(name)):
             continue
         if "Memcpy DtoH" in name:
             to_host.append(name)

@@ -29,6 +29,9 @@ STATUS_REFERENCE_ERROR = (
     "reference_error"  # the problem itself failed to load or run: not the candidate's fault
 )
 STATUS_SERVER_ERROR = "server_error"  # internal failure of the evaluator
+# this worker cannot run the request (backend "cuda" without a GPU or without a CUDA toolchain):
+# not the candidate's fault, no reward signal
+STATUS_UNSUPPORTED = "unsupported"
 
 STATUSES: tuple[str, ...] = (
     STATUS_OK,
@@ -40,7 +43,12 @@ STATUSES: tuple[str, ...] = (
     STATUS_CRASHED,
     STATUS_REFERENCE_ERROR,
     STATUS_SERVER_ERROR,
+    STATUS_UNSUPPORTED,
 )
+
+# How the candidate writes its kernels: Triton (@triton.jit) or CUDA C++ built with
+# torch.utils.cpp_extension.load_inline (KernelBench's CUDA format).
+BACKENDS: tuple[str, ...] = ("triton", "cuda")
 
 TOLERANCE_PROFILES: dict[str, dict[str, float]] = {
     # KernelBench v0.1: atol = rtol = 1e-2 for every dtype.
@@ -70,6 +78,7 @@ class EvalOptions:
     seed: int = 42  # base seed; trial i uses seed + i
     tolerance: str = "default"  # key of TOLERANCE_PROFILES
     timeout_s: float | None = None  # wall-clock cap; None = server default; clipped to server max
+    backend: str = "triton"  # one of BACKENDS
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,9 @@ class EvalResult:
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     checks: list[Check] = field(default_factory=list)
-    kernel_launches: int = 0  # Triton launches seen during the candidate's first forward
+    # the candidate's kernel launches seen during its first forward (Triton: every launch;
+    # CUDA: its own __global__ kernels seen by the GPU profiler)
+    kernel_launches: int = 0
     reference_timing: TimingStats | None = None
     candidate_timing: TimingStats | None = None
     speedup: float | None = None  # reference median / candidate median; null without timing
@@ -200,13 +211,15 @@ def parse_options(data: Any) -> EvalOptions:
     if "timing" in data:
         _check_type("options.timing", data["timing"], bool)
         kwargs["timing"] = data["timing"]
-    if "tolerance" in data:
-        _check_type("options.tolerance", data["tolerance"], str)
-        if data["tolerance"] not in TOLERANCE_PROFILES:
-            raise ValidationError(
-                f"options.tolerance: unknown profile {data['tolerance']!r}; known: {sorted(TOLERANCE_PROFILES)}"
-            )
-        kwargs["tolerance"] = data["tolerance"]
+    for name, what, known in (
+        ("tolerance", "profile", sorted(TOLERANCE_PROFILES)),
+        ("backend", "backend", list(BACKENDS)),
+    ):
+        if name in data:
+            _check_type(f"options.{name}", data[name], str)
+            if data[name] not in known:
+                raise ValidationError(f"options.{name}: unknown {what} {data[name]!r}; known: {known}")
+            kwargs[name] = data[name]
     if data.get("timeout_s") is not None:
         _check_type("options.timeout_s", data["timeout_s"], (int, float))
         if data["timeout_s"] <= 0:

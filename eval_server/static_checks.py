@@ -419,10 +419,11 @@ RULES = (
 RULE_IDS = tuple(r.id for r in RULES)
 
 
-def run_static_checks(tree: ast.Module) -> list[Check]:
-    """Apply every rule; each fired rule becomes one Check whose message cites the evidence."""
+def run_static_checks(tree: ast.Module, rules: tuple[Rule, ...] = RULES) -> list[Check]:
+    """Apply every rule (the Triton backend's by default; cuda_static.CUDA_RULES for CUDA); each
+    fired rule becomes one Check whose message cites the evidence."""
     fired: list[Check] = []
-    for rule in RULES:
+    for rule in rules:
         evidence = sorted(rule.find(tree), key=_line_key)
         if evidence:
             shown = "; ".join(evidence[:5]) + (" ..." if len(evidence) > 5 else "")

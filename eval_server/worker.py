@@ -399,6 +399,7 @@ class Worker:
             hardening=Hardening(**self.hardening_overrides),
             versions={k: str(v) for k, v in self.versions.items()},
             gpu_lock=GpuLock(self.gpu_lock_path) if (timing and self.gpu_lock_path) else None,
+            build_cache=self.workdir / "cuda-ext",  # outlives evaluations; removed with the worker dir
         )
         return evaluate(request, ctx)
 

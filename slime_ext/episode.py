@@ -16,7 +16,8 @@ Statuses:
 - `truncated`: the context budget ran out (no room for the next turn or its feedback), or the
   last generated turn finished with `length`.
 - `aborted`: the engine aborted a generation, or the evaluation could not be done (eval server
-  unavailable or too slow, evaluator-side statuses `reference_error` / `server_error`).
+  unavailable or too slow, evaluator-side statuses `reference_error` / `server_error` /
+  `unsupported`).
   `abort_reason` says why. Retry policy: the EvalClient already retries connection failures and
   full queues (with backoff); the episode does not retry on top of it, so an outage ends the
   episode promptly as `aborted` (slime then drops it) instead of holding a rollout slot.
@@ -31,7 +32,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval_server.schema import STATUS_REFERENCE_ERROR, STATUS_SERVER_ERROR, EvalOptions, EvalResult
+from eval_server.schema import (
+    STATUS_REFERENCE_ERROR,
+    STATUS_SERVER_ERROR,
+    STATUS_UNSUPPORTED,
+    EvalOptions,
+    EvalResult,
+)
 from slime_ext.backends import DEFAULT_BACKEND, check_backend
 from slime_ext.candidate import extract_candidate
 from slime_ext.chat import ChatRenderer
@@ -79,7 +86,11 @@ class EpisodeConfig:
     end_of_turn: str = "<|im_end|>"
     chat_template_kwargs: Mapping[str, Any] | None = None
     # Evaluator-side statuses (not the candidate's fault): the episode is aborted, not scored.
-    abort_on_eval_statuses: tuple[str, ...] = (STATUS_REFERENCE_ERROR, STATUS_SERVER_ERROR)
+    abort_on_eval_statuses: tuple[str, ...] = (
+        STATUS_REFERENCE_ERROR,
+        STATUS_SERVER_ERROR,
+        STATUS_UNSUPPORTED,
+    )
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:

@@ -3,7 +3,8 @@
 `problems/<name>.py` are reference problems (Model, get_inputs, get_init_inputs; small fp32 shapes,
 no device arguments). `candidates/<problem>__<variant>.py` are candidate sources defining ModelNew:
 one correct Triton solution per problem plus one candidate for each way an evaluation can go wrong
-(wrong math, wrong shape, syntax error, runtime error, anti-cheat rejections, timeout, crash).
+(wrong math, wrong shape, syntax error, runtime error, anti-cheat rejections, timeout, crash), and
+CUDA_SAMPLE_CASES: the relu problem in KernelBench's CUDA format (backend "cuda").
 SAMPLE_CASES pairs each candidate with its problem and the status the evaluator must report, so
 the corpus serves as a smoke test of a deployed service and as fixtures for the tests.
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; only needed for the annot
     from importlib.resources.abc import Traversable
 
 __all__ = [
+    "CUDA_SAMPLE_CASES",
     "SAMPLE_CASES",
     "SampleCase",
     "candidate_names",
@@ -51,6 +53,7 @@ class SampleCase:
     candidate: str  # file stem in candidates/
     expected_status: str  # one of eval_server.schema STATUS_* values
     what: str  # one-line description shown in tables
+    backend: str = "triton"  # options.backend to evaluate it with (eval_server.schema.BACKENDS)
 
 
 SAMPLE_CASES: tuple[SampleCase, ...] = (
@@ -88,6 +91,17 @@ SAMPLE_CASES: tuple[SampleCase, ...] = (
         "gemm_scale_leakyrelu__correct",
         STATUS_OK,
         "fused linear + scale + LeakyReLU kernel",
+    ),
+)
+
+
+# Backend "cuda" (KernelBench's CUDA format, load_inline): kept apart from SAMPLE_CASES because they
+# need a GPU worker to be `ok` (a CPU worker answers `unsupported` after its compile check) and every
+# consumer of SAMPLE_CASES sends Triton requests.
+CUDA_SAMPLE_CASES: tuple[SampleCase, ...] = (
+    SampleCase("relu", "relu__cuda_correct", STATUS_OK, "elementwise ReLU __global__ kernel", "cuda"),
+    SampleCase(
+        "relu", "relu__cuda_compile_error", STATUS_COMPILE_ERROR, "nvcc: undeclared identifier", "cuda"
     ),
 )
 

@@ -115,7 +115,12 @@ def test_cases_refer_to_existing_files_and_cover_every_candidate_once():
         assert case.candidate.startswith(f"{case.problem}__"), case
         assert case.expected_status in STATUSES, case
         assert case.what.strip() and "\n" not in case.what, case
-    used = [case.candidate for case in samples.SAMPLE_CASES]
+    cuda = list(samples.CUDA_SAMPLE_CASES)
+    for case in cuda:
+        assert case.backend == "cuda" and case.candidate.startswith(f"{case.problem}__cuda_"), case
+        assert case.problem in problems and case.expected_status in STATUSES, case
+    assert all(case.backend == "triton" for case in samples.SAMPLE_CASES)
+    used = [case.candidate for case in (*samples.SAMPLE_CASES, *cuda)]
     assert sorted(used) == candidates  # each file exactly once, no case without a file
     assert {case.problem for case in samples.SAMPLE_CASES} == problems
 

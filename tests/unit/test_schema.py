@@ -50,6 +50,7 @@ def test_options_defaults():
     o = EvalOptions()
     assert (o.correctness_trials, o.timing, o.timing_trials, o.warmup_trials) == (5, True, 100, 3)
     assert (o.seed, o.tolerance, o.timeout_s) == (42, "default", None)
+    assert o.backend == "triton"
 
 
 def test_parse_request_minimal_body_gets_defaults():
@@ -199,6 +200,17 @@ def test_tolerance_type_and_unknown_profile():
     assert "'default'" in msg and "'strict'" in msg
 
 
+def test_backend_option_known_values_and_clear_errors():
+    assert parse_request(body(options={"backend": "cuda"})).options.backend == "cuda"
+    assert parse_request(body(options={"backend": "triton"})).options.backend == "triton"
+    assert (
+        opts_error({"backend": "rocm"})
+        == "options.backend: unknown backend 'rocm'; known: ['triton', 'cuda']"
+    )
+    assert opts_error({"backend": 1}) == "options.backend: expected str, got int"
+    assert opts_error({"backend": None}) == "options.backend: expected str, got NoneType"
+
+
 @pytest.mark.parametrize(
     "name, bad, good, message",
     [
@@ -310,8 +322,9 @@ def test_result_json_has_every_dataclass_field():
 
 
 def test_statuses_closed_set():
-    assert len(set(STATUSES)) == len(STATUSES) == 9
+    assert len(set(STATUSES)) == len(STATUSES) == 10
     assert schema.STATUS_OK in STATUSES and schema.STATUS_SERVER_ERROR in STATUSES
+    assert schema.STATUS_UNSUPPORTED == "unsupported" and schema.STATUS_UNSUPPORTED in STATUSES
 
 
 def test_tolerance_profiles_values():
