@@ -39,18 +39,34 @@ import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import torch
-import torch.utils.cpp_extension as cpp_extension
 
 from eval_server import loader, sandbox
 from eval_server.cuda_static import kernel_names, namespaces, source_checks
 from eval_server.schema import Check
 
-# Bound when the worker imports the evaluator, before any candidate exists.
-_REAL_LOAD_INLINE = cpp_extension.load_inline
-_SIGNATURE = inspect.signature(_REAL_LOAD_INLINE)
+# torch.utils.cpp_extension is imported only in an evaluation process, never in the worker that
+# forks them: its import calls torch.cuda.is_available(), which marks the process as unsafe to fork
+# and every forked evaluation then fails to initialise CUDA ("Cannot re-initialize CUDA in forked
+# subprocess", seen on an H100). Bound by the first evaluation-side use (bind()), which comes
+# before the candidate's import; kept in a dict so no module global is rebound after start-up.
+_BOUND: dict[str, Any] = {}
+
+
+def bind() -> ModuleType:
+    """torch.utils.cpp_extension, with the real load_inline and its signature recorded the first
+    time (before any candidate code in this process can replace them)."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    if "load_inline" not in _BOUND:
+        _BOUND["load_inline"] = cpp_extension.load_inline
+        _BOUND["signature"] = inspect.signature(cpp_extension.load_inline)
+    return cpp_extension
+
+
 # Lines load_inline puts before the candidate's own sources (unless no_implicit_headers=True).
 _IMPLICIT_CPP_LINES = 1  # #include <torch/extension.h>
 _IMPLICIT_CUDA_LINES = 3  # torch/types.h, cuda.h, cuda_runtime.h
@@ -86,7 +102,8 @@ class InlineCall:
 
     @classmethod
     def bind(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> InlineCall:
-        bound = _SIGNATURE.bind(*args, **kwargs)
+        bind()
+        bound = _BOUND["signature"].bind(*args, **kwargs)
         arguments = dict(bound.arguments)
         return cls(
             name=str(arguments["name"]),
@@ -119,7 +136,7 @@ class InlineCall:
     def load(self, build_directory: Path) -> Any:
         """The real load_inline, building into (or loading from) `build_directory`."""
         build_directory.mkdir(parents=True, exist_ok=True)
-        return _REAL_LOAD_INLINE(
+        return _BOUND["load_inline"](
             **{**self.arguments, "build_directory": str(build_directory), "verbose": False}
         )
 
@@ -139,7 +156,8 @@ def install(handler: Callable[[InlineCall], Any]) -> None:
     def load_inline(*args: Any, **kwargs: Any) -> Any:
         return handler(InlineCall.bind(args, kwargs))
 
-    load_inline.__wrapped__ = _REAL_LOAD_INLINE  # type: ignore[attr-defined]
+    cpp_extension = bind()
+    load_inline.__wrapped__ = _BOUND["load_inline"]  # type: ignore[attr-defined]
     cpp_extension.load_inline = load_inline
 
 
@@ -148,7 +166,7 @@ def install(handler: Callable[[InlineCall], Any]) -> None:
 
 def nvcc_path() -> str | None:
     """The CUDA compiler torch would use (CUDA_HOME), else CUDA_HOME/CUDA_PATH, else PATH."""
-    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    homes = [bind().CUDA_HOME, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     for home in homes:
         if home and os.access(os.path.join(home, "bin", "nvcc"), os.X_OK):
             return os.path.join(home, "bin", "nvcc")
@@ -295,7 +313,7 @@ _CUDA_CMAKE_MACROS = (
 def _shim_include(build_dir: Path) -> list[str]:
     """An include dir holding the generated c10/cuda header when this torch lacks it (CPU builds)."""
     rel, text = _CUDA_CMAKE_MACROS
-    if any(os.path.exists(os.path.join(p, rel)) for p in cpp_extension.include_paths()):
+    if any(os.path.exists(os.path.join(p, rel)) for p in bind().include_paths()):
         return []
     shim = build_dir / "shim"
     (shim / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -307,7 +325,7 @@ def _check_commands(call: InlineCall, files: dict[str, str], build_dir: Path) ->
     nvcc, cxx = nvcc_path(), _cxx()
     assert nvcc is not None and cxx is not None
     cuda_include = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "include")
-    dirs = [*cpp_extension.include_paths(), *_shim_include(build_dir), sysconfig.get_paths()["include"]]
+    dirs = [*bind().include_paths(), *_shim_include(build_dir), sysconfig.get_paths()["include"]]
     includes = [f"-I{p}" for p in [*dirs, cuda_include]]
     includes += [f"-I{p}" for p in call.arguments.get("extra_include_paths") or []]
     defines = [f"-DTORCH_EXTENSION_NAME={call.name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
@@ -316,7 +334,7 @@ def _check_commands(call: InlineCall, files: dict[str, str], build_dir: Path) ->
     commands = [[cxx, "-fsyntax-only", "-w", "-std=c++20", "-fPIC", *includes, *defines, *cflags, "main.cpp"]]
     if "cuda.cu" in files:
         commands.append(
-            [nvcc, "-c", "cuda.cu", "-o", "cuda.o", "-w", "-std=c++20", *cpp_extension.COMMON_NVCC_FLAGS]
+            [nvcc, "-c", "cuda.cu", "-o", "cuda.o", "-w", "-std=c++20", *bind().COMMON_NVCC_FLAGS]
             + [*_arch_flags(), "-Xcompiler", "-fPIC", *includes, *defines, *cuda_cflags]
         )
     return commands
@@ -387,6 +405,7 @@ def compile_candidate(
 ) -> BuildReport:
     """Run the candidate's load_inline calls in a forked compile process (see the module
     docstring): `build` builds extensions (GPU workers), otherwise the sources are only compiled."""
+    bind()  # the real load_inline, before the compile process imports the candidate
     problem = toolchain_problem(build)
     cache_root.mkdir(parents=True, exist_ok=True)
     prune_cache(cache_root)

@@ -154,3 +154,18 @@ def test_only_finished_builds_are_loaded(tmp_path: Path):
         ext._load(call)
     (build_dir / "building").unlink()
     assert cuda_backend.built(build_dir) and ext.calls == []
+
+
+def test_the_worker_never_imports_cpp_extension() -> None:
+    """Importing torch.utils.cpp_extension calls torch.cuda.is_available(), which marks the process
+    as unsafe to fork: in the worker that forks every evaluation, each one then failed to start
+    CUDA (H100, 2026-11-24). Only evaluation processes import it (cuda_backend.bind)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, eval_server.worker, eval_server.evaluate, eval_server.pool\n"
+        "print('torch.utils.cpp_extension' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
