@@ -127,7 +127,7 @@ def run_ours(
             )
             print(
                 f"ours  {case.name:28s} rep {rep}  {res['status']:14s} {latency:6.2f} s "
-                f"(in worker {res['elapsed_s']:.2f} s)  "
+                f"(in worker {res['elapsed_s']:.2f} s, queued {res['phases'].get('queue_wait', 0.0):.2f} s)  "
                 f"speedup {res['speedup'] if res['speedup'] is None else round(res['speedup'], 3)}  "
                 f"{res.get('reference_timing_source') or ''}",
                 flush=True,

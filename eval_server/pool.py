@@ -318,6 +318,7 @@ class WorkerPool:
 
     def evaluate(self, request: EvalRequest) -> EvalResult:
         timeout_s = self.clamp_timeout(request.options.timeout_s)
+        arrived = time.perf_counter()
         with self._cond:
             if self._closed:
                 raise WorkerUnavailableError("the pool is shutting down")
@@ -349,6 +350,7 @@ class WorkerPool:
         try:
             result = worker.evaluate(request, timeout_s)
             result.worker = worker.worker_id
+            result.phases["queue_wait"] = round(t0 - arrived, 6)  # waiting for an idle worker
         finally:
             with self._cond:
                 self._in_flight -= 1

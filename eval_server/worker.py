@@ -50,6 +50,7 @@ from eval_server.schema import (
 )
 
 _POLL_S = 0.02
+_EXIT_POLL_S = 0.001  # after the child closed its result pipe: it is exiting, poll its exit closely
 _STDOUT_TAIL_CHARS = 2000
 
 
@@ -116,6 +117,7 @@ class Worker:
         self.versions: dict[str, Any] = {}
         self.evals = 0
         self._spare: _Spare | None = None
+        self._child_exit_s: float | None = None  # last child: its result pipe's EOF -> reaped
 
     # ------------------------------------------------------------------ warm-up (parent)
     def warm_up(self) -> dict[str, Any]:
@@ -153,6 +155,8 @@ class Worker:
                     fh.seek(max(0, log.stat().st_size - (64 << 10)))
                     output = fh.read().decode(errors="replace")
             shutil.rmtree(spare.evaldir, ignore_errors=True)
+        if self._child_exit_s is not None:
+            result.phases["child_exit"] = round(self._child_exit_s, 6)
         result.stdout_tail = output[-_STDOUT_TAIL_CHARS:]
         if result.status == STATUS_CRASHED and output.strip() and result.error is not None:
             # What the dying process printed (e.g. "CUDA error: an illegal memory access was
@@ -217,7 +221,10 @@ class Worker:
 
     @staticmethod
     def _send_request(spare: _Spare, request: EvalRequest) -> None:
-        payload = memoryview(json.dumps(request.to_json()).encode())
+        """The send time (CLOCK_MONOTONIC, system-wide) on a first line, then the request: the
+        child reports how long the request waited for its preparation (phase spare_wait)."""
+        header = f"{time.monotonic():.6f}\n".encode()
+        payload = memoryview(header + json.dumps(request.to_json()).encode())
         try:
             while payload:
                 payload = payload[os.write(spare.request_fd, payload) :]
@@ -233,13 +240,20 @@ class Worker:
         verdict: tuple[str, str] | None = None
         exit_status: int | None = None
         next_mem_check = 0.0
+        eof_at: float | None = None  # the child closed its result pipe (result complete, or dying)
+        self._child_exit_s = None
         try:
             while True:
-                ready, _, _ = select.select([read_fd], [], [], _POLL_S)
-                if ready:
-                    data = os.read(read_fd, 1 << 20)
-                    if data:
-                        chunks.append(data)
+                if eof_at is None:
+                    ready, _, _ = select.select([read_fd], [], [], _POLL_S)
+                    if ready:
+                        data = os.read(read_fd, 1 << 20)
+                        if data:
+                            chunks.append(data)
+                        else:
+                            eof_at = time.perf_counter()
+                else:
+                    time.sleep(_EXIT_POLL_S)
                 try:
                     info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
                 except ChildProcessError:  # reaped already (reap_all after an earlier evaluation)
@@ -270,10 +284,12 @@ class Worker:
                 exit_status = status
             except ChildProcessError:
                 pass
+            if eof_at is not None:
+                self._child_exit_s = time.perf_counter() - eof_at
             # not the spare: its exit status is read when it is taken
             sandbox.reap_all(keep=self._spare.pid if self._spare is not None else None)
             # Drain what the child wrote before it exited.
-            while True:
+            while eof_at is None:
                 ready, _, _ = select.select([read_fd], [], [], 0)
                 if not ready:
                     break
@@ -327,14 +343,19 @@ class Worker:
             tempfile.tempdir = str(evaldir)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             self._child_prepare()
+            prepared_at = time.monotonic()
             raw = _read_all(request_fd)
             if not raw:  # the worker went away without a request
                 os._exit(0)
+            sent_at, _, raw = raw.partition(b"\n")
+            spare_wait = max(0.0, prepared_at - float(sent_at))
             request = parse_request(json.loads(raw))
             log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
-            payload = json.dumps(self._child_evaluate(request, evaldir).to_json()).encode()
+            result = self._child_evaluate(request, evaldir)
+            result.phases["spare_wait"] = round(spare_wait, 6)
+            payload = json.dumps(result.to_json()).encode()
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
             if request is not None:
                 if isinstance(exc, SystemExit):
@@ -351,6 +372,7 @@ class Worker:
             while view:
                 n = os.write(write_fd, view)
                 view = view[n:]
+            os.close(write_fd)  # EOF now: the worker sees the result complete while this process exits
         finally:
             os._exit(0)
 
