@@ -6,6 +6,8 @@ sets the default device). Their shapes are the large ones KernelBench uses (a 6.
 8192 x 8192 Linear on a batch of 1024, ...), so they only make sense on a GPU.
 `candidates/<problem>__triton.py` define `ModelNew`: a correct, reasonably tuned Triton solution
 with all math inside `@triton.jit` kernels.
+`candidates/<problem>__cuda.py` (relu, softmax, sum_dim and gemm_scale_leakyrelu) solve the same
+problems in KernelBench's CUDA format (`bench/eval_throughput.py --backend cuda`).
 
 Size convention: every size of a problem is a module-level ALL_CAPS integer constant on a line of
 its own (`BATCH = 4096`). Values that are not sizes (a reduce dim, a multiplier) are lower case

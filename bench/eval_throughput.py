@@ -15,8 +15,16 @@ KernelBench's own problem files at their real sizes, read from DIR (KERNELBENCH_
 and the comparison point is KernelBench's own harness (`bench/kernelbench_eval.py`: its
 `eval_kernel_against_ref`, one fresh process per evaluation) instead of baseline_eval.py.
 
+With `--backend cuda` the candidates are the `<problem>__cuda.py` files (KernelBench's CUDA format,
+built with load_inline) sent with options.backend "cuda", and the comparison point runs KernelBench's
+CUDA backend (or baseline_eval.py) with one build directory for the whole run. Our side then runs in
+two waves: repeat 0 of every case (cold: the extension is built, the reference timed) and, once it
+is done, the other repeats (cached: the build cache and the reference-timing cache hit); each wave
+reports its own evaluations/min, p50 and mean phases (`compile` included).
+
   python bench/eval_throughput.py --devices 0 --repeats 3 --baseline-repeats 1 --json out.json
   python bench/eval_throughput.py --kernelbench third_party/KernelBench --repeats 3 --baseline-repeats 1
+  python bench/eval_throughput.py --kernelbench third_party/KernelBench --backend cuda --repeats 3 --baseline-repeats 2
 """
 
 from __future__ import annotations
@@ -43,13 +51,24 @@ from eval_server.pool import percentile  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 
-# KernelBench problems (level, number) and the bench candidate that solves each.
+BACKENDS = ("triton", "cuda")
+
+# KernelBench problems (level, number) and the bench problem whose candidates
+# (bench/candidates/<problem>__<backend>.py) solve each.
 KERNELBENCH_CASES: tuple[tuple[int, int, str], ...] = (
-    (1, 19, "relu_large__triton"),  # ReLU, 4096 x 393216
-    (1, 23, "softmax_large__triton"),  # Softmax over dim 1, 4096 x 393216
-    (1, 47, "sum_dim_large__triton"),  # Sum over dim 1, 128 x 4096 x 4095
-    (2, 12, "gemm_scale_leakyrelu_large__triton"),  # Gemm_Multiply_LeakyReLU, 1024 x 8192 x 8192
+    (1, 19, "relu_large"),  # ReLU, 4096 x 393216
+    (1, 23, "softmax_large"),  # Softmax over dim 1, 4096 x 393216
+    (1, 47, "sum_dim_large"),  # Sum over dim 1, 128 x 4096 x 4095
+    (2, 12, "gemm_scale_leakyrelu_large"),  # Gemm_Multiply_LeakyReLU, 1024 x 8192 x 8192
 )
+
+
+def candidate_path(problem: str, backend: str) -> Path:
+    """bench/candidates/<problem>__<backend>.py; SystemExit naming the file when there is none."""
+    path = BENCH_DIR / "candidates" / f"{problem}__{backend}.py"
+    if not path.is_file():
+        raise SystemExit(f"no {backend} candidate for {problem}: {path} does not exist (pick --cases)")
+    return path
 
 
 @dataclass(frozen=True)
@@ -61,23 +80,25 @@ class Job:
     candidate: Path
 
 
-def bench_jobs(names: list[str]) -> list[Job]:
+def bench_jobs(names: list[str], backend: str = "triton") -> list[Job]:
     """The cases of bench/corpus.py (all when `names` is empty)."""
     return [
         Job(
             c.problem,
             BENCH_DIR / "problems" / f"{c.problem}.py",
-            BENCH_DIR / "candidates" / f"{c.candidate}.py",
+            BENCH_DIR / "candidates" / f"{c.candidate}.py"
+            if backend == "triton"
+            else candidate_path(c.problem, backend),
         )
         for c in BENCH_CASES
         if not names or c.problem in names
     ]
 
 
-def kernelbench_jobs(root: Path, names: list[str]) -> list[Job]:
+def kernelbench_jobs(root: Path, names: list[str], backend: str = "triton") -> list[Job]:
     """KERNELBENCH_CASES found in a KernelBench checkout (`KernelBench/level<L>/<N>_*.py`)."""
     jobs = []
-    for level, number, candidate in KERNELBENCH_CASES:
+    for level, number, problem in KERNELBENCH_CASES:
         found = sorted((root / "KernelBench" / f"level{level}").glob(f"{number}_*.py"))
         if len(found) != 1:
             raise SystemExit(
@@ -85,18 +106,46 @@ def kernelbench_jobs(root: Path, names: list[str]) -> list[Job]:
             )
         name = f"L{level}_{found[0].stem}"
         if not names or name in names or found[0].stem in names:
-            jobs.append(Job(name, found[0], BENCH_DIR / "candidates" / f"{candidate}.py"))
+            jobs.append(Job(name, found[0], candidate_path(problem, backend)))
     return jobs
 
 
+def _phase_means(rows: list[dict]) -> dict[str, float]:
+    phases: dict[str, list[float]] = {}
+    for r in rows:
+        for k, v in r["phases"].items():
+            phases.setdefault(k, []).append(v)
+    return {k: statistics.fmean(v) for k, v in sorted(phases.items())}
+
+
+def _wave_summary(rows: list[dict], wall: float) -> dict:
+    """Rate, in-worker p50 and phase means of one wave of evaluations."""
+    return {
+        "evaluations": len(rows),
+        "wall_s": wall,
+        "evals_per_min": 60 * len(rows) / wall,
+        "p50_s": percentile([r["elapsed_in_worker_s"] for r in rows], 0.5),
+        "phase_mean_s": _phase_means(rows),
+    }
+
+
 def run_ours(
-    devices: str, workers_per_device: int, repeats: int, cases: list[Job], tmp: Path, timeout_s: float
+    devices: str,
+    workers_per_device: int,
+    repeats: int,
+    cases: list[Job],
+    tmp: Path,
+    timeout_s: float,
+    backend: str = "triton",
 ) -> dict:
-    """Every case `repeats` times; up to 2 requests per worker in flight so the queue never runs dry."""
+    """Every case `repeats` times; up to 2 requests per worker in flight so the queue never runs dry.
+    Backend cuda: repeat 0 of every case first (cold wave), then the rest (cached wave)."""
     rows: list[dict] = []
     args = ["--devices", devices, "--workers-per-device", str(workers_per_device),
             "--ref-cache", str(tmp / "ref_cache.sqlite"), "--timeout-s", str(timeout_s)]  # fmt: skip
     jobs = [(rep, case) for rep in range(repeats) for case in cases]
+    waves = [jobs] if backend == "triton" else [jobs[: len(cases)], jobs[len(cases) :]]
+    wave_walls: list[float] = []
     n_workers = workers_per_device * len(devices.split(","))
     with running_server(tmp, args) as url:
         t0 = time.perf_counter()
@@ -108,6 +157,8 @@ def run_ours(
                 "candidate": case.candidate.read_text(encoding="utf-8"),
                 "problem_id": case.name,
             }
+            if backend != "triton":
+                body["options"] = {"backend": backend}
             t = time.perf_counter()
             res = httpx.post(f"{url}/eval", json=body, timeout=timeout_s + 600).json()
             latency = time.perf_counter() - t
@@ -134,16 +185,15 @@ def run_ours(
             )
 
         with ThreadPoolExecutor(max_workers=2 * n_workers) as ex:
-            list(ex.map(one, jobs))
+            for wave in waves:
+                t_wave = time.perf_counter()
+                list(ex.map(one, wave))
+                wave_walls.append(time.perf_counter() - t_wave)
         wall = time.perf_counter() - t0
     # Latency of one evaluation = time in the worker (queueing behind the other request excluded).
     lat = [r["elapsed_in_worker_s"] for r in rows]
     warm = [r["elapsed_in_worker_s"] for r in rows if r["repeat"] > 0]
-    phases: dict[str, list[float]] = {}
-    for r in rows:
-        for k, v in r["phases"].items():
-            phases.setdefault(k, []).append(v)
-    return {
+    result = {
         "evaluations": len(rows),
         "wall_s": wall,
         "evals_per_min": 60 * len(rows) / wall,
@@ -151,17 +201,35 @@ def run_ours(
         "p95_s": percentile(lat, 0.95),
         "warm_p50_s": percentile(warm, 0.5) if warm else None,
         "cold_mean_s": statistics.fmean(r["elapsed_in_worker_s"] for r in rows if r["repeat"] == 0),
-        "phase_mean_s": {k: statistics.fmean(v) for k, v in sorted(phases.items())},
+        "phase_mean_s": _phase_means(rows),
         "rows": rows,
     }
+    if len(waves) > 1:
+        result["waves"] = {
+            name: _wave_summary([r for r in rows if (r["repeat"] > 0) == cached], w)
+            for name, cached, w in zip(("cold", "cached"), (False, True), wave_walls, strict=True)
+            if any((r["repeat"] > 0) == cached for r in rows)
+        }
+    return result
 
 
 def run_baseline(
-    device: str, repeats: int, cases: list[Job], timeout_s: float, kernelbench: Path | None = None
+    device: str,
+    repeats: int,
+    cases: list[Job],
+    timeout_s: float,
+    kernelbench: Path | None = None,
+    backend: str = "triton",
+    build_dir: Path | None = None,
 ) -> dict:
-    """Each case in a fresh process: baseline_eval.py, or KernelBench's harness from `kernelbench`."""
+    """Each case in a fresh process: baseline_eval.py, or KernelBench's harness from `kernelbench`.
+    Backend cuda: every process builds into `build_dir` (repeat 0 builds, later repeats reuse)."""
     rows = []
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": device}
+    cuda_args: list[str] = []
+    if backend == "cuda" and build_dir is not None:
+        env["TORCH_EXTENSIONS_DIR"] = str(build_dir)  # baseline_eval.py: load_inline's default root
+        cuda_args = ["--backend", "cuda", "--build-dir", str(build_dir)]
     t0 = time.perf_counter()
     for rep in range(repeats):
         for case in cases:
@@ -175,6 +243,7 @@ def run_baseline(
                     "--kernelbench",
                     str(kernelbench),
                     *files,
+                    *cuda_args,
                 ]
             t = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
@@ -197,7 +266,7 @@ def run_baseline(
     }
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--devices", default="0", help="GPU id(s) for our server; the baseline uses the first")
     p.add_argument("--workers-per-device", default="1", help="comma-separated: run our server once per value")
@@ -209,24 +278,45 @@ def main() -> int:
         type=Path,
         help="KernelBench checkout: run its problems and compare with its own harness (module docstring)",
     )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="triton",
+        help="candidates <problem>__<backend>.py; cuda: options.backend cuda, cold and cached waves",
+    )
     p.add_argument("--timeout-s", type=float, default=300.0)
     p.add_argument("--json", type=Path)
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
     names = [n for n in args.cases.split(",") if n]
-    cases = kernelbench_jobs(args.kernelbench, names) if args.kernelbench else bench_jobs(names)
+    cases = (
+        kernelbench_jobs(args.kernelbench, names, args.backend)
+        if args.kernelbench
+        else bench_jobs(names, args.backend)
+    )
     results: dict[str, dict | None] = {}
     for wpd in [int(w) for w in args.workers_per_device.split(",")]:
         with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
             results[f"ours_{wpd}_per_gpu"] = run_ours(
-                args.devices, wpd, args.repeats, cases, Path(tmp), args.timeout_s
+                args.devices, wpd, args.repeats, cases, Path(tmp), args.timeout_s, args.backend
             )
-    base = (
-        run_baseline(
-            args.devices.split(",")[0], args.baseline_repeats, cases, args.timeout_s, args.kernelbench
+    with tempfile.TemporaryDirectory(prefix="bench-throughput-builds-") as builds:
+        base = (
+            run_baseline(
+                args.devices.split(",")[0],
+                args.baseline_repeats,
+                cases,
+                args.timeout_s,
+                args.kernelbench,
+                args.backend,
+                Path(builds),
+            )
+            if args.baseline_repeats
+            else None
         )
-        if args.baseline_repeats
-        else None
-    )
     base_name = "kernelbench_harness" if args.kernelbench else "baseline"
     results[base_name] = base
     print()
@@ -236,6 +326,10 @@ def main() -> int:
             print(
                 f"{name:20s} {r['evaluations']:6d} {r['wall_s']:8.1f} {r['evals_per_min']:10.2f} {r['p50_s']:7.2f} {r['p95_s']:7.2f}"
             )
+            for wave, w in r.get("waves", {}).items():
+                print(
+                    f"  {wave + ' wave':18s} {w['evaluations']:6d} {w['wall_s']:8.1f} {w['evals_per_min']:10.2f} {w['p50_s']:7.2f}"
+                )
     for name, r in results.items():
         if r and name != base_name:
             if base:
@@ -247,14 +341,21 @@ def main() -> int:
             print(
                 f"{name} phase means (s):", json.dumps({k: round(v, 3) for k, v in r["phase_mean_s"].items()})
             )
+            for wave, w in r.get("waves", {}).items():
+                print(
+                    f"{name} {wave} wave phase means (s):",
+                    json.dumps({k: round(v, 3) for k, v in w["phase_mean_s"].items()}),
+                )
             for case in cases:
-                rows = [row for row in r["rows"] if row["case"] == case.name and row["repeat"] > 0]
-                if rows:
-                    keys = sorted({k for row in rows for k in row["phases"]})
-                    means = {
-                        k: round(statistics.fmean(row["phases"].get(k, 0.0) for row in rows), 3) for k in keys
-                    }
-                    print(f"  {case.name} warm phases (s):", json.dumps(means))
+                for label, warm_rows in (("cold", False), ("warm", True)):
+                    rows = [
+                        row
+                        for row in r["rows"]
+                        if row["case"] == case.name and (row["repeat"] > 0) == warm_rows
+                    ]
+                    if rows and (warm_rows or "waves" in r):
+                        means = {k: round(v, 3) for k, v in _phase_means(rows).items()}
+                        print(f"  {case.name} {label} phases (s):", json.dumps(means))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     bad = [

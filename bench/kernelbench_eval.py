@@ -2,11 +2,13 @@
 `bench/eval_throughput.py --kernelbench DIR`).
 
 DIR is a local checkout of ScalingIntelligence/KernelBench. Its `src/` goes on sys.path and its
-`kernelbench.eval.eval_kernel_against_ref` is called as is (Triton backend, N correctness trials,
-M performance trials of the candidate and of the reference, excessive-speedup check on): nothing of
-it is copied or changed here. The process is started once per evaluation, as KernelBench's scripts
-do, so the wall time the caller measures includes Python start, `import torch`, CUDA init and
-Triton compilation.
+`kernelbench.eval.eval_kernel_against_ref` is called as is (Triton backend, or with `--backend cuda`
+its CUDA backend, which execs the candidate and so builds its load_inline extension; N correctness
+trials, M performance trials of the candidate and of the reference, excessive-speedup check on):
+nothing of it is copied or changed here. The process is started once per evaluation, as
+KernelBench's scripts do, so the wall time the caller measures includes Python start, `import
+torch`, CUDA init and Triton compilation or the extension's build (`--build-dir`: KernelBench's own
+build_dir argument; a directory that already holds the build is a cache hit).
 
 KernelBench's package imports its LLM clients (`openai`, `litellm`) at import time; the evaluation
 never calls them. Where a client is not installed (the GPU machines cannot install litellm's ~60 MB
@@ -82,6 +84,8 @@ def main() -> int:
     p.add_argument("--correct-trials", type=int, default=5)
     p.add_argument("--perf-trials", type=int, default=100)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--backend", choices=["triton", "cuda"], default="triton")
+    p.add_argument("--build-dir", type=Path, help="cuda: where load_inline builds (KernelBench's build_dir)")
     args = p.parse_args()
     src = args.kernelbench.resolve() / "src"
     if not (src / "kernelbench" / "eval.py").is_file():
@@ -107,7 +111,8 @@ def main() -> int:
         num_correct_trials=args.correct_trials,
         num_perf_trials=args.perf_trials,
         measure_performance=True,
-        backend="triton",
+        backend=args.backend,
+        build_dir=str(args.build_dir.resolve()) if args.build_dir else None,
         device=torch.device("cuda", 0),
     )
     seconds["eval_kernel_against_ref"] = time.perf_counter() - t

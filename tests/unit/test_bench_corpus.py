@@ -244,9 +244,17 @@ def _is_size_name(name: str) -> bool:
 
 def test_cases_cover_every_file() -> None:
     problems = {p.stem for p in (BENCH_DIR / "problems").glob("*.py")}
-    candidates = {p.stem for p in (BENCH_DIR / "candidates").glob("*.py")}
+    candidates = {p.stem for p in (BENCH_DIR / "candidates").glob("*__triton.py")}
+    cuda = {p.stem.removesuffix("__cuda") for p in (BENCH_DIR / "candidates").glob("*__cuda.py")}
+    others = {p.name for p in (BENCH_DIR / "candidates").glob("*.py")} - {
+        f"{stem}.py" for stem in candidates | {f"{c}__cuda" for c in cuda}
+    }
     assert {c.problem for c in BENCH_CASES} == problems
     assert {c.candidate for c in BENCH_CASES} == candidates
+    assert cuda <= problems and not others, (
+        cuda - problems,
+        others,
+    )  # __cuda: eval_throughput --backend cuda
     assert set(FULL_SIZE) == problems
     assert {run.problem for run in RUNS} == problems
     for case in BENCH_CASES:

@@ -1,15 +1,26 @@
-"""bench/eval_throughput.py --kernelbench: finding the problems in a checkout, and the stand-ins
-kernelbench_eval.py registers for LLM clients that are not installed."""
+"""bench/eval_throughput.py --kernelbench: finding the problems in a checkout, the candidates of
+each backend (`--backend cuda`: the `__cuda` files, which pass the CUDA static rules), and the
+stand-ins kernelbench_eval.py registers for LLM clients that are not installed."""
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
 import pytest
 
 from bench import kernelbench_eval
-from bench.eval_throughput import KERNELBENCH_CASES, kernelbench_jobs
+from bench.eval_throughput import (
+    BACKENDS,
+    KERNELBENCH_CASES,
+    bench_jobs,
+    candidate_path,
+    kernelbench_jobs,
+    parse_args,
+)
+from eval_server.cuda_static import CUDA_RULES, kernel_names
+from eval_server.static_checks import run_static_checks
 
 
 def _checkout(root: Path, extra: tuple[str, ...] = ()) -> Path:
@@ -23,11 +34,39 @@ def _checkout(root: Path, extra: tuple[str, ...] = ()) -> Path:
     return root
 
 
-def test_kernelbench_jobs_finds_each_problem_by_level_and_number(tmp_path: Path) -> None:
-    jobs = kernelbench_jobs(_checkout(tmp_path), [])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kernelbench_jobs_finds_each_problem_by_level_and_number(tmp_path: Path, backend: str) -> None:
+    jobs = kernelbench_jobs(_checkout(tmp_path), [], backend)
     assert [j.name for j in jobs] == [f"L{lv}_{n}_Problem{n}" for lv, n, _ in KERNELBENCH_CASES]
-    for job, (_, _, cand) in zip(jobs, KERNELBENCH_CASES, strict=True):
-        assert job.problem.is_file() and job.candidate.name == f"{cand}.py" and job.candidate.is_file()
+    for job, (_, _, problem) in zip(jobs, KERNELBENCH_CASES, strict=True):
+        assert job.problem.is_file() and job.candidate.is_file()
+        assert job.candidate.name == f"{problem}__{backend}.py"
+
+
+@pytest.mark.parametrize("problem", [p for _, _, p in KERNELBENCH_CASES])
+def test_cuda_candidates_pass_the_cuda_static_rules(problem: str) -> None:
+    source = candidate_path(problem, "cuda").read_text(encoding="utf-8")
+    assert run_static_checks(ast.parse(source), CUDA_RULES) == []
+    assert kernel_names(source), "no __global__ kernel in the candidate's sources"
+
+
+def test_bench_jobs_of_the_cuda_backend_and_a_problem_without_a_cuda_candidate() -> None:
+    names = [p for _, _, p in KERNELBENCH_CASES]
+    jobs = bench_jobs(names, "cuda")
+    assert [j.name for j in jobs] == names
+    assert all(j.candidate.name.endswith("__cuda.py") for j in jobs)
+    assert [j.candidate.stem for j in bench_jobs(names)] == [f"{n}__triton" for n in names]
+    with pytest.raises(SystemExit, match="no cuda candidate for layernorm_large"):
+        bench_jobs(["layernorm_large"], "cuda")
+
+
+def test_cli_backend_defaults_to_triton_and_takes_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args([]).backend == "triton"
+    args = parse_args(["--kernelbench", "kb", "--backend", "cuda", "--repeats", "2"])
+    assert (args.backend, args.kernelbench, args.repeats) == ("cuda", Path("kb"), 2)
+    with pytest.raises(SystemExit):
+        parse_args(["--backend", "rocm"])
+    assert "invalid choice: 'rocm'" in capsys.readouterr().err
 
 
 def test_kernelbench_jobs_filters_by_name(tmp_path: Path) -> None:
