@@ -124,6 +124,10 @@ _find_cpp_host_escape = _patterns(
     r"\bPy(?:Import|Run|Eval|Sys|Object_GetAttr|Dict_GetItem|GC)_?\w*\s*\(",
     r"\bdl(?:open|sym|mopen)\s*\(",
     r"/proc/",
+    # descriptors, files and signals: the evaluation hands its result to the worker through a pipe
+    r"(?<![\w.>])(?:::)?(?:write|pwrite|writev|close|dup[23]?|open|openat|creat|fopen|freopen|fdopen|fwrite|"
+    r"fputs|ioctl|fcntl|kill)\s*\(",
+    r"\bstd::(?:ofstream|fstream)\b",
     r"\b(?:mmap|mprotect|syscall|ptrace|process_vm_readv|process_vm_writev)\s*\(",
     r"\bCUDACachingAllocator\b",
     r"\bgetDeviceAllocator\b",

@@ -363,6 +363,43 @@ def _find_forbidden(tree: ast.Module) -> list[str]:
     return hits
 
 
+# File and descriptor I/O and signals: the evaluation process hands its result
+# to the worker through a pipe, and a candidate that writes a made-up result there and closes the
+# pipe (`open(fd, "w")`, no import needed) would have it read as the evaluation's own. Nothing a
+# kernel computes needs files; printing (stdout goes to the evaluation's log) stays allowed.
+FILE_MODULES = frozenset(
+    {"io", "_io", "pathlib", "socket", "signal", "mmap", "fcntl", "shutil", "tempfile", "select", "selectors",
+     "posix", "pty", "tty", "termios", "resource", "asyncio", "sqlite3", "shelve", "dbm"}
+)  # fmt: skip
+FILE_BUILTINS = frozenset({"open"})
+# What a candidate may use of `os`: environment and path strings (KernelBench's CUDA candidates set
+# TORCH_CUDA_ARCH_LIST), and ending its own process (a crash: the worker reports `crashed`, nothing
+# is forged); nothing that opens, writes, closes or duplicates a descriptor or signals a process.
+OS_ALLOWED = frozenset({"environ", "getenv", "path", "cpu_count", "sep", "linesep", "name", "getpid", "_exit", "abort"})
+
+
+def _find_file_access(tree: ast.Module) -> list[str]:
+    aliases = _import_aliases(tree)
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            hits += [f"line {node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in FILE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            top = node.module.split(".")[0]
+            if top in FILE_MODULES:
+                hits.append(f"line {node.lineno}: from {node.module} import ...")
+            elif node.module == "os":
+                hits += [f"line {node.lineno}: from os import {a.name}" for a in node.names if a.name not in OS_ALLOWED]
+        elif isinstance(node, ast.Name) and node.id in FILE_BUILTINS and node.id not in aliases:
+            hits.append(f"line {node.lineno}: {node.id}")
+        elif isinstance(node, ast.Attribute):
+            name = _dotted(node)
+            head, _, rest = _canonical(name, aliases).partition(".") if name else ("", "", "")
+            if head == "os" and rest and rest.split(".")[0] not in OS_ALLOWED:
+                hits.append(f"line {node.lineno}: {name}")
+    return hits
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "static.no_triton_kernel",
@@ -413,6 +450,14 @@ RULES = (
         "with plain import statements and compute on the GPU with Triton kernels only.",
         "reject",
         _find_forbidden,
+    ),
+    Rule(
+        "static.file_access",
+        "The candidate opens files or file descriptors or signals processes (open(), "
+        "io/pathlib/socket/signal/shutil/tempfile, os functions other than os.environ/os.getenv/os.path). "
+        "A kernel needs none of these: compute in forward and return the result.",
+        "reject",
+        _find_file_access,
     ),
 )
 

@@ -47,6 +47,7 @@ from eval_server.schema import (
     EvalRequest,
     EvalResult,
     parse_request,
+    problem_hash,
 )
 
 _POLL_S = 0.02
@@ -303,11 +304,21 @@ class Worker:
             payload = b"".join(chunks)
             if payload:
                 try:
-                    return EvalResult.from_json(json.loads(payload))
+                    result = EvalResult.from_json(json.loads(payload))
                 except (ValueError, TypeError) as exc:
                     verdict = (
                         STATUS_CRASHED,
                         f"The evaluation process reported an unreadable result ({exc}).",
+                    )
+                else:
+                    # Defence in depth behind static.file_access: a result the evaluator wrote names
+                    # the problem it evaluated, which candidate code cannot read.
+                    if result.problem_hash == problem_hash(request.reference):
+                        return result
+                    verdict = (
+                        STATUS_CRASHED,
+                        "The evaluation process reported a result for another problem (not written by "
+                        "the evaluator).",
                     )
             else:
                 verdict = (STATUS_CRASHED, self._describe_exit(exit_status))

@@ -66,6 +66,7 @@ def test_rule_ids_are_stable():
         "static.torch_compute",
         "static.process_escape",
         "static.forbidden_api",
+        "static.file_access",
     )
     assert all(r.severity == "reject" for r in RULES)
 
@@ -404,3 +405,25 @@ def test_corpus_bypass_cases_are_caught_statically():
     assert len(cases) >= 11
     for case in cases:
         assert "static.forbidden_api" in fired(case.candidate_source()), case.name
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'f = open(5, "w")\nf.write("{}")\nf.close()',
+        "import os\nos.write(5, b'{}')",
+        "import os as o\no.close(5)",
+        "from os import dup2",
+        "import pathlib\npathlib.Path('/proc/self/fd/5').write_text('{}')",
+        "import socket",
+        "import signal",
+        "import io\nio.FileIO(5, 'w')",
+    ],
+)
+def test_file_and_descriptor_access_is_rejected(source: str) -> None:
+    assert "static.file_access" in [c.id for c in checks(CLEAN + "\n" + source + "\n")]
+
+
+def test_environment_paths_and_exit_stay_allowed() -> None:
+    ok = CLEAN + "\nimport os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0'\nP = os.path.join('a', 'b')\n"
+    assert "static.file_access" not in [c.id for c in checks(ok)]

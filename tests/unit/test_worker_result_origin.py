@@ -1,0 +1,49 @@
+"""The worker takes a child's result only when it names the problem it was asked to evaluate
+(defence in depth behind static.file_access: a candidate that forged a result into the result pipe
+cannot know the problem's hash). A real forked child writes the payload, as an evaluation does."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from eval_server import samples
+from eval_server.schema import EvalResult, parse_request, problem_hash
+from eval_server.worker import Worker, _Spare
+
+
+def _worker(tmp_path: Path) -> Worker:
+    args = argparse.Namespace(
+        worker_id=0, device="cpu", device_label="cpu", workdir=str(tmp_path), mem_cap_mb=0, threads=1,
+        ref_cache="", gpu_lock="", excessive_speedup=10.0, drift_tolerance=0.05, timing_ci=0.001,
+        precision_policy="fp32",
+    )  # fmt: skip
+    return Worker(args)
+
+
+def _child_reporting(result: EvalResult, tmp_path: Path) -> _Spare:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        os.write(write_fd, json.dumps(result.to_json()).encode())
+        os._exit(0)
+    os.close(write_fd)
+    return _Spare(pid, -1, read_fd, tmp_path)
+
+
+@pytest.mark.parametrize("named", ["this problem", "no problem"])
+def test_a_result_must_name_the_requested_problem(tmp_path: Path, named: str) -> None:
+    request = parse_request({"reference": samples.load_problem("relu"), "candidate": "x = 1\n"})
+    claimed = problem_hash(request.reference) if named == "this problem" else ""
+    forged = EvalResult(status="ok", speedup=100.0, correct=True, problem_hash=claimed)
+    got = _worker(tmp_path)._wait(_child_reporting(forged, tmp_path), request, timeout_s=30)
+    if named == "this problem":
+        assert (got.status, got.speedup) == ("ok", 100.0)
+    else:
+        assert got.status == "crashed" and got.speedup is None
+        assert "not written by the evaluator" in got.error["message"]
