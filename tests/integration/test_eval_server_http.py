@@ -150,9 +150,9 @@ def test_worker_environment_is_scrubbed_and_private(tmp_path) -> None:
     spy = samples.load_candidate("relu__correct").replace(
         "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n",
         "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
-        "        import os, tempfile\n"
+        "        import os\n"
         "        print('SPY', os.environ.get('MY_SERVICE_API_KEY'), os.environ.get('HF_TOKEN'),\n"
-        "              os.environ.get('HOME'), tempfile.gettempdir(), os.environ.get('TRITON_CACHE_DIR'))\n",
+        "              os.environ.get('HOME'), os.environ.get('TMPDIR'), os.environ.get('TRITON_CACHE_DIR'))\n",
     )
     env = {"MY_SERVICE_API_KEY": "sk-leak", "HF_TOKEN": "hf-leak"}
     with running_eval_server(tmp_path, "--devices", "cpu", "--cpu-workers", "1", env=env) as url:
