@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from eval_server.cuda_static import SOURCE_RULES, strip_comments
 from slime_ext.data.kernelbench import check_problem_source
 from slime_ext.data.kernelbook import Rejected, canonical_hash, jsonable
 from slime_ext.data.report import FilterReport
@@ -62,14 +63,10 @@ _METADATA_COLUMNS = (
 )
 EXTENSION = "_cuda_ext"  # the name the answer gives the compiled extension
 
-# C++ calls into torch/ATen that allocate, describe or guard tensors; any other `torch::f(` or
-# `at::f(` computes with PyTorch's kernels (the reward would reject it, SFT must not teach it).
-_ALLOWED_TORCH_CALLS = re.compile(
-    r"(?:empty|zeros|ones|full)(?:_like)?|empty_strided|from_blob|TensorOptions|dtype|device|"
-    r"IntArrayRef|DimVector|Scalar|Tensor|Device|cuda::\w+|indexing::\w+|"
-    r"(?:get|set)CurrentCUDAStream|DeviceGuard|OptionalDeviceGuard|elementSize|typeMetaToScalarType"
-)
-_TORCH_CALL = re.compile(r"\b(?:torch|at)::((?:\w+::)*\w+)\s*\(")
+# The evaluator's own source rules for CUDA/C++ (eval_server.cuda_static): an SFT answer must be
+# code the reward would accept. The torch-compute rule maps to its own drop reason (and
+# --allow-extern-kernels keeps such answers); every other rule to answer_evaluator_rule.
+_TORCH_COMPUTE_RULE = "static.cuda_torch_compute"
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
@@ -191,8 +188,8 @@ def to_cuda_answer(functional: str, cuda_code: str, name: str) -> str:
 
 def cuda_answer_rejection(cuda_code: str, *, allow_torch_ops: bool = False) -> Rejected | None:
     """Why the CUDA source cannot be an SFT target (None when it can): no `__global__` kernel
-    launched with `<<<...>>>`, no `forward` binding, or (unless allowed) calls into torch/ATen
-    compute functions."""
+    launched with `<<<...>>>`, no `forward` binding, or a source rule of the evaluator's `cuda`
+    backend fires (torch/ATen compute unless allowed, libraries, streams, host escapes, PTX)."""
     code = _COMMENT.sub("", cuda_code)
     if "__global__" not in code or "<<<" not in code:
         return Rejected("answer_no_kernel", "no __global__ kernel launched with <<<...>>>")
@@ -200,10 +197,14 @@ def cuda_answer_rejection(cuda_code: str, *, allow_torch_ops: bool = False) -> R
         r"\.def\(\s*\"forward\"", code
     ):
         return Rejected("answer_no_binding", 'no PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) defining "forward"')
-    if not allow_torch_ops:
-        used = sorted({m for m in _TORCH_CALL.findall(code) if not _ALLOWED_TORCH_CALLS.fullmatch(m)})
-        if used:
-            return Rejected("answer_torch_ops", ", ".join(used[:8]))
+    clean = strip_comments(cuda_code)
+    for rule_id, (_, find) in SOURCE_RULES.items():
+        if allow_torch_ops and rule_id == _TORCH_COMPUTE_RULE:
+            continue
+        hits = list(dict.fromkeys(find(clean)))
+        if hits:
+            reason = "answer_torch_ops" if rule_id == _TORCH_COMPUTE_RULE else "answer_evaluator_rule"
+            return Rejected(reason, f"{rule_id}: " + ", ".join(hits[:8]))
     return None
 
 

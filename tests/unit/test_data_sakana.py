@@ -118,10 +118,14 @@ def test_cuda_source_checks() -> None:
     assert cuda_answer_rejection(no_bind).reason == "answer_no_binding"  # type: ignore[union-attr]
     aten = RELU_CUDA.replace("return y;", "return at::matmul(y, torch::conv2d(y, y));")
     rejected = cuda_answer_rejection(aten)
-    assert (
-        rejected is not None and rejected.reason == "answer_torch_ops" and rejected.detail == "conv2d, matmul"
-    )
+    assert rejected is not None and rejected.reason == "answer_torch_ops"
+    assert rejected.detail == "static.cuda_torch_compute: at::matmul(), torch::conv2d()"
     assert cuda_answer_rejection(aten, allow_torch_ops=True) is None
+    # the evaluator's other source rules apply too (here: a stream of its own)
+    stream = RELU_CUDA.replace("return y;", "cudaStream_t s; cudaStreamCreate(&s); return y;")
+    rejected = cuda_answer_rejection(stream)
+    assert rejected is not None and rejected.reason == "answer_evaluator_rule"
+    assert rejected.detail.startswith("static.cuda_process_escape: cudaStreamCreate")
     with pytest.raises(Rejected, match="answer_unquotable"):
         to_cuda_answer(RELU_FUNCTIONAL, RELU_CUDA + '// """\n', "n")
 
