@@ -12,7 +12,7 @@ from slime_ext.cli import EXIT_USAGE
 
 pytestmark = pytest.mark.unit
 
-MISSING = "/nonexistent/krl-input"
+MISSING = "{tmp}/absent/krl-input"  # under the test's tmp_path, never created
 
 
 def _exit_code(module: str, argv: list[str]) -> int | str | None:
