@@ -89,11 +89,6 @@ class Hardening:
     # the maximum. timing_ci_rel 0 times exactly timing_trials.
     # Re-timings of a candidate whose timing saw escaped work; rejected when every one does.
     escape_retimes: int = 2
-    # Escaped work counts when it is above this share of the candidate's per-call median. Below it
-    # is host jitter in the check trials: on an H100 legitimate ~3 us kernels timed in batches showed
-    # 0.03-0.45 us per call in every timing (2026-11-24); work on other streams is rejected outright
-    # by the CUPTI check and threads by the static and thread checks.
-    escape_tolerance: float = 0.25
     timing_min_trials: int = 20
     timing_ci_rel: float = 0.001
     # Precision: the candidate's normalized error against float64 (max abs diff / max abs value)
@@ -945,7 +940,7 @@ def _timing_phase(
                 "an output produced while being timed")  # fmt: skip
     # ...and the same buffers refilled with fresh values must give fresh results (no caching).
     _refill_and_verify(result, ctx, ref, guard, model, sets[0], ref.check_seeds[0], opts)
-    if _escaped(cand, hard):
+    if cand.escaped_ms:
         # Work may have run outside the timed stream while the lead kept it busy. The method is
         # never switched (that made the speedup of one kernel jump between evaluations): a host
         # hiccup does not repeat in every re-timing, escaped work does. One re-timing was not
@@ -953,11 +948,11 @@ def _timing_phase(
         escaped = [cand.escaped_ms]
         for _ in range(hard.escape_retimes):
             cand = time_candidate()
-            if not _escaped(cand, hard):
+            if not cand.escaped_ms:
                 break
             escaped.append(cand.escaped_ms)
         seen = ", ".join(f"{e:.3g}" for e in escaped)
-        if _escaped(cand, hard):
+        if cand.escaped_ms:
             _reject(
                 result,
                 "runtime.escaped_timing",
@@ -992,11 +987,6 @@ def _timing_phase(
     _physics_floor_check(result, ctx, ref, ref_stats, cand)
     result.candidate_timing = cand
     result.speedup = speedup
-
-
-def _escaped(stats: TimingStats, hard: Hardening) -> bool:
-    """Whether a timing saw escaped work that matters: above `escape_tolerance` of its median."""
-    return bool(stats.escaped_ms) and stats.escaped_ms > hard.escape_tolerance * stats.median_ms
 
 
 def _physics_floor_check(
