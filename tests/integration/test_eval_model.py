@@ -26,6 +26,7 @@ from slime_ext.data.split import build_manifest, default_manifest_path, write_sp
 from slime_ext.problems import PromptRecord, load_prompt_records, write_prompt_records
 from slime_ext.reports.results import load_results
 from tests.openai_double import OpenAIChatDouble
+from tests.processes import still_running
 from tests.sglang_double import SGLangDouble
 from tests.tiny_qwen3 import tiny_model, tiny_tokenizer
 from tools import compare_runs, eval_model
@@ -336,11 +337,4 @@ def test_sigterm_stops_the_embedded_eval_server_like_ctrl_c(sig: signal.Signals,
         double.stop()
     assert proc.returncode == 128 + sig, err
     assert "interrupted: re-run the same command to resume" in err
-    left = []
-    for pid in children:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                left.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    assert left == []
+    assert still_running(children) == []

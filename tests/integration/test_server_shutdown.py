@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,27 +16,11 @@ import psutil
 import pytest
 
 from slime_ext.service import start_service
+from tests.processes import still_running
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _alive(pids: list[int], grace_s: float = 10.0) -> list[int]:
-    """Those of `pids` still running after `grace_s` (a zombie is not: it has exited, its parent
-    has not reaped it). The grace: multiprocessing's resource tracker ends just after its parent."""
-    deadline = time.monotonic() + grace_s
-    while True:
-        left = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    left.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -116,7 +99,7 @@ def test_eval_server_stops_its_workers_on_sigterm_and_sighup(sig: signal.Signals
         assert len(children) >= 2  # one process per CPU worker
         svc.proc.send_signal(sig)
         assert svc.proc.wait(timeout=60) == 0
-        assert _alive(children) == []
+        assert still_running(children) == []
         assert "shutting down" in svc.log_tail()
     finally:
         svc.stop()
@@ -134,7 +117,7 @@ def test_buffer_server_shuts_down_cleanly_on_sigterm_and_sighup(sig: signal.Sign
         children = [c.pid for c in psutil.Process(svc.pid).children(recursive=True)]
         svc.proc.send_signal(sig)
         assert svc.proc.wait(timeout=60) == 0  # the `finally` ran: runner, ingest pool, database closed
-        assert _alive(children) == []
+        assert still_running(children) == []
         assert "shutting down" in svc.log_tail()
     finally:
         svc.stop()
@@ -176,4 +159,4 @@ def test_eval_samples_stops_the_eval_server_it_started(sig: signal.Signals, tmp_
             proc.kill()
             proc.wait()
     assert proc.returncode == 128 + sig, err
-    assert _alive(children) == []
+    assert still_running(children) == []
