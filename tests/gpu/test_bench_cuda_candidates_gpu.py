@@ -13,7 +13,6 @@ import pytest
 
 from bench import corpus
 from bench.eval_throughput import candidate_path
-from eval_server.launch import running_server
 
 pytestmark = pytest.mark.gpu
 
@@ -34,11 +33,8 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("gpu-bench-cuda")
-    args = ["--devices", "0", "--workers-per-device", "2", "--ref-cache", str(tmp / "ref.sqlite")]
-    with running_server(tmp, args) as url:
-        yield url
+def server(two_worker_server: str) -> str:
+    return two_worker_server
 
 
 @pytest.mark.parametrize(("problem", "sizes", "edit"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

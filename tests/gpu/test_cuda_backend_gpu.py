@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from eval_server import samples
-from eval_server.launch import running_server
 
 pytestmark = pytest.mark.gpu
 
@@ -41,11 +40,8 @@ def _fresh(candidate: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("gpu-cuda")
-    args = ["--devices", "0", "--workers-per-device", "2", "--ref-cache", str(tmp / "ref.sqlite")]
-    with running_server(tmp, args) as url:
-        yield url
+def server(two_worker_server: str) -> str:
+    return two_worker_server
 
 
 @pytest.mark.parametrize("case", samples.CUDA_SAMPLE_CASES, ids=lambda c: c.candidate)
