@@ -118,7 +118,6 @@ class Worker:
         self.versions: dict[str, Any] = {}
         self.evals = 0
         self._spare: _Spare | None = None
-        self._child_exit_s: float | None = None  # last child: its result pipe's EOF -> reaped
 
     # ------------------------------------------------------------------ warm-up (parent)
     def warm_up(self) -> dict[str, Any]:
@@ -156,8 +155,6 @@ class Worker:
                     fh.seek(max(0, log.stat().st_size - (64 << 10)))
                     output = fh.read().decode(errors="replace")
             shutil.rmtree(spare.evaldir, ignore_errors=True)
-        if self._child_exit_s is not None:
-            result.phases["child_exit"] = round(self._child_exit_s, 6)
         result.stdout_tail = output[-_STDOUT_TAIL_CHARS:]
         if result.status == STATUS_CRASHED and output.strip() and result.error is not None:
             # What the dying process printed (e.g. "CUDA error: an illegal memory access was
@@ -242,7 +239,7 @@ class Worker:
         exit_status: int | None = None
         next_mem_check = 0.0
         eof_at: float | None = None  # the child closed its result pipe (result complete, or dying)
-        self._child_exit_s = None
+        child_exit_s: float | None = None  # that EOF -> the child reaped
         try:
             while True:
                 if eof_at is None:
@@ -286,7 +283,7 @@ class Worker:
             except ChildProcessError:
                 pass
             if eof_at is not None:
-                self._child_exit_s = time.perf_counter() - eof_at
+                child_exit_s = time.perf_counter() - eof_at
             # not the spare: its exit status is read when it is taken
             sandbox.reap_all(keep=self._spare.pid if self._spare is not None else None)
             # Drain what the child wrote before it exited.
@@ -300,6 +297,7 @@ class Worker:
                 chunks.append(data)
             os.close(read_fd)
 
+        result: EvalResult | None = None
         if verdict is None:
             payload = b"".join(chunks)
             if payload:
@@ -310,11 +308,10 @@ class Worker:
                         STATUS_CRASHED,
                         f"The evaluation process reported an unreadable result ({exc}).",
                     )
-                else:
-                    # Defence in depth behind static.file_access: a result the evaluator wrote names
-                    # the problem it evaluated, which candidate code cannot read.
-                    if result.problem_hash == problem_hash(request.reference):
-                        return result
+                # Defence in depth behind static.file_access: a result the evaluator wrote names
+                # the problem it evaluated, which candidate code cannot read.
+                if result is not None and result.problem_hash != problem_hash(request.reference):
+                    result = None
                     verdict = (
                         STATUS_CRASHED,
                         "The evaluation process reported a result for another problem (not written by "
@@ -322,7 +319,12 @@ class Worker:
                     )
             else:
                 verdict = (STATUS_CRASHED, self._describe_exit(exit_status))
-        return failure_result(request, *verdict, device=self.device_label)
+        if result is None:
+            assert verdict is not None
+            result = failure_result(request, *verdict, device=self.device_label)
+        if child_exit_s is not None:
+            result.phases["child_exit"] = round(child_exit_s, 6)
+        return result
 
     @staticmethod
     def _describe_exit(status: int | None) -> str:
