@@ -446,8 +446,8 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
                 model = loader.build_model(module.Model, init_inputs, opts.seed, device)
             args = loader.make_inputs(module, seeds[0], device)
             with in_pool():
-                first = model(*args)
-            input_bytes, flops = _nbytes(args), _count_flops(model, args) if timing else 0
+                first, flops = _forward_counting_flops(model, args) if timing else (model(*args), 0)
+            input_bytes = _nbytes(args)
             del args
             _sync(device)
         except Exception as exc:
@@ -480,17 +480,18 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
     return ref
 
 
-def _count_flops(model: torch.nn.Module, args: list[Any]) -> int:
-    """FLOPs torch's counter sees in one forward (matmuls, convolutions, attention); 0 when it
-    cannot count (the physics floor then rests on bytes alone)."""
-    try:
-        from torch.utils.flop_counter import FlopCounterMode
+def _forward_counting_flops(model: torch.nn.Module, args: list[Any]) -> tuple[Any, int]:
+    """One forward, and the FLOPs torch's counter sees in it (matmuls, convolutions, attention);
+    when the counter cannot trace an op, the forward runs plainly and the count is 0 (the physics
+    floor then rests on bytes alone)."""
+    from torch.utils.flop_counter import FlopCounterMode
 
+    try:
         with FlopCounterMode(display=False) as counter:
-            model(*args)
-        return int(counter.get_total_flops())
-    except Exception:  # noqa: BLE001 - an op the counter cannot trace: no FLOP floor
-        return 0
+            out = model(*args)
+        return out, int(counter.get_total_flops())
+    except Exception:  # noqa: BLE001 - an op the counter cannot trace (the reference's own errors recur below)
+        return model(*args), 0
 
 
 def _round_to_tf32(t: torch.Tensor) -> torch.Tensor:

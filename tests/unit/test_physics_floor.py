@@ -57,3 +57,16 @@ def test_describe_names_every_number_behind_the_floor() -> None:
     text = floor_for(100_000_000, 0, 0, 2_000_000_000, PEAK).describe()
     assert "100 MB must move through memory, at most 1250 GB/s (test peak 1000 GB/s x 1.25 headroom): 80 us" in text
     assert "2 GFLOP at most 125 TFLOP/s (peak 100 x 1.25): 16 us" in text
+
+
+def test_the_reference_forward_counts_its_flops_and_returns_its_output() -> None:
+    """The reference phase's one forward also gives the FLOP count (no second forward)."""
+    import torch
+
+    from eval_server.evaluate import _forward_counting_flops
+
+    linear, x = torch.nn.Linear(64, 32), torch.randn(8, 64)
+    out, flops = _forward_counting_flops(linear, [x])
+    assert torch.equal(out, linear(x)) and flops == 2 * 8 * 64 * 32
+    out, flops = _forward_counting_flops(torch.nn.ReLU(), [x])
+    assert torch.equal(out, torch.relu(x)) and flops == 0
