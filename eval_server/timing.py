@@ -18,9 +18,9 @@ stream-end to end must stay within this process's bare synchronize latency (work
 after the stream's), and every LAUNCH_EVERY-th trial is timed without the lead, start event
 before the call, as the common method does: its median must not exceed the lead-timed one
 (with its synchronize tail) by more than the host's own call time (work that ran during the
-lead). Each allows a margin. The checks never change what is compared: the caller re-times once
-and rejects when the escape repeats (evaluate.py), and the CUPTI check of the first correctness
-call rejects kernels on other streams outright.
+lead). Each allows a margin. The checks never change what is compared: the caller re-times
+(up to Hardening.escape_retimes) and rejects when every timing escapes (evaluate.py), and the
+CUPTI check of the first correctness call rejects kernels on other streams outright.
 
 One method per problem (`calls_per_trial_for`): a reference whose lead-timed median is below
 SHORT_REFERENCE_MS is timed, with its candidate, by trials of k back-to-back calls (k a power of

@@ -67,7 +67,6 @@ EXTENSION = "_cuda_ext"  # the name the answer gives the compiled extension
 # code the reward would accept. The torch-compute rule maps to its own drop reason (and
 # --allow-extern-kernels keeps such answers); every other rule to answer_evaluator_rule.
 _TORCH_COMPUTE_RULE = "static.cuda_torch_compute"
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def _present(value: Any) -> bool:
@@ -190,18 +189,17 @@ def cuda_answer_rejection(cuda_code: str, *, allow_torch_ops: bool = False) -> R
     """Why the CUDA source cannot be an SFT target (None when it can): no `__global__` kernel
     launched with `<<<...>>>`, no `forward` binding, or a source rule of the evaluator's `cuda`
     backend fires (torch/ATen compute unless allowed, libraries, streams, host escapes, PTX)."""
-    code = _COMMENT.sub("", cuda_code)
+    code = strip_comments(cuda_code)
     if "__global__" not in code or "<<<" not in code:
         return Rejected("answer_no_kernel", "no __global__ kernel launched with <<<...>>>")
     if not re.search(r"PYBIND11_MODULE\s*\(\s*TORCH_EXTENSION_NAME", code) or not re.search(
         r"\.def\(\s*\"forward\"", code
     ):
         return Rejected("answer_no_binding", 'no PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) defining "forward"')
-    clean = strip_comments(cuda_code)
     for rule_id, (_, find) in SOURCE_RULES.items():
         if allow_torch_ops and rule_id == _TORCH_COMPUTE_RULE:
             continue
-        hits = list(dict.fromkeys(find(clean)))
+        hits = list(dict.fromkeys(find(code)))
         if hits:
             reason = "answer_torch_ops" if rule_id == _TORCH_COMPUTE_RULE else "answer_evaluator_rule"
             return Rejected(reason, f"{rule_id}: " + ", ".join(hits[:8]))
