@@ -9,7 +9,8 @@ A request without `model` or with malformed `messages` gets 400 `{"error": {"mes
 SCRIPTED: the answer is `responder(messages, body)`, a function the test supplies (a string, or
 `(content, finish_reason)`). `fail_status` (with `fail_after`: answer that many requests first)
 makes later requests fail with that HTTP status, as an endpoint outage. Every request body is
-kept in `requests`.
+kept in `requests`. `wait_idle` waits until no request is being handled and none arrived for a
+while: a client killed mid-request may still have one in the server's hands.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class OpenAIChatDouble:
         self.fail_status: int | None = None
         self.fail_after = 0
         self._served = 0
+        self._in_flight = 0
+        self._last_activity = time.monotonic()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -44,6 +47,13 @@ class OpenAIChatDouble:
                 pass
 
             def do_POST(self) -> None:
+                double._track(+1)
+                try:
+                    self._post()
+                finally:
+                    double._track(-1)
+
+            def _post(self) -> None:
                 if self.path != "/v1/chat/completions":
                     self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return
@@ -68,6 +78,23 @@ class OpenAIChatDouble:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def _track(self, delta: int) -> None:
+        with self._lock:
+            self._in_flight += delta
+            self._last_activity = time.monotonic()
+
+    def wait_idle(self, quiet_s: float = 0.5, timeout_s: float = 30.0) -> None:
+        """Block until no request is in hand and none started or ended for `quiet_s` seconds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                idle = self._in_flight == 0 and time.monotonic() - self._last_activity >= quiet_s
+            if idle:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the double still had {self._in_flight} request(s) in hand after {timeout_s} s")
+            time.sleep(0.02)
 
     def stop(self) -> None:
         if self._server is not None:
