@@ -93,7 +93,9 @@ class OpenAIChatDouble:
             if idle:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the double still had {self._in_flight} request(s) in hand after {timeout_s} s")
+                raise TimeoutError(
+                    f"the double still had {self._in_flight} request(s) in hand after {timeout_s} s"
+                )
             time.sleep(0.02)
 
     def stop(self) -> None:
