@@ -25,6 +25,8 @@ reports its own evaluations/min, p50 and mean phases (`compile` included).
   python bench/eval_throughput.py --devices 0 --repeats 3 --baseline-repeats 1 --json out.json
   python bench/eval_throughput.py --kernelbench third_party/KernelBench --repeats 3 --baseline-repeats 1
   python bench/eval_throughput.py --kernelbench third_party/KernelBench --backend cuda --repeats 3 --baseline-repeats 2
+  python bench/eval_throughput.py --kernelbench third_party/KernelBench --repeats 3 --baseline-repeats 0 \
+      --server-args '' --server-args '--warmup-busy-ms 200'    # A/B of server flags in one run
 """
 
 from __future__ import annotations
@@ -32,11 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,12 +141,14 @@ def run_ours(
     tmp: Path,
     timeout_s: float,
     backend: str = "triton",
+    server_args: Sequence[str] = (),
 ) -> dict:
     """Every case `repeats` times; up to 2 requests per worker in flight so the queue never runs dry.
-    Backend cuda: repeat 0 of every case first (cold wave), then the rest (cached wave)."""
+    Backend cuda: repeat 0 of every case first (cold wave), then the rest (cached wave).
+    `server_args`: further eval-server flags (one configuration of an A/B comparison)."""
     rows: list[dict] = []
     args = ["--devices", devices, "--workers-per-device", str(workers_per_device),
-            "--ref-cache", str(tmp / "ref_cache.sqlite"), "--timeout-s", str(timeout_s)]  # fmt: skip
+            "--ref-cache", str(tmp / "ref_cache.sqlite"), "--timeout-s", str(timeout_s), *server_args]  # fmt: skip
     jobs = [(rep, case) for rep in range(repeats) for case in cases]
     waves = [jobs] if backend == "triton" else [jobs[: len(cases)], jobs[len(cases) :]]
     wave_walls: list[float] = []
@@ -174,6 +180,10 @@ def run_ours(
                     "checks": [c["id"] for c in res["checks"]],
                     "feedback": res["feedback"][:400] if res["status"] != "ok" else "",
                     "elapsed_in_worker_s": res["elapsed_s"],
+                    "warmup_ms": {
+                        side: (res.get(f"{side}_timing") or {}).get("warmup_ms")
+                        for side in ("reference", "candidate")
+                    },
                 }
             )
             print(
@@ -284,9 +294,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="triton",
         help="candidates <problem>__<backend>.py; cuda: options.backend cuda, cold and cached waves",
     )
+    p.add_argument(
+        "--server-args",
+        action="append",
+        default=None,
+        help="further eval-server flags, one configuration per use (A/B in one run), e.g. "
+        "--server-args '' --server-args '--warmup-busy-ms 200'; default: one configuration, none",
+    )
     p.add_argument("--timeout-s", type=float, default=300.0)
     p.add_argument("--json", type=Path)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.server_args = args.server_args or [""]
+    return args
 
 
 def main() -> int:
@@ -299,10 +318,13 @@ def main() -> int:
     )
     results: dict[str, dict | None] = {}
     for wpd in [int(w) for w in args.workers_per_device.split(",")]:
-        with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
-            results[f"ours_{wpd}_per_gpu"] = run_ours(
-                args.devices, wpd, args.repeats, cases, Path(tmp), args.timeout_s, args.backend
-            )
+        for extra in args.server_args:
+            name = f"ours_{wpd}_per_gpu" + (f" [{extra}]" if extra else "")
+            with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
+                results[name] = run_ours(
+                    args.devices, wpd, args.repeats, cases, Path(tmp), args.timeout_s, args.backend,
+                    shlex.split(extra),
+                )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-throughput-builds-") as builds:
         base = (
             run_baseline(
@@ -338,6 +360,10 @@ def main() -> int:
                     f"p50 latency {base['p50_s'] / r['p50_s']:.1f}x lower"
                 )
             print(f"{name}: warm p50 {r['warm_p50_s']}, cold mean {r['cold_mean_s']:.2f} s")
+            for side in ("reference", "candidate"):
+                wu = [row["warmup_ms"][side] for row in r["rows"] if row["warmup_ms"][side] is not None]
+                if wu:
+                    print(f"{name}: {side} warm-up mean {statistics.fmean(wu):.1f} ms over {len(wu)} timings")
             print(
                 f"{name} phase means (s):", json.dumps({k: round(v, 3) for k, v in r["phase_mean_s"].items()})
             )

@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -210,8 +211,10 @@ def run(
     restart_at: int,
     crash_at: int,
     workdir: Path,
+    hardening: dict[str, Any] | None = None,
 ) -> list[Record]:
-    """Evaluate every case `repeats` times, round-robin, through one pool worker."""
+    """Evaluate every case `repeats` times, round-robin, through one pool worker
+    (`hardening`: evaluate.Hardening overrides, as the server's flags set them)."""
     slots = parse_slots(devices, 1, 1)
     if len(slots) != 1:
         raise SystemExit(f"--devices: give one GPU id or 'cpu' (one worker), got {devices!r}")
@@ -221,6 +224,7 @@ def run(
         default_timeout_s=600.0,
         max_timeout_s=900.0,
         ref_cache=workdir / "ref_timing.sqlite",  # empty: the first round measures, as after a first start
+        hardening=dict(hardening or {}),
     )
     pool = WorkerPool(config)
     pool.start(block=True)
@@ -281,13 +285,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-cv", type=float, default=0.02, help="fail when a case's speedup CV is above this")
     p.add_argument("--json", type=Path, help="write every evaluation and the summary here")
+    p.add_argument(
+        "--warmup-busy-ms",
+        type=float,
+        default=None,
+        help="the eval server's --warmup-busy-ms (default: the server's); 200 = the fixed warm-up",
+    )
     args = p.parse_args(argv)
     if args.repeats < 1:
         raise SystemExit("--repeats must be >= 1")
     cases = select_cases(args.cases)
     with tempfile.TemporaryDirectory(prefix="bench-noise-") as tmp:
+        hardening = {} if args.warmup_busy_ms is None else {"warmup_busy_ms": args.warmup_busy_ms}
         records = run(
-            cases, args.devices, args.repeats, args.pause_s, args.restart_at, args.crash_at, Path(tmp)
+            cases,
+            args.devices,
+            args.repeats,
+            args.pause_s,
+            args.restart_at,
+            args.crash_at,
+            Path(tmp),
+            hardening,
         )
     rows = summarize(records)
     print()

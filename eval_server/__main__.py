@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from eval_server.pool import DeviceSlot, PoolConfig, WorkerPool
 from slime_ext.cli import make_parser
@@ -152,14 +153,49 @@ def build_parser() -> argparse.ArgumentParser:
         "(after at least 20 trials, at most the request's timing_trials); 0 = always timing_trials",
     )
     dev.add_argument(
+        "--warmup-ms",
+        type=float,
+        default=200.0,
+        help="warm-up before the reference's timed trials, and the most before the candidate's",
+    )
+    dev.add_argument(
+        "--warmup-busy-ms",
+        type=float,
+        default=20.0,
+        help="least warm-up before the candidate's trials (the GPU just ran this evaluation's other "
+        "phases); it goes on until the per-call time has settled. = --warmup-ms: a fixed warm-up",
+    )
+    dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
     )
     p.add_argument("--log-level", default="INFO", help="logging level")
     return p
 
 
+def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The evaluate.Hardening fields the server's flags set (checked here, before any worker starts;
+    evaluate is not imported: it would load torch into the server process)."""
+    if not 0 <= args.warmup_busy_ms <= args.warmup_ms:
+        raise ValueError(
+            f"need 0 <= --warmup-busy-ms <= --warmup-ms, got {args.warmup_busy_ms} and {args.warmup_ms}"
+        )
+    return {
+        "excessive_speedup": args.excessive_speedup,
+        "drift_tolerance": args.drift_tolerance,
+        "timing_ci_rel": args.timing_ci,
+        "precision_policy": args.precision_policy,
+        "warmup_ms": args.warmup_ms,
+        "warmup_busy_ms": args.warmup_busy_ms,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        hardening = hardening_overrides(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -178,10 +214,7 @@ def main(argv: list[str] | None = None) -> None:
         ref_cache=None
         if args.ref_cache.lower() in ("", "none")
         else Path(args.ref_cache).expanduser().resolve(),
-        excessive_speedup=args.excessive_speedup,
-        drift_tolerance=args.drift_tolerance,
-        timing_ci=args.timing_ci,
-        precision_policy=args.precision_policy,
+        hardening=hardening,
     )
     pool = WorkerPool(config)
 

@@ -91,6 +91,13 @@ class Hardening:
     escape_retimes: int = 2
     timing_min_trials: int = 20
     timing_ci_rel: float = 0.001
+    # Warm-up before timed trials (timing._warm_up): the reference's timing is the first GPU
+    # timing of the process, on a GPU that may have idled, and warms for warmup_ms; the
+    # candidate's follows the reference's timing and the correctness trials (the GPU busy
+    # throughout) and warms for at least warmup_busy_ms, until its per-call time has settled,
+    # at most warmup_ms. warmup_busy_ms = warmup_ms: both fixed (the method before 2026-11-25).
+    warmup_ms: float = 200.0
+    warmup_busy_ms: float = 20.0
     # Precision: the candidate's normalized error against float64 (max abs diff / max abs value)
     # must stay under max(floor[dtype], factor x the budget of the policy); see _precision_baseline.
     precision_policy: str = "fp32"  # "fp32" (strict) or "tf32" (10-bit-mantissa inputs allowed)
@@ -101,6 +108,12 @@ class Hardening:
     precision_factor_tf32: float = 4.0  # tf32 policy: x the error of 10-bit-mantissa inputs
     profile_kernels: bool = True  # GPU: CUPTI check that only the candidate's Triton kernels computed
     cuda_compile_timeout_s: float = 120.0  # backend "cuda": load_inline builds (cuda_backend.py)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.warmup_busy_ms <= self.warmup_ms:
+            raise ValueError(
+                f"need 0 <= warmup_busy_ms <= warmup_ms, got {self.warmup_busy_ms} and {self.warmup_ms}"
+            )
 
 
 @dataclass
@@ -551,9 +564,15 @@ def _precision_baseline(
         return None
 
 
-def _adaptive(hard: Hardening) -> dict[str, Any]:
-    """time_gpu's adaptive-trial arguments (the same for reference and candidate)."""
-    return {"min_trials": hard.timing_min_trials, "ci_rel": hard.timing_ci_rel}
+def _adaptive(hard: Hardening, *, busy: bool = False) -> dict[str, Any]:
+    """time_gpu's adaptive arguments: trials (the same for reference and candidate) and warm-up
+    (shorter when the GPU has been `busy` with this evaluation: see Hardening.warmup_busy_ms)."""
+    return {
+        "min_trials": hard.timing_min_trials,
+        "ci_rel": hard.timing_ci_rel,
+        "min_warmup_ms": hard.warmup_busy_ms if busy else hard.warmup_ms,
+        "max_warmup_ms": hard.warmup_ms,
+    }
 
 
 def _timing_sets(ref: _Reference, device: torch.device, n: int) -> list[list[Any]]:
@@ -832,7 +851,12 @@ def precision_check_needed(max_abs_diff: float | None, ref_scale: float, floor: 
 
 
 def _precision_check(
-    result: EvalResult, ctx: EvalContext, ref: _Reference, out: Any, expected: Any, max_abs_diff: float | None = None
+    result: EvalResult,
+    ctx: EvalContext,
+    ref: _Reference,
+    out: Any,
+    expected: Any,
+    max_abs_diff: float | None = None,
 ) -> None:
     """Reject computing in lower precision than the reference (e.g. bf16 math for an fp32 problem)."""
     prec = ref.precision
@@ -929,7 +953,7 @@ def _timing_phase(
                 flush=ctx.flush_buffer(),
                 last_outputs=outputs,
                 calls_per_trial=ref_stats.calls_per_trial,
-                **_adaptive(hard),
+                **_adaptive(hard, busy=True),
             )
         _check_not_patched(result, guard)
         return stats

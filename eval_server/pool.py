@@ -66,10 +66,8 @@ class PoolConfig:
     startup_timeout_s: float = 300.0
     outer_grace_s: float = 30.0  # beyond the eval timeout before the worker itself is declared hung
     ref_cache: Path | None = None  # persistent reference-timing cache (GPU workers)
-    excessive_speedup: float = 10.0
-    drift_tolerance: float = 0.05
-    timing_ci: float = 0.001  # adaptive timing trials (evaluate.Hardening.timing_ci_rel)
-    precision_policy: str = "fp32"
+    # overrides of evaluate.Hardening's fields (the server's flags), handed to each worker as JSON
+    hardening: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -142,14 +140,8 @@ class WorkerHandle:
             str(self.config.ref_cache or ""),
             "--gpu-lock",
             str(self.config.workdir / f"gpu-{self.slot.index}.lock") if self.slot.kind == "cuda" else "",
-            "--excessive-speedup",
-            str(self.config.excessive_speedup),
-            "--drift-tolerance",
-            str(self.config.drift_tolerance),
-            "--timing-ci",
-            str(self.config.timing_ci),
-            "--precision-policy",
-            self.config.precision_policy,
+            "--hardening",
+            json.dumps(self.config.hardening),
         ]
         log_path = self.config.workdir / f"worker-{self.worker_id}.log"
         with open(log_path, "ab") as log_file:

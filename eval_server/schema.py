@@ -136,6 +136,9 @@ class TimingStats:
     # back-to-back calls per trial, times per call); fixed per problem, the same for both models
     method: str | None = None
     calls_per_trial: int = 1
+    # timing.py: wall time and calls (trials of calls_per_trial) of the warm-up before the trials
+    warmup_ms: float | None = None
+    warmup_calls: int | None = None
 
 
 @dataclass

@@ -30,8 +30,10 @@ runtime documentation), so a 2-8 us kernel is 4-16 ticks, and its per-trial fixe
 launch after the lead, event records) are a large share of it; k calls amortise both, and the
 escape margins scale with the trial.
 
-Warm-up calls first; the first timed trial of each kind is discarded; median, min, mean, IQR and
-CV are reported. The number of trials is fixed (`trials`) or adaptive: with `min_trials` and
+Warm-up first (`_warm_up`): the `warmup` calls, then windows of back-to-back calls timed on the
+GPU until the per-call time has settled (clocks up, caches warm) and `min_warmup_ms` have passed,
+or until `max_warmup_ms`; the first timed trial of each kind is discarded; median, min, mean, IQR
+and CV are reported. The number of trials is fixed (`trials`) or adaptive: with `min_trials` and
 `ci_rel`, trials stop once at least `min_trials` lead-timed ones are in and the distribution-free
 95 % confidence interval of their median (order statistics) is within +-`ci_rel` of it, or at
 `trials` (the maximum) if it never gets that tight. Inputs rotate over several sets so one set cannot sit in cache, and the output
@@ -61,7 +63,7 @@ _gpu_sleep = getattr(torch.cuda, "_sleep", None)  # spins one GPU thread for N c
 _reset_persisting_l2 = persisting_l2.reset
 
 # Version of the implementation (part of the reference-cache key: a change makes old entries misses).
-TIMING_METHOD = "events+device-sync+lead-v2" if _gpu_sleep is not None else "events+device-sync-v2"
+TIMING_METHOD = "events+device-sync+lead-v3" if _gpu_sleep is not None else "events+device-sync-v3"
 METHOD_SINGLE = "gpu-time"  # one call per trial
 METHOD_BATCHED = "gpu-time-batched"  # `calls_per_trial` back-to-back calls per trial, reported per call
 SHORT_REFERENCE_MS = 0.05  # references faster than this per call are timed batched
@@ -77,6 +79,16 @@ MAX_LEAD_MS = 20.0
 # outright; this bounds what a candidate that behaves differently while timed could hide.
 ESCAPE_MARGIN_MS = 0.025
 ESCAPE_MARGIN_FRACTION = 0.35
+# Warm-up (_warm_up): windows of about WARMUP_WINDOW_MS of GPU time (at most
+# WARMUP_WINDOW_CALLS calls) until the last WARMUP_SETTLED_WINDOWS agree within WARMUP_SETTLE_REL,
+# between MIN_WARMUP_MS and MAX_WARMUP_MS of wall time. The maximum is the fixed warm-up used
+# before (an idle GPU's clocks take that long to come up: 8-10 % run-to-run CV without it).
+MIN_WARMUP_MS = 20.0
+MAX_WARMUP_MS = 200.0
+WARMUP_WINDOW_MS = 5.0
+WARMUP_WINDOW_CALLS = 64
+WARMUP_SETTLED_WINDOWS = 3
+WARMUP_SETTLE_REL = 0.01
 _cycles_per_ms: dict[int, float] = {}
 _Z95 = 1.96
 
@@ -228,6 +240,66 @@ def _trial(fn: Callable[..., Any], args: Sequence[Any], device: torch.device, le
     return _Trial(start.elapsed_time(stream_end), start.elapsed_time(end), (t1 - t0) * 1e3, wall, out)
 
 
+def settled(
+    per_call_ms: Sequence[float], windows: int = WARMUP_SETTLED_WINDOWS, rel: float = WARMUP_SETTLE_REL
+) -> bool:
+    """Whether the last `windows` warm-up windows' per-call GPU times agree within `rel`."""
+    last = per_call_ms[-windows:]
+    return len(last) == windows and min(last) > 0 and max(last) <= min(last) * (1 + rel)
+
+
+@dataclasses.dataclass
+class _WarmUp:
+    host_ms: list[float]  # host time of each call (launch), for the lead
+    wall_ms: float
+    calls: int
+
+
+def _warm_up(
+    fn: Callable[..., Any],
+    input_sets: Sequence[Sequence[Any]],
+    device: torch.device,
+    warmup: int,
+    min_ms: float,
+    max_ms: float,
+) -> _WarmUp:
+    """`warmup` synchronized calls (first-call effects), then windows of back-to-back calls, each
+    timed by events, until the per-call GPU time has settled (`settled`) and `min_ms` have passed,
+    or `max_ms` have. A GPU that just ran the evaluation's earlier phases is warm after a few
+    windows; one that idled keeps warming until its clocks are up (as the fixed 200 ms did).
+    The host time of every call is kept: the lead is computed from it."""
+    t0 = _perf_counter()
+    calls = 0
+    host: list[float] = []
+
+    def call() -> None:
+        nonlocal calls
+        t1 = _perf_counter()
+        fn(*input_sets[calls % len(input_sets)])
+        host.append((_perf_counter() - t1) * 1e3)
+        calls += 1
+
+    while calls < warmup:
+        call()
+        _synchronize(device)
+    per_call: list[float] = []
+    n = 1
+    while True:
+        wall = (_perf_counter() - t0) * 1e3
+        if wall >= max_ms or calls >= 100_000 or (wall >= min_ms and settled(per_call)):
+            break
+        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            call()
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) / n)
+        n = max(1, min(WARMUP_WINDOW_CALLS, math.ceil(WARMUP_WINDOW_MS / max(per_call[-1], 1e-6))))
+    _synchronize(device)
+    return _WarmUp(host_ms=host, wall_ms=(_perf_counter() - t0) * 1e3, calls=calls)
+
+
 def _enough(times: list[float], trials: int, min_trials: int | None, ci_rel: float) -> bool:
     """Whether the lead-timed trials so far (the first is discarded later) complete the timing."""
     if len(times) >= trials:
@@ -245,7 +317,8 @@ def time_gpu(
     device: torch.device,
     flush: torch.Tensor | None = None,
     last_outputs: dict[int, Any] | None = None,
-    min_warmup_ms: float = 200.0,
+    min_warmup_ms: float = MIN_WARMUP_MS,
+    max_warmup_ms: float = MAX_WARMUP_MS,
     min_trials: int | None = None,
     ci_rel: float = 0.0,
     calls_per_trial: int = 1,
@@ -258,10 +331,12 @@ def time_gpu(
     as soon as at least `min_trials` kept trials give a median confidence interval within
     +-`ci_rel` (median_ci_rel); `TimingStats.trials` says how many were kept.
 
-    Warm-up runs at least `warmup` calls and at least `min_warmup_ms` of wall time: each
-    evaluation is a fresh process on a GPU that may have idled, and a few calls of a 100 us
-    kernel are not enough to bring its clocks up (measured: 8-10 % run-to-run CV without this).
-    The lead is twice the host's call time seen in warm-up plus 50 us, within
+    Warm-up runs at least `warmup` calls, then until the per-call GPU time has settled and
+    `min_warmup_ms` have passed, or for `max_warmup_ms` (`_warm_up`): each evaluation is a fresh
+    process on a GPU that may have idled, and a few calls of a 100 us kernel are not enough to
+    bring its clocks up (measured: 8-10 % run-to-run CV without a warm-up of 200 ms); a GPU busy
+    with the evaluation's earlier phases settles at once. `min_warmup_ms == max_warmup_ms` is a
+    fixed warm-up. The result's `warmup_ms` says how long it took. The lead is twice the host's call time seen in warm-up plus 50 us, within
     [MIN_LEAD_MS, MAX_LEAD_MS]. If `last_outputs` is given, it receives {set index: output of
     the last timed call on that set}. With `calls_per_trial` k > 1 every trial (warm-up, lead,
     check trials alike) is k back-to-back calls and the times returned are per call; the lead and
@@ -272,22 +347,14 @@ def time_gpu(
     fn = fn if calls_per_trial == 1 else _repeated(fn, calls_per_trial)
     if flush is None:
         flush = l2_flush_buffer(device)
+    if min_warmup_ms > max_warmup_ms:
+        raise ValueError(f"min_warmup_ms {min_warmup_ms} > max_warmup_ms {max_warmup_ms}")
     with _no_grad():
-        t0 = _perf_counter()
-        calls = 0
-        host: list[float] = []
-        while calls < warmup or ((_perf_counter() - t0) * 1e3 < min_warmup_ms and calls < 100_000):
-            t1 = _perf_counter()
-            fn(*input_sets[calls % len(input_sets)])
-            host.append((_perf_counter() - t1) * 1e3)
-            calls += 1
-            if calls >= warmup:
-                _synchronize(device)
-        _synchronize(device)
+        warm = _warm_up(fn, input_sets, device, warmup, min_warmup_ms, max_warmup_ms)
         lead = _gpu_sleep is not None
         lead_ms = 0.0
         if lead:
-            lead_ms = min(max(2 * statistics.median(host[-8:]) + 0.05, MIN_LEAD_MS), MAX_LEAD_MS)
+            lead_ms = min(max(2 * statistics.median(warm.host_ms[-8:]) + 0.05, MIN_LEAD_MS), MAX_LEAD_MS)
             lead_cycles = int(lead_ms * _cycles_per_ms_on(device))
         # stream-end to end with nothing queued: this process's bare synchronize latency
         bare_tail = statistics.median(
@@ -349,5 +416,7 @@ def time_gpu(
         escaped_ms=max(0.0, escaped),
         method=method_name(calls_per_trial),
         calls_per_trial=calls_per_trial,
+        warmup_ms=round(warm.wall_ms, 3),
+        warmup_calls=warm.calls,
     )
     return _per_call(stats, calls_per_trial)

@@ -109,12 +109,7 @@ class Worker:
         self.threads: int = args.threads
         self.ref_cache_path: str | None = args.ref_cache or None
         self.gpu_lock_path: str | None = args.gpu_lock or None
-        self.hardening_overrides = {
-            "excessive_speedup": args.excessive_speedup,
-            "drift_tolerance": args.drift_tolerance,
-            "timing_ci_rel": args.timing_ci,
-            "precision_policy": args.precision_policy,
-        }
+        self.hardening_overrides: dict[str, Any] = json.loads(args.hardening)
         self.versions: dict[str, Any] = {}
         self.evals = 0
         self._spare: _Spare | None = None
@@ -453,10 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ref-cache", default="", help="SQLite file of cached reference timings ('' = none)")
     parser.add_argument("--gpu-lock", default="", help="lock file shared by the evaluations of this GPU")
-    parser.add_argument("--excessive-speedup", type=float, default=10.0)
-    parser.add_argument("--drift-tolerance", type=float, default=0.05)
-    parser.add_argument("--timing-ci", type=float, default=0.001)
-    parser.add_argument("--precision-policy", choices=["fp32", "tf32"], default="fp32")
+    parser.add_argument("--hardening", default="{}", help="JSON object of evaluate.Hardening field overrides")
     args = parser.parse_args(argv)
 
     # Keep the protocol channel private; anything printed later goes to the log (stderr).

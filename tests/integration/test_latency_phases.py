@@ -60,8 +60,7 @@ def test_spare_wait_is_the_wait_for_a_slow_preparation(
     waits for all of it, and says so."""
     args = argparse.Namespace(
         worker_id=0, device="cpu", device_label="cpu", workdir=str(tmp_path), mem_cap_mb=0, threads=1,
-        ref_cache="", gpu_lock="", excessive_speedup=10.0, drift_tolerance=0.05, timing_ci=0.001,
-        precision_policy="fp32",
+        ref_cache="", gpu_lock="", hardening="{}",
     )  # fmt: skip
     (tmp_path / "evals").mkdir()
     monkeypatch.setattr(worker, "_PROTO_FD", os.dup(1))  # the child closes its copy of the protocol fd

@@ -93,3 +93,9 @@ def test_stand_ins_only_for_missing_clients(monkeypatch: pytest.MonkeyPatch) -> 
             sys.modules[missing].Client()
     finally:
         sys.modules.pop(missing, None)
+
+
+def test_server_args_give_one_configuration_each() -> None:
+    assert parse_args([]).server_args == [""]
+    args = parse_args(["--server-args", "", "--server-args", "--warmup-busy-ms 200"])
+    assert args.server_args == ["", "--warmup-busy-ms 200"]

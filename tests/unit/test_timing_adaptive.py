@@ -4,6 +4,7 @@ binds at import are replaced by a clock that kernels, GPU delays and events shar
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -15,15 +16,24 @@ from eval_server import timing
 class _Clock:
     """One stream: every call queues work that ends at `now`; events read `now`."""
 
-    def __init__(self, kernel_ms: float, noise: float, seed: int = 0) -> None:
+    def __init__(
+        self, kernel_ms: float, noise: float, seed: int = 0, ramp: float = 0.0, ramp_calls: float = 1.0
+    ) -> None:
         self.now = 0.0
         self.kernel_ms, self.noise = kernel_ms, noise
+        self.ramp, self.ramp_calls = (
+            ramp,
+            ramp_calls,
+        )  # clocks coming up: slower by ramp * exp(-calls / ramp_calls)
         self.rng = random.Random(seed)
         self.kernel_calls = 0
 
+    def kernel_ms_now(self) -> float:
+        return self.kernel_ms * (1 + self.ramp * math.exp(-self.kernel_calls / self.ramp_calls))
+
     def kernel(self, *_args: object) -> torch.Tensor:
+        self.now += self.kernel_ms_now() * (1 + self.noise * self.rng.uniform(-1, 1))
         self.kernel_calls += 1
-        self.now += self.kernel_ms * (1 + self.noise * self.rng.uniform(-1, 1))
         return torch.zeros(1)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,8 +69,7 @@ def _time(monkeypatch: pytest.MonkeyPatch, clock: _Clock, **kwargs: object) -> t
         warmup=1,
         device=torch.device("cuda", 0),
         flush=torch.empty(4),
-        min_warmup_ms=0.0,
-        **kwargs,  # type: ignore[arg-type]
+        **{"min_warmup_ms": 0.0, **kwargs},  # type: ignore[arg-type]
     )
 
 
@@ -69,7 +78,7 @@ def test_fixed_count_is_unchanged_without_adaptive_options(monkeypatch: pytest.M
     stats = _time(monkeypatch, clock, trials=100)
     # 100 lead-timed trials (first discarded) + one check trial per three: 133 timed calls.
     assert stats.trials == 99
-    assert clock.kernel_calls - 1 == 133
+    assert clock.kernel_calls - stats.warmup_calls == 133
     assert stats.median_ms == pytest.approx(1.0)
 
 
@@ -99,7 +108,7 @@ def test_at_least_two_check_trials_even_for_two_trials(monkeypatch: pytest.Monke
     clock = _Clock(kernel_ms=1.0, noise=0.0)
     stats = _time(monkeypatch, clock, trials=2)
     assert stats.trials == 1 and stats.launch_median_ms is not None
-    assert clock.kernel_calls - 1 == 4
+    assert clock.kernel_calls - stats.warmup_calls == 4
 
 
 def test_median_ci_rel() -> None:
@@ -110,3 +119,52 @@ def test_median_ci_rel() -> None:
     assert timing.median_ci_rel(xs) == pytest.approx((1.59 - 1.40) / (2 * 1.495))
     wide = timing.median_ci_rel([1.0, 1.5, 2.0, 2.5, 3.0])
     assert wide == pytest.approx((3.0 - 1.0) / (2 * 2.0))
+
+
+def test_warm_up_stops_once_a_warm_gpu_has_settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Constant per-call time: the warm-up calls, then the settling windows, and no more."""
+    clock = _Clock(kernel_ms=1.0, noise=0.0)
+    stats = _time(monkeypatch, clock, trials=20, max_warmup_ms=60_000.0)
+    # 1 warm-up call, a first window of 1 call, then windows of WARMUP_WINDOW_MS (5 calls of 1 ms)
+    assert stats.warmup_calls == 1 + 1 + 5 * (timing.WARMUP_SETTLED_WINDOWS - 1)
+    assert stats.warmup_ms is not None and stats.warmup_ms < 60_000.0
+
+
+def test_warm_up_runs_until_the_clocks_are_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-call time falling as clocks come up (50 % slower at first, e-folding over 20 calls of
+    1 ms): the warm-up goes on while successive windows disagree, so what is timed is (within the
+    settle tolerance's reach) the warm kernel. Windows span ~10 ms: a drift much slower than that
+    is not what this detects; a GPU that may have idled gets the full warm-up instead."""
+    clock = _Clock(kernel_ms=1.0, noise=0.0, ramp=0.5, ramp_calls=20.0)
+    stats = _time(monkeypatch, clock, trials=20, max_warmup_ms=60_000.0)
+    assert stats.warmup_calls is not None and stats.warmup_calls > 40
+    assert stats.median_ms == pytest.approx(1.0, rel=0.01)
+
+
+def test_warm_up_is_cut_at_its_maximum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-call time that never settles (it jumps by 5 % every 7 calls): the warm-up ends at
+    max_warmup_ms."""
+    clock = _Clock(kernel_ms=1.0, noise=0.0)
+    clock.kernel_ms_now = lambda: 1.0 + 0.05 * ((clock.kernel_calls // 7) % 2)  # type: ignore[method-assign]
+    stats = _time(monkeypatch, clock, trials=20, max_warmup_ms=30.0)
+    assert stats.warmup_ms is not None and stats.warmup_ms >= 30.0
+
+
+def test_fixed_warm_up_when_minimum_equals_maximum(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(kernel_ms=1.0, noise=0.0)
+    stats = _time(monkeypatch, clock, trials=20, min_warmup_ms=40.0, max_warmup_ms=40.0)
+    assert stats.warmup_ms is not None and stats.warmup_ms >= 40.0
+
+
+def test_warm_up_bounds_must_be_ordered(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="min_warmup_ms"):
+        _time(
+            monkeypatch, _Clock(kernel_ms=1.0, noise=0.0), trials=20, min_warmup_ms=50.0, max_warmup_ms=10.0
+        )
+
+
+def test_settled() -> None:
+    assert not timing.settled([1.0, 1.0])  # too few windows
+    assert timing.settled([5.0, 1.0, 1.005, 1.0])
+    assert not timing.settled([1.0, 1.02, 1.0])
+    assert not timing.settled([0.0, 0.0, 0.0])  # no time measured is not a settled kernel

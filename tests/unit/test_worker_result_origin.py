@@ -19,8 +19,7 @@ from eval_server.worker import Worker, _Spare
 def _worker(tmp_path: Path) -> Worker:
     args = argparse.Namespace(
         worker_id=0, device="cpu", device_label="cpu", workdir=str(tmp_path), mem_cap_mb=0, threads=1,
-        ref_cache="", gpu_lock="", excessive_speedup=10.0, drift_tolerance=0.05, timing_ci=0.001,
-        precision_policy="fp32",
+        ref_cache="", gpu_lock="", hardening="{}",
     )  # fmt: skip
     return Worker(args)
 
