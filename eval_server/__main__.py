@@ -166,6 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
         "phases); it goes on until the per-call time has settled. = --warmup-ms: a fixed warm-up",
     )
     dev.add_argument(
+        "--warm-gap-s",
+        type=float,
+        default=1.0,
+        help="the reference's timing also warms up like the candidate's when the worker's previous "
+        "timing ended at most this long ago (back-to-back evaluations); 0 = never",
+    )
+    dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
     )
     p.add_argument("--log-level", default="INFO", help="logging level")
@@ -175,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
 def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The evaluate.Hardening fields the server's flags set (checked here, before any worker starts;
     evaluate is not imported: it would load torch into the server process)."""
+    if args.warm_gap_s < 0:
+        raise ValueError(f"--warm-gap-s must be >= 0, got {args.warm_gap_s}")
     if not 0 <= args.warmup_busy_ms <= args.warmup_ms:
         raise ValueError(
             f"need 0 <= --warmup-busy-ms <= --warmup-ms, got {args.warmup_busy_ms} and {args.warmup_ms}"
@@ -186,6 +195,7 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "precision_policy": args.precision_policy,
         "warmup_ms": args.warmup_ms,
         "warmup_busy_ms": args.warmup_busy_ms,
+        "warm_gap_s": args.warm_gap_s,
     }
 
 

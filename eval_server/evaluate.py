@@ -98,6 +98,9 @@ class Hardening:
     # at most warmup_ms. warmup_busy_ms = warmup_ms: both fixed (the method before 2026-11-25).
     warmup_ms: float = 200.0
     warmup_busy_ms: float = 20.0
+    # The reference's timing warms like the candidate's (warmup_busy_ms) when a timing on this GPU
+    # ended at most warm_gap_s ago (EvalContext.gpu_busy_at: back-to-back evaluations); 0: never.
+    warm_gap_s: float = 1.0
     # Precision: the candidate's normalized error against float64 (max abs diff / max abs value)
     # must stay under max(floor[dtype], factor x the budget of the policy); see _precision_baseline.
     precision_policy: str = "fp32"  # "fp32" (strict) or "tf32" (10-bit-mantissa inputs allowed)
@@ -110,6 +113,8 @@ class Hardening:
     cuda_compile_timeout_s: float = 120.0  # backend "cuda": load_inline builds (cuda_backend.py)
 
     def __post_init__(self) -> None:
+        if self.warm_gap_s < 0:
+            raise ValueError(f"warm_gap_s must be >= 0, got {self.warm_gap_s}")
         if not 0 <= self.warmup_busy_ms <= self.warmup_ms:
             raise ValueError(
                 f"need 0 <= warmup_busy_ms <= warmup_ms, got {self.warmup_busy_ms} and {self.warmup_ms}"
@@ -126,6 +131,8 @@ class EvalContext:
     hardening: Hardening = field(default_factory=Hardening)
     versions: dict[str, str] = field(default_factory=dict)
     gpu_lock: GpuLock | None = None  # shared for GPU work, exclusive for timing (see gpu_lock.py)
+    # time.monotonic() when the worker's previous evaluation that ran timing ended (None: none yet)
+    gpu_busy_at: float | None = None
     build_cache: Path | None = None  # backend "cuda": built extensions, kept across evaluations
     cuda: cuda_backend.Extensions | None = None  # backend "cuda": the candidate's loaded extensions
     phases: dict[str, float] = field(default_factory=dict)
@@ -579,6 +586,12 @@ def _timing_sets(ref: _Reference, device: torch.device, n: int) -> list[list[Any
     return [loader.make_inputs(ref.module, s, device) for s in ref.seeds[: max(1, min(n, len(ref.seeds)))]]
 
 
+def gpu_recently_timed(busy_at: float | None, warm_gap_s: float, now: float) -> bool:
+    """Whether a timing on this GPU ended at most `warm_gap_s` before `now` (back to back with
+    it, the GPU is as warm as for the candidate's timing)."""
+    return busy_at is not None and 0 <= now - busy_at <= warm_gap_s
+
+
 def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, ref: _Reference) -> None:
     """Time the reference by its problem's one method: the method recorded in the cache when the
     reference was first measured, or, on a miss, the one its single-call median selects."""
@@ -598,6 +611,8 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
         "adaptive": _adaptive(hard),
     }
 
+    busy = gpu_recently_timed(ctx.gpu_busy_at, hard.warm_gap_s, time.monotonic())
+
     def timed(trials: int, warmup: int, calls: int) -> TimingStats:
         return time_gpu(
             ref.model,
@@ -607,7 +622,7 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
             device=ctx.device,
             flush=ctx.flush_buffer(),
             calls_per_trial=calls,
-            **_adaptive(hard),
+            **_adaptive(hard, busy=busy),
         )
 
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None

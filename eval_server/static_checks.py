@@ -375,7 +375,9 @@ FILE_BUILTINS = frozenset({"open"})
 # What a candidate may use of `os`: environment and path strings (KernelBench's CUDA candidates set
 # TORCH_CUDA_ARCH_LIST), and ending its own process (a crash: the worker reports `crashed`, nothing
 # is forged); nothing that opens, writes, closes or duplicates a descriptor or signals a process.
-OS_ALLOWED = frozenset({"environ", "getenv", "path", "cpu_count", "sep", "linesep", "name", "getpid", "_exit", "abort"})
+OS_ALLOWED = frozenset(
+    {"environ", "getenv", "path", "cpu_count", "sep", "linesep", "name", "getpid", "_exit", "abort"}
+)
 
 
 def _find_file_access(tree: ast.Module) -> list[str]:
@@ -383,13 +385,21 @@ def _find_file_access(tree: ast.Module) -> list[str]:
     hits = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            hits += [f"line {node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in FILE_MODULES]
+            hits += [
+                f"line {node.lineno}: import {a.name}"
+                for a in node.names
+                if a.name.split(".")[0] in FILE_MODULES
+            ]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             top = node.module.split(".")[0]
             if top in FILE_MODULES:
                 hits.append(f"line {node.lineno}: from {node.module} import ...")
             elif node.module == "os":
-                hits += [f"line {node.lineno}: from os import {a.name}" for a in node.names if a.name not in OS_ALLOWED]
+                hits += [
+                    f"line {node.lineno}: from os import {a.name}"
+                    for a in node.names
+                    if a.name not in OS_ALLOWED
+                ]
         elif isinstance(node, ast.Name) and node.id in FILE_BUILTINS and node.id not in aliases:
             hits.append(f"line {node.lineno}: {node.id}")
         elif isinstance(node, ast.Attribute):

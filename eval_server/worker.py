@@ -99,6 +99,17 @@ def crash_summary(output: str, max_lines: int = 12) -> str:
     return "\n".join(ln[:300] for ln in errors + tail)
 
 
+def request_header(sent_at: float, gpu_busy_at: float | None) -> bytes:
+    """The first line the worker writes to a child before the request (CLOCK_MONOTONIC times)."""
+    return f"{sent_at:.6f} {-1.0 if gpu_busy_at is None else gpu_busy_at:.6f}\n".encode()
+
+
+def parse_request_header(line: bytes) -> tuple[float, float | None]:
+    """(sent_at, gpu_busy_at) from request_header's line, without its newline."""
+    sent_at, busy_at = (float(x) for x in line.split())
+    return sent_at, (None if busy_at < 0 else busy_at)
+
+
 class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.worker_id: int = args.worker_id
@@ -113,6 +124,7 @@ class Worker:
         self.versions: dict[str, Any] = {}
         self.evals = 0
         self._spare: _Spare | None = None
+        self._gpu_busy_at: float | None = None  # time.monotonic() when the last timing here ended
 
     # ------------------------------------------------------------------ warm-up (parent)
     def warm_up(self) -> dict[str, Any]:
@@ -139,7 +151,7 @@ class Worker:
         spare = self._take_spare()
         t0 = time.perf_counter()
         try:
-            self._send_request(spare, request)
+            self._send_request(spare, request, self._gpu_busy_at)
             self._spare = self._start_spare()  # the next one gets ready while this one runs
             result = self._wait(spare, request, timeout_s)
         finally:
@@ -158,7 +170,14 @@ class Worker:
             result.feedback = build_feedback(result)
         result.worker = self.worker_id
         result.elapsed_s = round(time.perf_counter() - t0, 6)
+        self._note_timing(result, time.monotonic())
         return result
+
+    def _note_timing(self, result: EvalResult, now: float) -> None:
+        """Remember when the GPU was last timed: a result with a timing phase ended it about when
+        its result was complete, i.e. before the child's exit (`child_exit`)."""
+        if "timing" in result.phases:
+            self._gpu_busy_at = now - result.phases.get("child_exit", 0.0)
 
     # ------------------------------------------------------------------ the spare child
     def _start_spare(self) -> _Spare:
@@ -213,11 +232,13 @@ class Worker:
             self._spare = None
 
     @staticmethod
-    def _send_request(spare: _Spare, request: EvalRequest) -> None:
-        """The send time (CLOCK_MONOTONIC, system-wide) on a first line, then the request: the
-        child reports how long the request waited for its preparation (phase spare_wait)."""
-        header = f"{time.monotonic():.6f}\n".encode()
-        payload = memoryview(header + json.dumps(request.to_json()).encode())
+    def _send_request(spare: _Spare, request: EvalRequest, gpu_busy_at: float | None) -> None:
+        """A first line with the send time and `gpu_busy_at` (CLOCK_MONOTONIC, system-wide; -1:
+        none), then the request: the child reports how long the request waited for its preparation
+        (phase spare_wait) and knows how recently the GPU was timed (EvalContext.gpu_busy_at)."""
+        payload = memoryview(
+            request_header(time.monotonic(), gpu_busy_at) + json.dumps(request.to_json()).encode()
+        )
         try:
             while payload:
                 payload = payload[os.write(spare.request_fd, payload) :]
@@ -355,13 +376,14 @@ class Worker:
             raw = _read_all(request_fd)
             if not raw:  # the worker went away without a request
                 os._exit(0)
-            sent_at, _, raw = raw.partition(b"\n")
-            spare_wait = max(0.0, prepared_at - float(sent_at))
+            header, _, raw = raw.partition(b"\n")
+            sent_at, busy_at = parse_request_header(header)
+            spare_wait = max(0.0, prepared_at - sent_at)
             request = parse_request(json.loads(raw))
             log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
-            result = self._child_evaluate(request, evaldir)
+            result = self._child_evaluate(request, evaldir, busy_at)
             result.phases["spare_wait"] = round(spare_wait, 6)
             payload = json.dumps(result.to_json()).encode()
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
@@ -404,7 +426,7 @@ class Worker:
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
 
-    def _child_evaluate(self, request: EvalRequest, evaldir: Path) -> EvalResult:
+    def _child_evaluate(self, request: EvalRequest, evaldir: Path, gpu_busy_at: float | None) -> EvalResult:
         import torch
 
         from eval_server.evaluate import EvalContext, Hardening, evaluate
@@ -429,6 +451,7 @@ class Worker:
             hardening=Hardening(**self.hardening_overrides),
             versions={k: str(v) for k, v in self.versions.items()},
             gpu_lock=GpuLock(self.gpu_lock_path) if (timing and self.gpu_lock_path) else None,
+            gpu_busy_at=gpu_busy_at,
             build_cache=self.workdir / "cuda-ext",  # outlives evaluations; removed with the worker dir
         )
         return evaluate(request, ctx)
