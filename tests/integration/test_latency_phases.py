@@ -4,7 +4,6 @@ for an idle worker), `spare_wait` (the request waiting for the prepared child) a
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as cf
 import os
 import time
@@ -15,6 +14,7 @@ import pytest
 
 from eval_server import samples, worker
 from tests.conftest import running_eval_server
+from tests.worker_args import cpu_worker_args
 
 pytestmark = pytest.mark.integration
 
@@ -58,10 +58,7 @@ def test_spare_wait_is_the_wait_for_a_slow_preparation(
 ) -> None:
     """In-process worker whose child preparation takes 1 s: the first request (no spare yet)
     waits for all of it, and says so."""
-    args = argparse.Namespace(
-        worker_id=0, device="cpu", device_label="cpu", workdir=str(tmp_path), mem_cap_mb=0, threads=1,
-        ref_cache="", gpu_lock="", hardening="{}",
-    )  # fmt: skip
+    args = cpu_worker_args(tmp_path)
     (tmp_path / "evals").mkdir()
     monkeypatch.setattr(worker, "_PROTO_FD", os.dup(1))  # the child closes its copy of the protocol fd
     monkeypatch.setattr(worker.Worker, "_child_prepare", lambda self: time.sleep(1.0))

@@ -4,7 +4,6 @@ at most `warm_gap_s` ago."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from eval_server.evaluate import Hardening, gpu_recently_timed
 from eval_server.schema import EvalResult
 from eval_server.worker import Worker, parse_request_header, request_header
+from tests.worker_args import cpu_worker_args
 
 
 @pytest.mark.parametrize("busy_at", [None, 1234.5, 0.0])
@@ -36,10 +36,7 @@ def test_negative_gap_is_refused() -> None:
 
 
 def _worker(tmp_path: Path) -> Worker:
-    args = argparse.Namespace(
-        worker_id=0, device="cpu", device_label="cpu", workdir=str(tmp_path), mem_cap_mb=0, threads=1,
-        ref_cache="", gpu_lock="", hardening="{}",
-    )  # fmt: skip
+    args = cpu_worker_args(tmp_path)
     return Worker(args)
 
 

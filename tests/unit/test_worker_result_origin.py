@@ -4,7 +4,6 @@ cannot know the problem's hash). A real forked child writes the payload, as an e
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -14,13 +13,11 @@ import pytest
 from eval_server import samples
 from eval_server.schema import EvalResult, parse_request, problem_hash
 from eval_server.worker import Worker, _Spare
+from tests.worker_args import cpu_worker_args
 
 
 def _worker(tmp_path: Path) -> Worker:
-    args = argparse.Namespace(
-        worker_id=0, device="cpu", device_label="cpu", workdir=str(tmp_path), mem_cap_mb=0, threads=1,
-        ref_cache="", gpu_lock="", hardening="{}",
-    )  # fmt: skip
+    args = cpu_worker_args(tmp_path)
     return Worker(args)
 
 
