@@ -474,9 +474,10 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
             result.status = STATUS_REFERENCE_ERROR
             result.error = _error(exc, ctx)
             raise _Stop from None
-        precision = _precision_baseline(
-            module, model, seeds[0], first, device, ctx.hardening.precision_policy
-        )
+        with ctx.phase("reference_precision"):  # sub-phase of reference: the float64 pass
+            precision = _precision_baseline(
+                module, model, seeds[0], first, device, ctx.hardening.precision_policy
+            )
         output_bytes = _nbytes(first)
         del first
     ref = _Reference(
@@ -783,7 +784,7 @@ def _correctness_phase(
             _first_trial_checks(result, ops, args, pristine, ctx)
         del args
         expected = _expected(result, ctx, ref, guard, seed, pristine)
-        cmp = compare_outputs(expected, out, opts.tolerance)
+        cmp = _compare(ctx, expected, out, opts)
         result.trials.append(
             TrialResult(seed, cmp.passed, cmp.max_abs_diff, cmp.max_rel_diff, cmp.mismatch, cmp.detail)
         )
@@ -1107,19 +1108,26 @@ def _expected(
     """The reference's output for `seed`, computed now that the candidate's output for it exists
     (`args`: pristine inputs of `seed`, else regenerated). The caller drops it before the next
     candidate call. Candidate code has run, so first check it left the reference's world intact."""
-    _check_not_patched(result, guard)
-    if args is None:
-        args = loader.make_inputs(ref.module, seed, ctx.device)
-    try:
-        with torch.no_grad(), ref.in_pool():
-            out = ref.model(*args)
-        _sync(ctx.device)
-    except Exception as exc:
-        result.status = STATUS_REFERENCE_ERROR
-        result.correct = False
-        result.error = _error(exc, ctx)
-        raise _Stop from None
+    with ctx.phase("expected"):  # sub-phase of correctness and timing (their verifications)
+        _check_not_patched(result, guard)
+        if args is None:
+            args = loader.make_inputs(ref.module, seed, ctx.device)
+        try:
+            with torch.no_grad(), ref.in_pool():
+                out = ref.model(*args)
+            _sync(ctx.device)
+        except Exception as exc:
+            result.status = STATUS_REFERENCE_ERROR
+            result.correct = False
+            result.error = _error(exc, ctx)
+            raise _Stop from None
     return out
+
+
+def _compare(ctx: EvalContext, expected: Any, out: Any, opts: EvalOptions) -> Any:
+    """compare_outputs, its time reported as sub-phase `compare` (of correctness and timing)."""
+    with ctx.phase("compare"):
+        return compare_outputs(expected, out, opts.tolerance)
 
 
 def _verify(
@@ -1135,7 +1143,7 @@ def _verify(
     args: list[Any] | None = None,
 ) -> None:
     """Compare `out` with the reference's output for `seed` (computed here, dropped on return)."""
-    cmp = compare_outputs(_expected(result, ctx, ref, guard, seed, args), out, opts.tolerance)
+    cmp = _compare(ctx, _expected(result, ctx, ref, guard, seed, args), out, opts)
     if not cmp.passed:
         why = cmp.mismatch or cmp.detail or f"max abs diff {cmp.max_abs_diff}"
         _reject(
