@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -458,37 +458,38 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
     seeds = [opts.seed + i for i in range(opts.correctness_trials)]
     check_seeds = post_timing_check_seeds(seeds, ctx.hardening.timing_input_sets, opts.seed) if timing else []
     pool, in_pool = _reference_pool(device)
+    facts_key = {
+        "problem": result.problem_hash,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
+        "torch": torch.__version__,
+        "seed": seeds[0],
+        "precision_policy": ctx.hardening.precision_policy,
+        "facts": REFERENCE_FACTS_VERSION,
+    }
     with ctx.phase("reference"), ctx.gpu(), torch.no_grad():
         try:
             module = loader.import_source(request.reference, ctx.workdir, "reference")
             with in_pool():
                 init_inputs = loader.make_init_inputs(module, opts.seed, device)
                 model = loader.build_model(module.Model, init_inputs, opts.seed, device)
-            args = loader.make_inputs(module, seeds[0], device)
-            with in_pool():
-                first, flops = _forward_counting_flops(model, args) if timing else (model(*args), 0)
-            input_bytes = _nbytes(args)
-            del args
-            _sync(device)
         except Exception as exc:
             result.status = STATUS_REFERENCE_ERROR
             result.error = _error(exc, ctx)
             raise _Stop from None
-        with ctx.phase("reference_precision"):  # sub-phase of reference: the float64 pass
-            precision = _precision_baseline(
-                module, model, seeds[0], first, device, ctx.hardening.precision_policy
-            )
-        output_bytes = _nbytes(first)
-        del first
+        facts = _cached_facts(ctx, facts_key)
+        if facts is None:
+            facts = _reference_facts(module, model, seeds[0], ctx, result, in_pool)
+            if ctx.ref_cache is not None:
+                ctx.ref_cache.put_facts(facts_key, facts.to_json())
     ref = _Reference(
         module=module,
         model=model,
         init_inputs=init_inputs,
         seeds=seeds,
-        precision=precision,
-        output_bytes=output_bytes,
-        input_bytes=input_bytes,
-        flops=flops,
+        precision=facts.precision,
+        output_bytes=facts.output_bytes,
+        input_bytes=facts.input_bytes,
+        flops=facts.flops,
         check_seeds=check_seeds,
         pool=pool,
         in_pool=in_pool,
@@ -499,6 +500,72 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
     if device.type == "cuda":
         torch.cuda.empty_cache()  # float64 copies and timing buffers: give the memory back
     return ref
+
+
+# Version of what _reference_facts computes (part of its cache key: a change makes old entries misses).
+REFERENCE_FACTS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the reference phase learns from the first trial's output; a pure function of the
+    problem, seed, device, torch and precision policy, so it is cached (ref_cache.py)."""
+
+    precision: _Precision | None
+    output_bytes: int
+    input_bytes: int
+    flops: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> _Facts:
+        p = d["precision"]
+        return cls(
+            precision=None if p is None else _Precision(**p),
+            output_bytes=int(d["output_bytes"]),
+            input_bytes=int(d["input_bytes"]),
+            flops=int(d["flops"]),
+        )
+
+
+def _cached_facts(ctx: EvalContext, key: dict[str, Any]) -> _Facts | None:
+    """The reference's facts from the cache; None on a miss or an entry this version cannot read."""
+    raw = ctx.ref_cache.get_facts(key) if ctx.ref_cache is not None else None
+    if raw is None:
+        return None
+    try:
+        return _Facts.from_json(raw)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _reference_facts(
+    module: Any,
+    model: torch.nn.Module,
+    seed: int,
+    ctx: EvalContext,
+    result: EvalResult,
+    in_pool: Callable[[], Any],
+) -> _Facts:
+    """One forward on the first trial's inputs (counting FLOPs), then the float64 pass against it
+    (sub-phase reference_precision); the output is dropped before any candidate code exists."""
+    device = ctx.device
+    try:
+        args = loader.make_inputs(module, seed, device)
+        with in_pool():
+            first, flops = _forward_counting_flops(model, args)
+        input_bytes = _nbytes(args)
+        del args
+        _sync(device)
+    except Exception as exc:
+        result.status = STATUS_REFERENCE_ERROR
+        result.error = _error(exc, ctx)
+        raise _Stop from None
+    with ctx.phase("reference_precision"):  # sub-phase of reference: the float64 pass
+        precision = _precision_baseline(module, model, seed, first, device, ctx.hardening.precision_policy)
+    return _Facts(precision=precision, output_bytes=_nbytes(first), input_bytes=input_bytes, flops=flops)
 
 
 def _forward_counting_flops(model: torch.nn.Module, args: list[Any]) -> tuple[Any, int]:

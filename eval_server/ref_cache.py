@@ -1,4 +1,6 @@
-"""Persistent cache of reference timings, so the reference is not re-timed for every candidate.
+"""Persistent cache of reference timings, so the reference is not re-timed for every candidate,
+and of the reference's facts (its float64 precision baseline, output and input bytes, FLOPs), so
+the float64 pass and the counting forward run once per problem and device, not per evaluation.
 
 Key: problem hash, GPU name, torch and triton versions, input dtypes/shapes signature and the
 timing settings; any change gives a different key (a miss), so stale entries are never used.
@@ -30,6 +32,12 @@ CREATE TABLE IF NOT EXISTS ref_timing (
     stats TEXT NOT NULL,
     created_at REAL NOT NULL,
     hits INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS ref_facts (
+    key TEXT PRIMARY KEY,
+    key_parts TEXT NOT NULL,
+    facts TEXT NOT NULL,
+    created_at REAL NOT NULL
 )
 """
 
@@ -48,7 +56,7 @@ class RefTimingCache:
         self._conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(_SCHEMA)
+        self._conn.executescript(_SCHEMA)
 
     def get(self, parts: dict[str, Any]) -> TimingStats | None:
         key = cache_key(parts)
@@ -68,6 +76,28 @@ class RefTimingCache:
                 cache_key(parts),
                 json.dumps(parts, sort_keys=True, default=str),
                 json.dumps(dataclasses.asdict(stats)),
+                time.time(),
+            ),
+        )
+
+    def get_facts(self, parts: dict[str, Any]) -> dict[str, Any] | None:
+        """The facts stored under these key parts (a JSON object), or None."""
+        row = self._conn.execute("SELECT facts FROM ref_facts WHERE key = ?", (cache_key(parts),)).fetchone()
+        if row is None:
+            return None
+        try:
+            facts = json.loads(row[0])
+        except ValueError:
+            return None
+        return facts if isinstance(facts, dict) else None
+
+    def put_facts(self, parts: dict[str, Any], facts: dict[str, Any]) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO ref_facts (key, key_parts, facts, created_at) VALUES (?, ?, ?, ?)",
+            (
+                cache_key(parts),
+                json.dumps(parts, sort_keys=True, default=str),
+                json.dumps(facts),
                 time.time(),
             ),
         )

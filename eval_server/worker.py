@@ -441,7 +441,8 @@ class Worker:
         else:
             device = torch.device("cpu")
             label, timing = self.device_label, False
-        cache = RefTimingCache(self.ref_cache_path) if (timing and self.ref_cache_path) else None
+        # reference timings (GPU) and the reference's facts (any device: evaluate._Facts)
+        cache = RefTimingCache(self.ref_cache_path) if self.ref_cache_path else None
         ctx = EvalContext(
             device=device,
             device_label=label,

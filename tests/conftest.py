@@ -18,6 +18,9 @@ collect_ignore = ["exploit_corpus"]
 
 @contextlib.contextmanager
 def running_eval_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A server whose reference cache is in `tmp_path` unless `args` name one: never the user's."""
+    if "--ref-cache" not in args:
+        args = (*args, "--ref-cache", str(tmp_path / "ref_cache.sqlite"))
     with running_server(tmp_path, args, env=env, startup_timeout_s=180.0) as url:
         yield url
 
