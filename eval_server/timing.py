@@ -250,7 +250,7 @@ def settled(
 
 @dataclasses.dataclass
 class _WarmUp:
-    host_ms: list[float]  # host time of each call (launch), for the lead
+    host_ms: list[float]  # host time of each call launched onto an idle GPU queue, for the lead
     wall_ms: float
     calls: int
 
@@ -267,20 +267,23 @@ def _warm_up(
     timed by events, until the per-call GPU time has settled (`settled`) and `min_ms` have passed,
     or `max_ms` have. A GPU that just ran the evaluation's earlier phases is warm after a few
     windows; one that idled keeps warming until its clocks are up (as the fixed 200 ms did).
-    The host time of every call is kept: the lead is computed from it."""
+    The host time of each call launched onto an idle queue (after a synchronize: the warm-up
+    calls and each window's first) is kept, as the lead's measure of one call's host time; a
+    call queued behind others could block on a full launch queue."""
     t0 = _perf_counter()
     calls = 0
     host: list[float] = []
 
-    def call() -> None:
+    def call(idle_queue: bool) -> None:
         nonlocal calls
         t1 = _perf_counter()
         fn(*input_sets[calls % len(input_sets)])
-        host.append((_perf_counter() - t1) * 1e3)
+        if idle_queue:
+            host.append((_perf_counter() - t1) * 1e3)
         calls += 1
 
-    while calls < warmup:
-        call()
+    while calls < max(warmup, 1):  # at least one: the lead needs a host time
+        call(idle_queue=True)
         _synchronize(device)
     per_call: list[float] = []
     n = 1
@@ -290,8 +293,8 @@ def _warm_up(
             break
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         start.record()
-        for _ in range(n):
-            call()
+        for j in range(n):
+            call(idle_queue=j == 0)
         end.record()
         end.synchronize()
         per_call.append(start.elapsed_time(end) / n)

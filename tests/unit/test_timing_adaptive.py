@@ -168,3 +168,14 @@ def test_settled() -> None:
     assert timing.settled([5.0, 1.0, 1.005, 1.0])
     assert not timing.settled([1.0, 1.02, 1.0])
     assert not timing.settled([0.0, 0.0, 0.0])  # no time measured is not a settled kernel
+
+
+def test_no_warm_up_asked_still_makes_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """warmup 0 and a zero warm-up time (both allowed): one call, whose host time sets the lead."""
+    clock = _Clock(kernel_ms=1.0, noise=0.0)
+    clock.install(monkeypatch)
+    stats = timing.time_gpu(
+        clock.kernel, [[]], trials=5, warmup=0, device=torch.device("cuda", 0), flush=torch.empty(4),
+        min_warmup_ms=0.0, max_warmup_ms=0.0,
+    )  # fmt: skip
+    assert stats.warmup_calls == 1 and stats.lead_ms is not None
