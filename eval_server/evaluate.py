@@ -330,6 +330,9 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
         _cuda_compile_phase(request, ctx, result)  # ends the evaluation: it cannot run here
 
     ref = _reference_phase(request, ctx, result, timing)
+    if ctx.ref_cache is not None:  # written and read only above: no open connection for candidate code
+        ctx.ref_cache.close()
+        ctx.ref_cache = None
     if cuda:
         _cuda_compile_phase(request, ctx, result)  # CPU work: outside the GPU lock
 

@@ -6,7 +6,8 @@ Key: problem hash, GPU name, torch and triton versions, input dtypes/shapes sign
 timing settings; any change gives a different key (a miss), so stale entries are never used.
 Storage: one SQLite file (WAL) shared by every worker of a server and kept across restarts;
 evaluation children open their own connection after fork. Entries are written only in the
-reference phase, before any candidate code is imported into the process.
+reference phase, before any candidate code is imported into the process, and the connection
+is closed before it is (evaluate._pipeline).
 
 A cached median is trusted only after a short spot check (see evaluate.py): timing drift
 between a cached reference and a later candidate is the larger risk (FIELD_NOTES), so a spot

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from eval_server import evaluate
+from eval_server import evaluate, samples
 from eval_server.evaluate import EvalContext, Hardening
 from eval_server.ref_cache import RefTimingCache
 from eval_server.schema import EvalOptions, EvalRequest, EvalResult, problem_hash
@@ -79,3 +79,22 @@ def test_an_unreadable_entry_is_a_miss(tmp_path: Path) -> None:
     again = _ctx(tmp_path, cache)
     ref, _ = _reference(again)
     assert "reference_precision" in again.phases and ref.precision is not None
+
+
+def test_cache_connection_is_closed_before_candidate_code(tmp_path: Path, monkeypatch) -> None:
+    """Candidate code never shares the process with an open connection to the cache file."""
+    seen: list[object] = []
+
+    def load_candidate(request, ctx, result, ref):  # stands in for _load_candidate: records, then stops
+        seen.append(ctx.ref_cache)
+        raise evaluate._Stop
+
+    monkeypatch.setattr(evaluate, "_load_candidate", load_candidate)
+    cache = RefTimingCache(tmp_path / "ref.sqlite")
+    ctx = _ctx(tmp_path, cache)
+    request = EvalRequest(
+        reference=samples.load_problem("relu"), candidate=samples.load_candidate("relu__correct")
+    )
+    evaluate.evaluate(request, ctx)
+    assert seen == [None]
+    assert "reference_precision" in ctx.phases  # the reference phase ran (and used the cache)
