@@ -179,3 +179,11 @@ def test_no_warm_up_asked_still_makes_one_call(monkeypatch: pytest.MonkeyPatch) 
         min_warmup_ms=0.0, max_warmup_ms=0.0,
     )  # fmt: skip
     assert stats.warmup_calls == 1 and stats.lead_ms is not None
+
+
+def test_warm_up_of_a_noisy_microsecond_kernel_settles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2 us kernel with +-20 % noise per call: windows of up to WARMUP_WINDOW_CALLS calls
+    average the noise out, so the warm-up settles instead of running to its maximum."""
+    clock = _Clock(kernel_ms=0.002, noise=0.2)
+    stats = _time(monkeypatch, clock, trials=20, max_warmup_ms=60_000.0)
+    assert stats.warmup_calls is not None and stats.warmup_calls < 20 * timing.WARMUP_WINDOW_CALLS
