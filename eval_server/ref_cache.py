@@ -59,49 +59,49 @@ class RefTimingCache:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
 
-    def get(self, parts: dict[str, Any]) -> TimingStats | None:
-        key = cache_key(parts)
-        row = self._conn.execute("SELECT stats FROM ref_timing WHERE key = ?", (key,)).fetchone()
+    def _read(self, table: str, column: str, parts: dict[str, Any]) -> Any:
+        """The JSON value stored under these key parts; None when absent or unreadable."""
+        row = self._conn.execute(
+            f"SELECT {column} FROM {table} WHERE key = ?", (cache_key(parts),)
+        ).fetchone()
         if row is None:
             return None
-        self._conn.execute("UPDATE ref_timing SET hits = hits + 1 WHERE key = ?", (key,))
         try:
-            return TimingStats(**json.loads(row[0]))
-        except (TypeError, ValueError):
+            return json.loads(row[0])
+        except ValueError:
+            return None
+
+    def _write(self, table: str, column: str, parts: dict[str, Any], value: Any) -> None:
+        self._conn.execute(
+            f"INSERT OR REPLACE INTO {table} (key, key_parts, {column}, created_at) VALUES (?, ?, ?, ?)",
+            (
+                cache_key(parts),
+                json.dumps(parts, sort_keys=True, default=str),
+                json.dumps(value),
+                time.time(),
+            ),
+        )
+
+    def get(self, parts: dict[str, Any]) -> TimingStats | None:
+        stats = self._read("ref_timing", "stats", parts)
+        if stats is None:
+            return None
+        self._conn.execute("UPDATE ref_timing SET hits = hits + 1 WHERE key = ?", (cache_key(parts),))
+        try:
+            return TimingStats(**stats)
+        except TypeError:
             return None  # an entry from an incompatible version: treat as a miss
 
     def put(self, parts: dict[str, Any], stats: TimingStats) -> None:
-        self._conn.execute(
-            "INSERT OR REPLACE INTO ref_timing (key, key_parts, stats, created_at, hits) VALUES (?, ?, ?, ?, 0)",
-            (
-                cache_key(parts),
-                json.dumps(parts, sort_keys=True, default=str),
-                json.dumps(dataclasses.asdict(stats)),
-                time.time(),
-            ),
-        )
+        self._write("ref_timing", "stats", parts, dataclasses.asdict(stats))
 
     def get_facts(self, parts: dict[str, Any]) -> dict[str, Any] | None:
         """The facts stored under these key parts (a JSON object), or None."""
-        row = self._conn.execute("SELECT facts FROM ref_facts WHERE key = ?", (cache_key(parts),)).fetchone()
-        if row is None:
-            return None
-        try:
-            facts = json.loads(row[0])
-        except ValueError:
-            return None
+        facts = self._read("ref_facts", "facts", parts)
         return facts if isinstance(facts, dict) else None
 
     def put_facts(self, parts: dict[str, Any], facts: dict[str, Any]) -> None:
-        self._conn.execute(
-            "INSERT OR REPLACE INTO ref_facts (key, key_parts, facts, created_at) VALUES (?, ?, ?, ?)",
-            (
-                cache_key(parts),
-                json.dumps(parts, sort_keys=True, default=str),
-                json.dumps(facts),
-                time.time(),
-            ),
-        )
+        self._write("ref_facts", "facts", parts, facts)
 
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM ref_timing").fetchone()[0])
