@@ -214,7 +214,7 @@ def run(
     hardening: dict[str, Any] | None = None,
 ) -> list[Record]:
     """Evaluate every case `repeats` times, round-robin, through one pool worker
-    (`hardening`: evaluate.Hardening overrides, as the server's flags set them)."""
+    (`hardening`: hardening.Hardening overrides, as the server's flags set them)."""
     slots = parse_slots(devices, 1, 1)
     if len(slots) != 1:
         raise SystemExit(f"--devices: give one GPU id or 'cpu' (one worker), got {devices!r}")

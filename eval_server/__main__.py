@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from eval_server.hardening import Hardening
 from eval_server.pool import DeviceSlot, PoolConfig, WorkerPool
 from slime_ext.cli import make_parser
 from slime_ext.http_json import add_network_args
@@ -180,15 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The evaluate.Hardening fields the server's flags set (checked here, before any worker starts;
-    evaluate is not imported: it would load torch into the server process)."""
-    if args.warm_gap_s < 0:
-        raise ValueError(f"--warm-gap-s must be >= 0, got {args.warm_gap_s}")
-    if not 0 <= args.warmup_busy_ms <= args.warmup_ms:
-        raise ValueError(
-            f"need 0 <= --warmup-busy-ms <= --warmup-ms, got {args.warmup_busy_ms} and {args.warmup_ms}"
-        )
-    return {
+    """The Hardening fields the server's flags set, checked by Hardening itself before any worker
+    starts (ValueError on a bad combination)."""
+    overrides = {
         "excessive_speedup": args.excessive_speedup,
         "drift_tolerance": args.drift_tolerance,
         "timing_ci_rel": args.timing_ci,
@@ -197,6 +192,8 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "warmup_busy_ms": args.warmup_busy_ms,
         "warm_gap_s": args.warm_gap_s,
     }
+    Hardening(**overrides)
+    return overrides
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,6 +35,7 @@ from eval_server.compare import compare_outputs, error_parts, flatten_output, no
 from eval_server.cuda_static import CUDA_RULES
 from eval_server.feedback import build_feedback
 from eval_server.gpu_lock import GpuLock
+from eval_server.hardening import Hardening
 from eval_server.ref_cache import RefTimingCache
 from eval_server.runtime_checks import (
     GlobalStateSnapshot,
@@ -74,51 +75,6 @@ THREADS = ThreadStartRecorder()
 
 # Seeds for the post-timing checks live far from the correctness seeds.
 _FRESH_SEED_OFFSET = 1_000_003
-
-
-@dataclass(frozen=True)
-class Hardening:
-    """Server-level knobs of the anti-cheat and timing-fidelity machinery."""
-
-    timing_input_sets: int = 3  # input sets rotated during timing
-    spot_check_trials: int = 20  # reference trials timed in every evaluation when the cache has an entry
-    drift_tolerance: float = 0.05  # spot check vs cache disagreement that forces a re-measure
-    excessive_speedup: float = 10.0  # above this, re-verify and re-time before reporting
-    # Adaptive timing (timing.time_gpu): at least this many trials, then stop once the median's
-    # 95 % confidence interval is within +- timing_ci_rel of it; the request's timing_trials is
-    # the maximum. timing_ci_rel 0 times exactly timing_trials.
-    # Re-timings of a candidate whose timing saw escaped work; rejected when every one does.
-    escape_retimes: int = 2
-    timing_min_trials: int = 20
-    timing_ci_rel: float = 0.001
-    # Warm-up before timed trials (timing._warm_up): the reference's timing is the first GPU
-    # timing of the process, on a GPU that may have idled, and warms for warmup_ms; the
-    # candidate's follows the reference's timing and the correctness trials (the GPU busy
-    # throughout) and warms for at least warmup_busy_ms, until its per-call time has settled,
-    # at most warmup_ms. warmup_busy_ms = warmup_ms: both fixed (the method before 2026-11-25).
-    warmup_ms: float = 200.0
-    warmup_busy_ms: float = 20.0
-    # The reference's timing warms like the candidate's (warmup_busy_ms) when a timing on this GPU
-    # ended at most warm_gap_s ago (EvalContext.gpu_busy_at: back-to-back evaluations); 0: never.
-    warm_gap_s: float = 1.0
-    # Precision: the candidate's normalized error against float64 (max abs diff / max abs value)
-    # must stay under max(floor[dtype], factor x the budget of the policy); see _precision_baseline.
-    precision_policy: str = "fp32"  # "fp32" (strict) or "tf32" (10-bit-mantissa inputs allowed)
-    precision_floor: dict[str, float] = field(
-        default_factory=lambda: {"float32": 5e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-12}
-    )
-    precision_factor: float = 20.0  # fp32 policy: x the reference's own float64 error
-    precision_factor_tf32: float = 4.0  # tf32 policy: x the error of 10-bit-mantissa inputs
-    profile_kernels: bool = True  # GPU: CUPTI check that only the candidate's Triton kernels computed
-    cuda_compile_timeout_s: float = 120.0  # backend "cuda": load_inline builds (cuda_backend.py)
-
-    def __post_init__(self) -> None:
-        if self.warm_gap_s < 0:
-            raise ValueError(f"warm_gap_s must be >= 0, got {self.warm_gap_s}")
-        if not 0 <= self.warmup_busy_ms <= self.warmup_ms:
-            raise ValueError(
-                f"need 0 <= warmup_busy_ms <= warmup_ms, got {self.warmup_busy_ms} and {self.warmup_ms}"
-            )
 
 
 @dataclass

@@ -66,7 +66,7 @@ class PoolConfig:
     startup_timeout_s: float = 300.0
     outer_grace_s: float = 30.0  # beyond the eval timeout before the worker itself is declared hung
     ref_cache: Path | None = None  # persistent reference-timing cache (GPU workers)
-    # overrides of evaluate.Hardening's fields (the server's flags), handed to each worker as JSON
+    # overrides of hardening.Hardening's fields (the server's flags), handed to each worker as JSON
     hardening: dict[str, Any] = field(default_factory=dict)
 
 

@@ -429,8 +429,9 @@ class Worker:
     def _child_evaluate(self, request: EvalRequest, evaldir: Path, gpu_busy_at: float | None) -> EvalResult:
         import torch
 
-        from eval_server.evaluate import EvalContext, Hardening, evaluate
+        from eval_server.evaluate import EvalContext, evaluate
         from eval_server.gpu_lock import GpuLock
+        from eval_server.hardening import Hardening
         from eval_server.ref_cache import RefTimingCache
 
         if self.device_kind == "cuda":
@@ -472,7 +473,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ref-cache", default="", help="SQLite file of cached reference timings ('' = none)")
     parser.add_argument("--gpu-lock", default="", help="lock file shared by the evaluations of this GPU")
-    parser.add_argument("--hardening", default="{}", help="JSON object of evaluate.Hardening field overrides")
+    parser.add_argument(
+        "--hardening", default="{}", help="JSON object of hardening.Hardening field overrides"
+    )
     args = parser.parse_args(argv)
 
     # Keep the protocol channel private; anything printed later goes to the log (stderr).
