@@ -148,7 +148,7 @@ class _Reference:
     pool: Any = None  # CUDA memory pool holding every reference allocation
     in_pool: Callable[[], Any] = contextlib.nullcontext
     input_bytes: int = 0  # one call's inputs (physics floor)
-    flops: int = 0  # matmul/conv/attention FLOPs of one forward, when timed (physics floor)
+    flops: int = 0  # matmul/conv/attention FLOPs of one forward (physics floor)
 
 
 # What a fault of code that already ran on the device says (torch.AcceleratorError, Triton's
@@ -237,6 +237,18 @@ def _error(exc: BaseException, ctx: EvalContext) -> dict[str, str]:
         "message": str(exc)[:2000],
         "traceback": loader.format_exception_tail(exc, ctx.workdir),
     }
+
+
+@contextmanager
+def _reference_errors(result: EvalResult, ctx: EvalContext) -> Iterator[None]:
+    """An exception of the reference's own code ends the evaluation as reference_error."""
+    try:
+        yield
+    except Exception as exc:
+        result.status = STATUS_REFERENCE_ERROR
+        result.correct = False
+        result.error = _error(exc, ctx)
+        raise _Stop from None
 
 
 def _reject(result: EvalResult, check_id: str, message: str) -> None:
@@ -426,15 +438,11 @@ def _reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult,
         "facts": REFERENCE_FACTS_VERSION,
     }
     with ctx.phase("reference"), ctx.gpu(), torch.no_grad():
-        try:
+        with _reference_errors(result, ctx):
             module = loader.import_source(request.reference, ctx.workdir, "reference")
             with in_pool():
                 init_inputs = loader.make_init_inputs(module, opts.seed, device)
                 model = loader.build_model(module.Model, init_inputs, opts.seed, device)
-        except Exception as exc:
-            result.status = STATUS_REFERENCE_ERROR
-            result.error = _error(exc, ctx)
-            raise _Stop from None
         facts = _cached_facts(ctx, facts_key)
         if facts is None:
             facts = _reference_facts(module, model, seeds[0], ctx, result, in_pool)
@@ -511,17 +519,13 @@ def _reference_facts(
     """One forward on the first trial's inputs (counting FLOPs), then the float64 pass against it
     (sub-phase reference_precision); the output is dropped before any candidate code exists."""
     device = ctx.device
-    try:
+    with _reference_errors(result, ctx):
         args = loader.make_inputs(module, seed, device)
         with in_pool():
             first, flops = _forward_counting_flops(model, args)
         input_bytes = _nbytes(args)
         del args
         _sync(device)
-    except Exception as exc:
-        result.status = STATUS_REFERENCE_ERROR
-        result.error = _error(exc, ctx)
-        raise _Stop from None
     with ctx.phase("reference_precision"):  # sub-phase of reference: the float64 pass
         precision = _precision_baseline(module, model, seed, first, device, ctx.hardening.precision_policy)
     return _Facts(precision=precision, output_bytes=_nbytes(first), input_bytes=input_bytes, flops=flops)
@@ -1138,15 +1142,9 @@ def _expected(
         _check_not_patched(result, guard)
         if args is None:
             args = loader.make_inputs(ref.module, seed, ctx.device)
-        try:
-            with torch.no_grad(), ref.in_pool():
-                out = ref.model(*args)
+        with _reference_errors(result, ctx), torch.no_grad(), ref.in_pool():
+            out = ref.model(*args)
             _sync(ctx.device)
-        except Exception as exc:
-            result.status = STATUS_REFERENCE_ERROR
-            result.correct = False
-            result.error = _error(exc, ctx)
-            raise _Stop from None
     return out
 
 
