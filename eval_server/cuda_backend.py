@@ -68,8 +68,8 @@ def bind() -> ModuleType:
 
 
 # Lines load_inline puts before the candidate's own sources (unless no_implicit_headers=True).
-_IMPLICIT_CPP_LINES = 1  # #include <torch/extension.h>
-_IMPLICIT_CUDA_LINES = 3  # torch/types.h, cuda.h, cuda_runtime.h
+_IMPLICIT_CPP = ("#include <torch/extension.h>",)
+_IMPLICIT_CUDA = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
 MAX_CACHED_BUILDS = 32
 _BUILDING = "building"  # marker file present while (or if) a build did not finish
 _MAX_ERRORS = 5
@@ -223,9 +223,9 @@ def _source_note(file: str, line: int, call: InlineCall | None) -> str:
     if call is None:
         return ""
     if file == "cuda.cu":
-        own, implicit, what = call.cuda_sources, _IMPLICIT_CUDA_LINES, "cuda_sources"
+        own, implicit, what = call.cuda_sources, len(_IMPLICIT_CUDA), "cuda_sources"
     elif file == "main.cpp":
-        own, implicit, what = call.cpp_sources, _IMPLICIT_CPP_LINES, "cpp_sources"
+        own, implicit, what = call.cpp_sources, len(_IMPLICIT_CPP), "cpp_sources"
     else:
         return ""
     implicit = implicit if call.implicit_headers else 0
@@ -284,10 +284,8 @@ def generated_sources(call: InlineCall) -> dict[str, str]:
     cpp = list(call.cpp_sources)
     cuda = list(call.cuda_sources)
     if call.implicit_headers:
-        cpp.insert(0, "#include <torch/extension.h>")
-        cuda[:0] = (
-            ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"] if cuda else []
-        )
+        cpp[:0] = _IMPLICIT_CPP
+        cuda[:0] = _IMPLICIT_CUDA if cuda else ()
     functions = call.arguments.get("functions")
     if functions is not None:
         names = [functions] if isinstance(functions, str) else list(functions)
@@ -417,7 +415,7 @@ def compile_candidate(
         os.close(read_fd)
         _compile_process(source, workdir, cache_root, build, problem, write_fd)
     os.close(write_fd)
-    payload, timed_out = _read_until(read_fd, pid, time.monotonic() + timeout_s)
+    payload, timed_out = _read_until(read_fd, time.monotonic() + timeout_s)
     sandbox.kill_tree(pid)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
@@ -430,7 +428,7 @@ def compile_candidate(
     return BuildReport(**data)
 
 
-def _read_until(fd: int, pid: int, deadline: float) -> tuple[bytes, bool]:
+def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
     """Everything written to `fd` until EOF, or (partial, True) at the deadline."""
     chunks = []
     try:
@@ -544,6 +542,10 @@ class Extensions:
     def __init__(self, cache_root: Path) -> None:
         self.cache_root = cache_root
         self.calls: list[InlineCall] = []
+        self._index_of: tuple[int, ...] = ()  # the calls the index below was built from
+        self._kernels: set[str] = set()
+        self._declared: set[str] = set()
+        self._owned: dict[str, bool] = {}  # activity name -> owns(), for the same calls
 
     def install(self) -> Extensions:
         """Route load_inline to the builds for the rest of this (evaluation) process."""
@@ -560,18 +562,34 @@ class Extensions:
         self.calls.append(call)
         return call.load(build_dir)
 
+    def _index(self) -> None:
+        """Kernel names and opened namespaces of the loaded sources, parsed once per set of calls
+        (owns() runs for every profiled activity, under the GPU lock)."""
+        ids = tuple(map(id, self.calls))
+        if ids != self._index_of:
+            self._kernels = {k for call in self.calls for s in call.cuda_sources for k in kernel_names(s)}
+            self._declared = {
+                ns for call in self.calls for ns in namespaces(call.source_text())
+            } - _LIBRARY_NAMESPACES
+            self._index_of, self._owned = ids, {}
+
     @property
     def kernels(self) -> set[str]:
-        return {k for call in self.calls for s in call.cuda_sources for k in kernel_names(s)}
+        self._index()
+        return self._kernels
 
     def owns(self, activity: str) -> bool:
         """Whether a GPU activity name (CUPTI's demangled kernel name) is one of the candidate's
         __global__ kernels: `name(...)`, `void name<...>(...)`, or qualified by namespaces its
         sources open (never by a library's namespace)."""
-        head = activity.strip().removeprefix("void ").replace("(anonymous namespace)::", "")
-        parts = re.split(r"[<(]", head, maxsplit=1)[0].strip().split("::")
-        declared = {ns for call in self.calls for ns in namespaces(call.source_text())} - _LIBRARY_NAMESPACES
-        return parts[-1] in self.kernels and all(p in declared for p in parts[:-1])
+        self._index()
+        if activity not in self._owned:
+            head = activity.strip().removeprefix("void ").replace("(anonymous namespace)::", "")
+            parts = re.split(r"[<(]", head, maxsplit=1)[0].strip().split("::")
+            self._owned[activity] = parts[-1] in self._kernels and all(
+                p in self._declared for p in parts[:-1]
+            )
+        return self._owned[activity]
 
     def count_own(self, activities: Iterable[str]) -> int:
         return sum(1 for a in activities if self.owns(a))
