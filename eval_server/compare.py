@@ -229,8 +229,12 @@ def normalized_error(output: Any, truth: Any) -> float | None:
     parts = error_parts(output, truth)
     if parts is None:
         return None
-    worst_diff, worst_mag = parts
-    return worst_diff / worst_mag if worst_mag > 0 else (0.0 if worst_diff == 0 else math.inf)
+    return error_ratio(*parts)
+
+
+def error_ratio(diff: float, mag: float) -> float:
+    """diff / mag, with 0 / 0 = 0 and x / 0 = inf (an error against an all-zero truth)."""
+    return diff / mag if mag > 0 else (0.0 if diff == 0 else math.inf)
 
 
 def error_parts(output: Any, truth: Any) -> tuple[float, float] | None:

@@ -207,11 +207,8 @@ SOURCE_RULES: dict[str, tuple[str, Callable[[str], list[str]]]] = {
 def source_checks(source: str) -> list[Check]:
     """Apply every source rule to CUDA/C++ text; one Check per fired rule, evidence cited."""
     clean = strip_comments(source)
-    return [
-        _check(rule_id, message, find(clean))
-        for rule_id, (message, find) in SOURCE_RULES.items()
-        if find(clean)
-    ]
+    found = ((rule_id, message, find(clean)) for rule_id, (message, find) in SOURCE_RULES.items())
+    return [_check(rule_id, message, evidence) for rule_id, message, evidence in found if evidence]
 
 
 def _check(rule_id: str, message: str, evidence: list[str]) -> Check:

@@ -31,7 +31,14 @@ from typing import Any
 import torch
 
 from eval_server import cuda_backend, loader, persisting_l2, physics_floor
-from eval_server.compare import compare_outputs, error_parts, flatten_output, normalized_error, tolerance_for
+from eval_server.compare import (
+    compare_outputs,
+    error_parts,
+    error_ratio,
+    flatten_output,
+    normalized_error,
+    tolerance_for,
+)
 from eval_server.cuda_static import CUDA_RULES
 from eval_server.feedback import build_feedback
 from eval_server.gpu_lock import GpuLock
@@ -575,7 +582,7 @@ def _precision_baseline(
         if parts is None:
             return None
         diff64, mag64 = parts
-        ref_error = diff64 / mag64 if mag64 > 0 else (0.0 if diff64 == 0 else math.inf)
+        ref_error = error_ratio(diff64, mag64)
         budget = ref_error
         if policy == "tf32":
             model_r = copy.deepcopy(model)

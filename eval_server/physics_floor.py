@@ -60,15 +60,14 @@ class Floor:
     bytes_moved: int
     flops: int
     peak: DevicePeak
-    headroom: float = HEADROOM
 
     @property
     def memory_us(self) -> float:
-        return self.bytes_moved / (self.peak.bandwidth_gbs * 1e9 * self.headroom) * 1e6
+        return self.bytes_moved / (self.peak.bandwidth_gbs * 1e9 * HEADROOM) * 1e6
 
     @property
     def compute_us(self) -> float:
-        return self.flops / (self.peak.tensor_tflops * 1e12 * self.headroom) * 1e6
+        return self.flops / (self.peak.tensor_tflops * 1e12 * HEADROOM) * 1e6
 
     @property
     def floor_us(self) -> float:
@@ -78,13 +77,13 @@ class Floor:
         """The numbers behind the floor, for feedback."""
         text = (
             f"{self.bytes_moved / 1e6:.4g} MB must move through memory, at most "
-            f"{self.peak.bandwidth_gbs * self.headroom:.0f} GB/s ({self.peak.name} peak "
-            f"{self.peak.bandwidth_gbs:.0f} GB/s x {self.headroom:g} headroom): {self.memory_us:.3g} us"
+            f"{self.peak.bandwidth_gbs * HEADROOM:.0f} GB/s ({self.peak.name} peak "
+            f"{self.peak.bandwidth_gbs:.0f} GB/s x {HEADROOM:g} headroom): {self.memory_us:.3g} us"
         )
         if self.flops:
             text += (
-                f"; {self.flops / 1e9:.4g} GFLOP at most {self.peak.tensor_tflops * self.headroom:.0f} TFLOP/s "
-                f"(peak {self.peak.tensor_tflops:.0f} x {self.headroom:g}): {self.compute_us:.3g} us"
+                f"; {self.flops / 1e9:.4g} GFLOP at most {self.peak.tensor_tflops * HEADROOM:.0f} TFLOP/s "
+                f"(peak {self.peak.tensor_tflops:.0f} x {HEADROOM:g}): {self.compute_us:.3g} us"
             )
         return text
 

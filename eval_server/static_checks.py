@@ -326,7 +326,7 @@ def _dynamic_access(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | Non
     return None
 
 
-# loader.MODULE_PREFIX: the reference (and the candidate) are in sys.modules under names starting so.
+# The reference (and the candidate) are in sys.modules under names starting so (loader.MODULE_PREFIX).
 EVALUATED_MODULE_PREFIX = "_kernel_eval_"
 
 
