@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from eval_server.schema import BACKENDS, EvalOptions
 from slime_ext.validation import ValidationError
 
 __all__ = ["BACKENDS", "CUDA", "DEFAULT_BACKEND", "TRITON", "check_backend"]
 
-TRITON = "triton"
-CUDA = "cuda"
-BACKENDS: tuple[str, ...] = (TRITON, CUDA)
-DEFAULT_BACKEND = TRITON
+TRITON, CUDA = BACKENDS  # the eval server's list is the one definition
+DEFAULT_BACKEND = EvalOptions.backend
 
 
 def check_backend(value: Any, path: str = "backend") -> str:

@@ -240,8 +240,8 @@ class EvalClient:
     async def evaluate(self, request: EvalRequest, *, backend: str = DEFAULT_BACKEND) -> EvalResult:
         """Evaluate one request on the least loaded server and return the parsed result.
 
-        `backend` (slime_ext/backends.py) is sent as `options.backend`; the default (triton) is
-        left out of the body, so a server that predates the option still accepts Triton requests.
+        `backend` (slime_ext/backends.py), when not the default, is sent as `options.backend`;
+        with the default the request's own `options.backend` is sent as it is.
         Raises EvalRequestError (4xx), EvalTimeoutError (no answer within timeout_s),
         EvalUnavailableError (every attempt failed to connect or got 503) or EvalClientError
         (any other unexpected answer). A failed candidate is not an error: it is a result.
