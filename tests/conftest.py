@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from eval_server.cuda_backend import nvcc_path
 from eval_server.launch import free_port, running_server
 
-__all__ = ["free_port", "running_eval_server"]
+__all__ = ["free_port", "needs_nvcc", "running_eval_server"]
 
 # Candidate and problem sources sent to the server as text (tests/exploit_cases.py), never tests.
 collect_ignore = ["exploit_corpus"]
+
+needs_nvcc = pytest.mark.skipif(
+    nvcc_path() is None, reason="no CUDA compiler (nvcc) on this machine: the compile check cannot run"
+)
 
 
 @contextlib.contextmanager

@@ -15,14 +15,9 @@ import pytest
 
 from bench import corpus
 from bench.eval_throughput import KERNELBENCH_CASES, candidate_path
-from eval_server.cuda_backend import nvcc_path
+from tests.conftest import needs_nvcc
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        nvcc_path() is None, reason="no CUDA compiler (nvcc) on this machine: the compile check cannot run"
-    ),
-]
+pytestmark = [pytest.mark.integration, needs_nvcc]
 
 PROBLEMS = [problem for _, _, problem in KERNELBENCH_CASES]
 

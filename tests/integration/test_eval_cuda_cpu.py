@@ -12,13 +12,9 @@ import httpx
 import pytest
 
 from eval_server import samples
-from eval_server.cuda_backend import nvcc_path
+from tests.conftest import needs_nvcc
 
 pytestmark = pytest.mark.integration
-
-needs_nvcc = pytest.mark.skipif(
-    nvcc_path() is None, reason="no CUDA compiler (nvcc) on this machine: the compile check cannot run"
-)
 
 
 def _eval(url: str, candidate: str, **options) -> dict:

@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from slime_ext.service import free_port
+from tests.processes import still_running
 
 pytestmark = [
     pytest.mark.integration,
@@ -120,17 +121,6 @@ def _run_processes(run_dir: Path) -> set[int]:
     return {p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
 
 
-def _wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
-    deadline = time.monotonic() + timeout
-    alive = set(pids)
-    while alive and time.monotonic() < deadline:
-        alive = {
-            p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-        }
-        time.sleep(0.1)
-    return alive
-
-
 def test_windows_logs_health_order_and_clean_stop(tmp_path: Path, runner_inputs: dict[str, str]) -> None:
     env = _env(tmp_path, runner_inputs, TRAINER_CMD="echo trainer-window-up; sleep 600")
     run_dir = tmp_path / "runs" / "t"
@@ -167,7 +157,7 @@ def test_windows_logs_health_order_and_clean_stop(tmp_path: Path, runner_inputs:
 
         stop = _stop(run_dir, env)
         assert stop.returncode == 0, stop.stderr
-        assert _wait_gone(procs) == set(), "processes of the run survived stop.sh"
+        assert still_running(list(procs)) == [], "processes of the run survived stop.sh"
         assert _tmux(env, "has-session", "-t", "t").returncode != 0
         assert bystander.poll() is None, "stop.sh touched an unrelated process"
         assert (run_dir / "stopped").is_file()
@@ -203,7 +193,7 @@ def test_health_timeout_stops_what_started(tmp_path: Path) -> None:
     assert "eval not healthy after 3 s" in res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert "ERROR: eval not healthy" in last and "raise HEALTH_TIMEOUT_S" in last
-    assert _wait_gone(_run_processes(run_dir)) == set()
+    assert still_running(list(_run_processes(run_dir))) == []
     assert _tmux(env, "has-session", "-t", "t").returncode != 0
 
 
@@ -275,7 +265,7 @@ def test_in_slime_mode_runs_without_a_buffer_window(tmp_path: Path, runner_input
         assert (run_dir / "prompts_train.jsonl").is_file()
         procs = _run_processes(run_dir)
         assert _stop(run_dir, env).returncode == 0
-        assert _wait_gone(procs) == set()
+        assert still_running(list(procs)) == []
         assert _tmux(env, "has-session", "-t", "t").returncode != 0
     finally:
         _stop(run_dir, env)
@@ -312,7 +302,7 @@ def test_single_gpu_tiny_preset_starts_its_engine(
         assert Path(info["model_path"]) == tiny_hf
         procs = _run_processes(run_dir)
         assert _stop(run_dir, env).returncode == 0
-        assert _wait_gone(procs) == set()
+        assert still_running(list(procs)) == []
     finally:
         _stop(run_dir, env)
 
@@ -326,7 +316,7 @@ def test_engine_that_cannot_load_its_model_stops_the_start(tmp_path: Path) -> No
     assert "ERROR: engine exited before answering" in last and "engine.log" in last
     assert not (run_dir / "pids" / "eval.pid").exists()
     assert _tmux(env, "has-session", "-t", "t").returncode != 0
-    assert _wait_gone(_run_processes(run_dir)) == set()
+    assert still_running(list(_run_processes(run_dir))) == []
 
 
 def _torch_dist_root(path: Path, iteration: str | None = "release", shards: bool = True) -> Path:

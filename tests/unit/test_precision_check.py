@@ -12,6 +12,7 @@ import torch
 from eval_server import evaluate, loader
 from eval_server.compare import compare_outputs, normalized_error
 from eval_server.evaluate import EvalContext, precision_check_needed
+from eval_server.hardening import Hardening
 from eval_server.schema import EvalResult
 
 PROBLEM = """
@@ -32,7 +33,8 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
-FLOOR = 5e-5  # Hardening().precision_floor["float32"]
+HARD = Hardening()
+FLOOR = HARD.precision_floor["float32"]
 
 
 @pytest.mark.parametrize(
@@ -67,7 +69,9 @@ def _reference(tmp_path: Path) -> tuple[evaluate._Reference, torch.Tensor, torch
     return ref, x, out
 
 
-def _verdict(tmp_path: Path, ref: evaluate._Reference, expected: torch.Tensor, cand: torch.Tensor) -> tuple[bool, bool]:
+def _verdict(
+    tmp_path: Path, ref: evaluate._Reference, expected: torch.Tensor, cand: torch.Tensor
+) -> tuple[bool, bool]:
     """(whether the float64 pass was needed, whether the check rejected)."""
     ctx = EvalContext(torch.device("cpu"), "cpu", tmp_path, timing_enabled=False)
     result = EvalResult(status="ok")
@@ -106,4 +110,4 @@ def test_skipping_never_hides_a_rejection(tmp_path: Path, scale: float) -> None:
     if not needed:
         assert err <= FLOOR and not rejected
     else:
-        assert rejected == (err > max(FLOOR, 20 * ref.precision.budget))
+        assert rejected == (err > max(FLOOR, HARD.precision_factor * ref.precision.budget))

@@ -10,8 +10,8 @@ import pytest
 
 from eval_server.evaluate import Hardening, gpu_recently_timed
 from eval_server.schema import EvalResult
-from eval_server.worker import Worker, parse_request_header, request_header
-from tests.worker_args import cpu_worker_args
+from eval_server.worker import parse_request_header, request_header
+from tests.worker_args import cpu_worker
 
 
 @pytest.mark.parametrize("busy_at", [None, 1234.5, 0.0])
@@ -35,13 +35,8 @@ def test_negative_gap_is_refused() -> None:
         Hardening(warm_gap_s=-1.0)
 
 
-def _worker(tmp_path: Path) -> Worker:
-    args = cpu_worker_args(tmp_path)
-    return Worker(args)
-
-
 def test_worker_notes_only_evaluations_that_ran_timing(tmp_path: Path) -> None:
-    w = _worker(tmp_path)
+    w = cpu_worker(tmp_path)
     w._note_timing(EvalResult(status="ok", phases={"correctness": 0.3, "child_exit": 0.1}), now=50.0)
     assert w._gpu_busy_at is None  # no timing phase: the GPU was not timed
     w._note_timing(EvalResult(status="ok", phases={"timing": 0.4, "child_exit": 0.25}), now=60.0)

@@ -12,13 +12,8 @@ import pytest
 
 from eval_server import samples
 from eval_server.schema import EvalResult, parse_request, problem_hash
-from eval_server.worker import Worker, _Spare
-from tests.worker_args import cpu_worker_args
-
-
-def _worker(tmp_path: Path) -> Worker:
-    args = cpu_worker_args(tmp_path)
-    return Worker(args)
+from eval_server.worker import _Spare
+from tests.worker_args import cpu_worker
 
 
 def _child_reporting(result: EvalResult, tmp_path: Path) -> _Spare:
@@ -37,7 +32,7 @@ def test_a_result_must_name_the_requested_problem(tmp_path: Path, named: str) ->
     request = parse_request({"reference": samples.load_problem("relu"), "candidate": "x = 1\n"})
     claimed = problem_hash(request.reference) if named == "this problem" else ""
     forged = EvalResult(status="ok", speedup=100.0, correct=True, problem_hash=claimed)
-    got = _worker(tmp_path)._wait(_child_reporting(forged, tmp_path), request, timeout_s=30)
+    got = cpu_worker(tmp_path)._wait(_child_reporting(forged, tmp_path), request, timeout_s=30)
     if named == "this problem":
         assert (got.status, got.speedup) == ("ok", 100.0)
     else:
