@@ -143,13 +143,14 @@ def run_ours(
     server_args: Sequence[str] = (),
 ) -> dict:
     """Every case `repeats` times; up to 2 requests per worker in flight so the queue never runs dry.
-    Backend cuda: repeat 0 of every case first (cold wave), then the rest (cached wave).
+    Repeat 0 of every case runs first (cold wave: reference measured, kernels compiled), then the
+    rest (cached wave: a training run's steady state, where every problem has been seen).
     `server_args`: further eval-server flags (one configuration of an A/B comparison)."""
     rows: list[dict] = []
     args = ["--devices", devices, "--workers-per-device", str(workers_per_device),
             "--ref-cache", str(tmp / "ref_cache.sqlite"), "--timeout-s", str(timeout_s), *server_args]  # fmt: skip
     jobs = [(rep, case) for rep in range(repeats) for case in cases]
-    waves = [jobs] if backend == "triton" else [jobs[: len(cases)], jobs[len(cases) :]]
+    waves = [jobs[: len(cases)], jobs[len(cases) :]] if repeats > 1 else [jobs]
     wave_walls: list[float] = []
     n_workers = workers_per_device * len(devices.split(","))
     # one client for every request: a new one per request costs ~20 ms (TLS context) inside the figures

@@ -180,6 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def gpu_memory_share(workers_per_device: int) -> float:
+    """Share of a GPU's memory for each of its evaluations: equal parts of all but 5 % (the CUDA
+    contexts of the running and the spare evaluation processes live outside torch's allocator)."""
+    return round(0.95 / workers_per_device, 4)
+
+
 def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The Hardening fields the server's flags set, checked by Hardening itself before any worker
     starts (ValueError on a bad combination)."""
@@ -192,6 +198,8 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "warmup_busy_ms": args.warmup_busy_ms,
         "warm_gap_s": args.warm_gap_s,
     }
+    if args.workers_per_device > 1:
+        overrides["gpu_memory_fraction"] = gpu_memory_share(args.workers_per_device)
     Hardening(**overrides)
     return overrides
 

@@ -239,11 +239,17 @@ def _sync(device: torch.device) -> None:
 
 
 def _error(exc: BaseException, ctx: EvalContext) -> dict[str, str]:
-    return {
+    error = {
         "type": type(exc).__name__,
         "message": str(exc)[:2000],
         "traceback": loader.format_exception_tail(exc, ctx.workdir),
     }
+    share = ctx.hardening.gpu_memory_fraction
+    if isinstance(exc, torch.OutOfMemoryError) and share < 1.0:
+        note = f"This evaluation may allocate {share:.0%} of the GPU's memory (the GPU is shared by several evaluations)."
+        error["message"] = f"{note} {error['message']}"
+        error["traceback"] = f"{error['traceback']}\n{note}"
+    return error
 
 
 @contextmanager

@@ -41,8 +41,14 @@ class Hardening:
     precision_factor_tf32: float = 4.0  # tf32 policy: x the error of 10-bit-mantissa inputs
     profile_kernels: bool = True  # GPU: CUPTI check that only the candidate's Triton kernels computed
     cuda_compile_timeout_s: float = 120.0  # backend "cuda": load_inline builds (cuda_backend.py)
+    # Share of the GPU's memory one evaluation may allocate through torch (the server sets
+    # (1 - 0.05) / workers per device): evaluations that share a GPU cannot push each other
+    # out of memory, so an out-of-memory error depends on the candidate alone.
+    gpu_memory_fraction: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_fraction <= 1:
+            raise ValueError(f"gpu_memory_fraction must be in (0, 1], got {self.gpu_memory_fraction}")
         if self.warm_gap_s < 0:
             raise ValueError(f"warm_gap_s (--warm-gap-s) must be >= 0, got {self.warm_gap_s}")
         if not 0 <= self.warmup_busy_ms <= self.warmup_ms:

@@ -407,8 +407,8 @@ class Worker:
             os._exit(0)
 
     def _child_prepare(self) -> None:
-        """Trusted set-up before the request arrives: the CUDA context, Triton's first launch and
-        the profiler's first start. Without the GPU lock: its GPU work is one 16-element kernel,
+        """Trusted set-up before the request arrives: the CUDA context, Triton's first launch, the
+        profiler's first start and the output comparison's kernels. Without the GPU lock: its GPU work is one 16-element kernel,
         and waiting for the lock's shared mode made the running evaluation's timing wait ~0.4 s
         for it (measured). Best effort: whatever fails here is done (and reported) by the
         evaluation itself."""
@@ -418,11 +418,14 @@ class Worker:
             import torch
 
             from eval_server import triton_warmup
+            from eval_server.compare import compare_outputs
             from eval_server.runtime_checks import profile_device_activity
 
             device = torch.device("cuda", 0)
             triton_warmup.warm_up(device)
             profile_device_activity(lambda: None, device)
+            x = torch.ones(4096, device=device)  # loads the comparison's kernels (close_kernel)
+            compare_outputs(x, x.clone(), "default")
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
 
@@ -439,6 +442,9 @@ class Worker:
             # so statically rejected candidates never pay for a context.
             device = torch.device("cuda", 0)
             label, timing = self.device_label, True
+            share = self.hardening_overrides.get("gpu_memory_fraction", 1.0)
+            if share < 1.0:  # a GPU shared with other workers (Hardening.gpu_memory_fraction)
+                torch.cuda.set_per_process_memory_fraction(share, device)
         else:
             device = torch.device("cpu")
             label, timing = self.device_label, False

@@ -1,0 +1,48 @@
+"""With two workers on one GPU each evaluation may allocate its share of the GPU's memory
+(Hardening.gpu_memory_fraction): a candidate that needs more fails the same way whatever the
+other worker does, with the share in its feedback; alone on the GPU the same candidate runs.
+
+Run on the GPU machine: `python -m pytest -m gpu tests/gpu/test_memory_share_gpu.py -v`.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from eval_server import samples
+from eval_server.launch import running_server
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # pragma: no cover - CPU machines never select this marker
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+
+def _greedy_candidate() -> str:
+    """relu__correct that also allocates 60 % of the GPU's memory in forward."""
+    scratch = int(torch.cuda.get_device_properties(0).total_memory * 0.6)
+    source = samples.load_candidate("relu__correct")
+    line = "        x = x.contiguous()\n"
+    assert line in source
+    return source.replace(line, f"        scratch = torch.empty({scratch}, dtype=torch.uint8, device=x.device)\n" + line)
+
+
+def _eval(url: str, candidate: str) -> dict:
+    body = {"reference": samples.load_problem("relu"), "candidate": candidate, "options": {"timing": False}}
+    resp = httpx.post(f"{url}/eval", json=body, timeout=300)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_a_candidate_over_its_share_fails_alone_on_the_gpu_it_runs(tmp_path) -> None:
+    greedy = _greedy_candidate()
+    args = ["--devices", "0", "--ref-cache", str(tmp_path / "ref.sqlite")]
+    with running_server(tmp_path / "two", [*args, "--workers-per-device", "2"]) as url:
+        shared = _eval(url, greedy)
+    assert shared["status"] == "runtime_error", shared["feedback"]
+    assert "OutOfMemoryError" in shared["feedback"] and "may allocate 48% of the GPU's memory" in shared["feedback"]
+    with running_server(tmp_path / "one", [*args, "--workers-per-device", "1"]) as url:
+        alone = _eval(url, greedy)
+    assert alone["status"] == "ok", alone["feedback"]
