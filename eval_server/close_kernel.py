@@ -35,7 +35,7 @@ def _close_partials(ref_ptr, cand_ptr, n, tol, out_ptr, BLOCK: tl.constexpr):
     diff = tl.where(finite, diff, 0.0)
     mag = tl.abs(r)
     outside = finite & (diff > mag * tol + tol)
-    rel = tl.where(finite & (mag > tol), diff / mag, 0.0)
+    rel = tl.where(finite & (mag > tol), tl.div_rn(diff, mag), 0.0)  # IEEE division, as torch
     base = out_ptr + pid * 4
     tl.store(base, tl.max(diff, axis=0))
     tl.store(base + 1, tl.max(rel, axis=0))

@@ -6,12 +6,15 @@ to its process (patched functions, globals, allocator contents, a poisoned CUDA 
 segfault) dies with that child and never reaches the next evaluation. The worker enforces the
 hard wall-clock timeout and the memory cap on the child's whole process tree.
 
-The child is forked one evaluation ahead (the *spare*): while an evaluation runs, the next
-child starts its CUDA context (~0.25 s), launches a trivial Triton kernel (the first launch in a
-process costs ~0.45 s, a candidate's first launch after it ~2 ms; triton_warmup.py) and starts
-the CUDA activity profiler once (one 16-element kernel of GPU work, without the GPU lock), then
-waits for its request. It has run only evaluator code when the request arrives,
-and it serves exactly one evaluation, so isolation is unchanged.
+Children are forked ahead (the *spares*): while an evaluation runs, the next child starts its
+CUDA context (~0.25 s), launches a trivial Triton kernel (the first launch in a process costs
+~0.45 s, a candidate's first launch after it ~2 ms; triton_warmup.py), starts the CUDA activity
+profiler once and loads the output comparison's kernel (small kernels of GPU work, without the
+GPU lock), then waits for its request. On a GPU two spares are kept, so each has two evaluations'
+time to get ready: an H100 child needs ~0.8 s, about as long as a cached KernelBench evaluation
+(one spare left 0.075 s of `spare_wait` per evaluation, bench/eval_throughput.py, 2026-11-25).
+A child has run only evaluator code when the request arrives, and it serves exactly one
+evaluation, so isolation is unchanged.
 
 Protocol with the server (pool.py): JSON lines on stdin (requests) and on the original stdout
 (replies); fd 1 is pointed at stderr after start-up so stray prints cannot corrupt the protocol.
@@ -34,6 +37,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,7 +127,8 @@ class Worker:
         self.hardening_overrides: dict[str, Any] = json.loads(args.hardening)
         self.versions: dict[str, Any] = {}
         self.evals = 0
-        self._spare: _Spare | None = None
+        self._spares: deque[_Spare] = deque()  # oldest (most prepared) first
+        self._ahead = 2 if self.device_kind == "cuda" else 1  # spares kept (module docstring)
         self._gpu_busy_at: float | None = None  # time.monotonic() when the last timing here ended
 
     # ------------------------------------------------------------------ warm-up (parent)
@@ -152,7 +157,8 @@ class Worker:
         t0 = time.perf_counter()
         try:
             self._send_request(spare, request, self._gpu_busy_at)
-            self._spare = self._start_spare()  # the next one gets ready while this one runs
+            while len(self._spares) < self._ahead:  # the next ones get ready while this one runs
+                self._spares.append(self._start_spare())
             result = self._wait(spare, request, timeout_s)
         finally:
             log = spare.evaldir / "output.log"
@@ -200,9 +206,9 @@ class Worker:
         return _Spare(pid, request_w, result_r, evaldir)
 
     def _take_spare(self) -> _Spare:
-        """The prepared child, or a new one if there is none or it died meanwhile."""
-        spare, self._spare = self._spare, None
-        if spare is not None:
+        """The oldest prepared child still alive, or a new one if none is."""
+        while self._spares:
+            spare = self._spares.popleft()
             try:
                 alive = os.waitid(os.P_PID, spare.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
             except ChildProcessError:  # already reaped
@@ -223,13 +229,13 @@ class Worker:
 
     @property
     def spare_pid(self) -> int | None:
-        """The child prepared for the next evaluation (the worker's only child between them)."""
-        return self._spare.pid if self._spare is not None else None
+        """The child prepared for the next evaluation (on a CPU the worker's only child between
+        evaluations; on a GPU a second one is prepared behind it)."""
+        return self._spares[0].pid if self._spares else None
 
     def close(self) -> None:
-        if self._spare is not None:
-            self._discard(self._spare)
-            self._spare = None
+        while self._spares:
+            self._discard(self._spares.popleft())
 
     @staticmethod
     def _send_request(spare: _Spare, request: EvalRequest, gpu_busy_at: float | None) -> None:
@@ -301,7 +307,7 @@ class Worker:
             if eof_at is not None:
                 child_exit_s = time.perf_counter() - eof_at
             # not the spare: its exit status is read when it is taken
-            sandbox.reap_all(keep=self._spare.pid if self._spare is not None else None)
+            sandbox.reap_all(keep={s.pid for s in self._spares})
             # Drain what the child wrote before it exited.
             while eof_at is None:
                 ready, _, _ = select.select([read_fd], [], [], 0)

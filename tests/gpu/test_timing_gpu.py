@@ -44,10 +44,16 @@ def test_host_overhead_is_not_in_the_lead_timed_median() -> None:
             pass
         return torch.relu(t)
 
-    stats = timing.time_gpu(slow_host, [[x]], trials=60, warmup=3, device=DEVICE)
+    # As evaluate.py does: a timing whose escape checks fire is re-timed (escape_retimes, 2) and
+    # only rejected when every timing escapes. Seen once on an H100 (2026-11-25): 2.2 us over
+    # the margin in one timing of this 7 us kernel.
+    for _ in range(3):
+        stats = timing.time_gpu(slow_host, [[x]], trials=60, warmup=3, device=DEVICE)
+        if stats.escaped_ms == 0.0:
+            break
     plain = timing.time_gpu(torch.relu, [[x]], trials=60, warmup=3, device=DEVICE)
     assert stats.lead_ms is not None and stats.lead_ms >= 0.3 * 2
-    assert stats.escaped_ms == 0.0
+    assert stats.escaped_ms == 0.0, stats
     assert stats.launch_median_ms >= 0.3
     assert stats.median_ms < 0.3, stats
     # the same GPU work with and without the host time: within 20 %
