@@ -128,7 +128,7 @@ class Worker:
         self.versions: dict[str, Any] = {}
         self.evals = 0
         self._spares: deque[_Spare] = deque()  # oldest (most prepared) first
-        self._ahead = 2 if self.device_kind == "cuda" else 1  # spares kept (module docstring)
+        self.spares_ahead = 2 if self.device_kind == "cuda" else 1  # children kept prepared (module docstring)
         self._gpu_busy_at: float | None = None  # time.monotonic() when the last timing here ended
 
     # ------------------------------------------------------------------ warm-up (parent)
@@ -157,7 +157,7 @@ class Worker:
         t0 = time.perf_counter()
         try:
             self._send_request(spare, request, self._gpu_busy_at)
-            while len(self._spares) < self._ahead:  # the next ones get ready while this one runs
+            while len(self._spares) < self.spares_ahead:  # the next ones get ready while this one runs
                 self._spares.append(self._start_spare())
             result = self._wait(spare, request, timeout_s)
         finally:
@@ -196,6 +196,12 @@ class Worker:
         if pid == 0:  # child: never returns
             os.close(request_w)
             os.close(result_r)
+            # The other prepared children's pipe ends: a copy of one's request pipe held here would
+            # keep it from ever seeing the end of its request.
+            for other in self._spares:
+                for fd in (other.request_fd, other.result_fd):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
             self._child_main(evaldir, request_r, result_w)
         os.close(request_r)
         os.close(result_w)
