@@ -11,7 +11,7 @@ import ctypes
 import os
 import re
 import signal
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 import psutil
 
@@ -81,15 +81,15 @@ def kill_tree(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def reap_all(keep: Collection[int] = ()) -> None:
+def reap_all(keep: int | None = None) -> None:
     """Collect every exited child (including reparented orphans) so no zombie remains; stop at
-    one in `keep`, children whose exit status their owner reads later."""
+    `keep`, a child whose exit status its owner reads later."""
     while True:
         try:
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if info is None or info.si_pid in keep:
+        if info is None or info.si_pid == keep:
             return
         with contextlib.suppress(ChildProcessError):
             os.waitpid(info.si_pid, 0)

@@ -6,15 +6,13 @@ to its process (patched functions, globals, allocator contents, a poisoned CUDA 
 segfault) dies with that child and never reaches the next evaluation. The worker enforces the
 hard wall-clock timeout and the memory cap on the child's whole process tree.
 
-Children are forked ahead (the *spares*): while an evaluation runs, the next child starts its
-CUDA context (~0.25 s), launches a trivial Triton kernel (the first launch in a process costs
-~0.45 s, a candidate's first launch after it ~2 ms; triton_warmup.py), starts the CUDA activity
-profiler once and loads the output comparison's kernel (small kernels of GPU work, without the
-GPU lock), then waits for its request. On a GPU two spares are kept, so each has two evaluations'
-time to get ready: an H100 child needs ~0.8 s, about as long as a cached KernelBench evaluation
-(one spare left 0.075 s of `spare_wait` per evaluation, bench/eval_throughput.py, 2026-11-25).
-A child has run only evaluator code when the request arrives, and it serves exactly one
-evaluation, so isolation is unchanged.
+The child is forked one evaluation ahead (the *spare*): while an evaluation runs, the next
+child starts its CUDA context (~0.25 s), launches a trivial Triton kernel (the first launch in a
+process costs ~0.45 s, a candidate's first launch after it ~2 ms; triton_warmup.py) and starts
+the CUDA activity profiler once and loads the output comparison's kernel (a few small kernels
+of GPU work, without the GPU lock), then
+waits for its request. It has run only evaluator code when the request arrives,
+and it serves exactly one evaluation, so isolation is unchanged.
 
 Protocol with the server (pool.py): JSON lines on stdin (requests) and on the original stdout
 (replies); fd 1 is pointed at stderr after start-up so stray prints cannot corrupt the protocol.
@@ -37,7 +35,6 @@ import signal
 import sys
 import tempfile
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,8 +124,7 @@ class Worker:
         self.hardening_overrides: dict[str, Any] = json.loads(args.hardening)
         self.versions: dict[str, Any] = {}
         self.evals = 0
-        self._spares: deque[_Spare] = deque()  # oldest (most prepared) first
-        self.spares_ahead = 2 if self.device_kind == "cuda" else 1  # children kept prepared (module docstring)
+        self._spare: _Spare | None = None
         self._gpu_busy_at: float | None = None  # time.monotonic() when the last timing here ended
 
     # ------------------------------------------------------------------ warm-up (parent)
@@ -157,8 +153,7 @@ class Worker:
         t0 = time.perf_counter()
         try:
             self._send_request(spare, request, self._gpu_busy_at)
-            while len(self._spares) < self.spares_ahead:  # the next ones get ready while this one runs
-                self._spares.append(self._start_spare())
+            self._spare = self._start_spare()  # the next one gets ready while this one runs
             result = self._wait(spare, request, timeout_s)
         finally:
             log = spare.evaldir / "output.log"
@@ -196,12 +191,6 @@ class Worker:
         if pid == 0:  # child: never returns
             os.close(request_w)
             os.close(result_r)
-            # The other prepared children's pipe ends: a copy of one's request pipe held here would
-            # keep it from ever seeing the end of its request.
-            for other in self._spares:
-                for fd in (other.request_fd, other.result_fd):
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
             self._child_main(evaldir, request_r, result_w)
         os.close(request_r)
         os.close(result_w)
@@ -212,9 +201,9 @@ class Worker:
         return _Spare(pid, request_w, result_r, evaldir)
 
     def _take_spare(self) -> _Spare:
-        """The oldest prepared child still alive, or a new one if none is."""
-        while self._spares:
-            spare = self._spares.popleft()
+        """The prepared child, or a new one if there is none or it died meanwhile."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
             try:
                 alive = os.waitid(os.P_PID, spare.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
             except ChildProcessError:  # already reaped
@@ -235,13 +224,13 @@ class Worker:
 
     @property
     def spare_pid(self) -> int | None:
-        """The child prepared for the next evaluation (on a CPU the worker's only child between
-        evaluations; on a GPU a second one is prepared behind it)."""
-        return self._spares[0].pid if self._spares else None
+        """The child prepared for the next evaluation (the worker's only child between them)."""
+        return self._spare.pid if self._spare is not None else None
 
     def close(self) -> None:
-        while self._spares:
-            self._discard(self._spares.popleft())
+        if self._spare is not None:
+            self._discard(self._spare)
+            self._spare = None
 
     @staticmethod
     def _send_request(spare: _Spare, request: EvalRequest, gpu_busy_at: float | None) -> None:
@@ -313,7 +302,7 @@ class Worker:
             if eof_at is not None:
                 child_exit_s = time.perf_counter() - eof_at
             # not the spare: its exit status is read when it is taken
-            sandbox.reap_all(keep={s.pid for s in self._spares})
+            sandbox.reap_all(keep=self._spare.pid if self._spare is not None else None)
             # Drain what the child wrote before it exited.
             while eof_at is None:
                 ready, _, _ = select.select([read_fd], [], [], 0)
@@ -420,9 +409,9 @@ class Worker:
 
     def _child_prepare(self) -> None:
         """Trusted set-up before the request arrives: the CUDA context, Triton's first launch, the
-        profiler's first start and the output comparison's kernels. Without the GPU lock: its GPU work is one 16-element kernel,
-        and waiting for the lock's shared mode made the running evaluation's timing wait ~0.4 s
-        for it (measured). Best effort: whatever fails here is done (and reported) by the
+        profiler's first start and the output comparison's kernels. Without the GPU lock: its GPU
+        work is a few kernels on 16-4096 elements, and waiting for the lock's shared mode made the
+        running evaluation's timing wait ~0.4 s for it (measured). Best effort: whatever fails here is done (and reported) by the
         evaluation itself."""
         if self.device_kind != "cuda":
             return

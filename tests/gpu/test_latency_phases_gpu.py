@@ -1,5 +1,5 @@
 """Latency parts outside the evaluation phases on a real GPU (docs/EVAL_SERVER.md, result fields):
-a request right after two syntax errors (answered in milliseconds) waits for the next child's CUDA
+a request right after a syntax error (answered in milliseconds) waits for the next child's CUDA
 preparation and says so in `phases.spare_wait`; after a full evaluation the next child is ready
 (`spare_wait` ~0); `child_exit` (CUDA teardown included) is reported and part of `elapsed_s`.
 
@@ -9,7 +9,6 @@ Run on the GPU machine: `python -m pytest -m gpu tests/gpu/test_latency_phases_g
 from __future__ import annotations
 
 import httpx
-import psutil
 import pytest
 
 from eval_server import samples
@@ -31,19 +30,14 @@ def test_spare_wait_and_child_exit_on_gpu(tmp_path) -> None:
     with running_server(tmp_path, ["--devices", "0", "--workers-per-device", "1"]) as url:
         _eval(url, "relu__correct")  # compiles, fills the reference cache
         warm = _eval(url, "relu__correct")
-        # two quick ones: the second prepared child, forked when `warm` began, is ready too
-        quick = [_eval(url, "relu__syntax_error") for _ in range(2)][-1]
+        quick = _eval(url, "relu__syntax_error")
         after_quick = _eval(url, "relu__correct")
-        worker = httpx.get(f"{url}/stats", timeout=10).json()["per_worker"][0]
-        # two children prepared ahead on a GPU (worker.py), the next one named by spare_pid
-        prepared = [c.pid for c in psutil.Process(worker["pid"]).children() if c.status() != psutil.STATUS_ZOMBIE]
     print({name: r["phases"] for name, r in (("warm", warm), ("quick", quick), ("after_quick", after_quick))})
     assert warm["status"] == after_quick["status"] == "ok", (warm["feedback"], after_quick["feedback"])
     assert quick["status"] == "compile_error"
-    assert len(prepared) == 2 and worker["spare_pid"] in prepared, (prepared, worker)
     # The full evaluation before `warm` outlasted the spare's preparation (~0.7 s on an H200).
     assert warm["phases"]["spare_wait"] < 0.05, warm["phases"]
-    # the quick ones took milliseconds: the next request found its child still preparing.
+    # `quick` took milliseconds: the next request found its child still preparing.
     assert after_quick["phases"]["spare_wait"] > 0.05, after_quick["phases"]
     for r in (warm, after_quick):
         assert 0 <= r["phases"]["child_exit"] < r["elapsed_s"], r["phases"]

@@ -75,23 +75,3 @@ def test_spare_wait_is_the_wait_for_a_slow_preparation(
     assert result.status == "compile_error", result.feedback
     assert 0.9 <= result.phases["spare_wait"] <= result.elapsed_s
     assert result.phases["child_exit"] < result.elapsed_s
-
-
-def test_two_prepared_children_each_get_their_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As on a GPU, two children prepared ahead: each sees the end of its own request although the
-    other was forked while its pipes were open (it must not keep a copy of them), and the worker
-    keeps two ready after every evaluation."""
-    args = cpu_worker_args(tmp_path)
-    (tmp_path / "evals").mkdir()
-    monkeypatch.setattr(worker, "_PROTO_FD", os.dup(1))  # the child closes its copy of the protocol fd
-    w = worker.Worker(args)
-    w.spares_ahead = 2
-    request = {"reference": samples.load_problem("relu"), "candidate": "def broken(:\n"}
-    try:
-        statuses = []
-        for _ in range(4):
-            statuses.append(w.run_one(request, timeout_s=20.0).status)
-            assert len(w._spares) == 2 and w.spare_pid == w._spares[0].pid
-    finally:
-        w.close()
-    assert statuses == ["compile_error"] * 4
