@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="workers per GPU; with 2, one evaluation's CPU work and correctness runs overlap the other's, "
-        "while timing always holds the GPU exclusively (see gpu_lock.py)",
+        "while timing always holds the GPU exclusively (see gpu_lock.py); each evaluation may then "
+        "allocate 0.95 / N of the GPU's memory",
     )
     dev.add_argument(
         "--cpu-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="workers in CPU mode"
