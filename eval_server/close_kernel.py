@@ -12,6 +12,8 @@ runtime_checks' namespace snapshot covers this module and triton.JITFunction.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -44,14 +46,14 @@ def _close_partials(ref_ptr, cand_ptr, n, tol, out_ptr, BLOCK: tl.constexpr):
 
 
 def handles(ref: torch.Tensor, cand: torch.Tensor) -> bool:
-    """Whether close_stats applies: same float dtype (fp32/fp16/bf16), non-empty, on a CUDA device
-    (or any device under TRITON_INTERPRET, for tests)."""
+    """Whether close_stats applies: same float dtype (fp32/fp16/bf16), non-empty, same device
+    (compare.py takes it on CUDA devices; tests also run it under TRITON_INTERPRET)."""
     return ref.dtype == cand.dtype and ref.dtype in DTYPES and ref.numel() > 0 and ref.device == cand.device
 
 
-def close_stats(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> list[float]:
-    """[1.0 if any element is outside tolerance else 0.0, max abs diff, max rel diff], with
-    inf for both diffs when a difference is not finite; one host sync."""
+def close_stats(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> tuple[bool, float, float]:
+    """(every element within tolerance, max abs diff, max rel diff), as compare._torch_close;
+    (False, inf, inf) when a difference is not finite. One host sync."""
     r = ref.detach().reshape(-1)
     c = cand.detach().reshape(-1)
     n = r.numel()
@@ -60,5 +62,5 @@ def close_stats(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> list[float
     _close_partials[(blocks,)](r, c, n, float(tol), partials, BLOCK=_BLOCK, num_warps=8)
     max_abs, max_rel, outside, nonfinite = partials.amax(dim=0).tolist()
     if nonfinite:
-        return [1.0, float("inf"), float("inf")]
-    return [outside, max_abs, max_rel]
+        return False, math.inf, math.inf
+    return outside == 0.0, max_abs, max_rel

@@ -184,13 +184,18 @@ def _tensor_close(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> tuple[bo
     """allclose(atol=rtol=tol, NaN only where the reference has NaN) plus max abs/rel diffs.
 
     Relative difference is taken over elements whose reference magnitude exceeds `tol`, so
-    near-zero reference values do not make it meaningless. Computed chunk by chunk; outputs with
-    no inf/NaN (the common case) take one pass, others a second one that matches them up. On a
-    GPU, float outputs take close_kernel's single fused pass instead.
+    near-zero reference values do not make it meaningless. On a GPU, float outputs take
+    close_kernel's single fused pass; everything else the torch path.
     """
     if ref.device.type == "cuda" and _close_kernel is not None and _close_kernel.handles(ref, cand):
-        outside, max_abs, max_rel = _close_kernel.close_stats(ref, cand, tol)
-        return outside == 0.0 and math.isfinite(max_abs), max_abs, max_rel
+        return _close_kernel.close_stats(ref, cand, tol)
+    return _torch_close(ref, cand, tol)
+
+
+def _torch_close(ref: torch.Tensor, cand: torch.Tensor, tol: float) -> tuple[bool, float, float]:
+    """_tensor_close in torch ops, chunk by chunk: outputs with no inf/NaN (the common case) take
+    one pass, others a second one that matches them up; (False, inf, inf) when a difference is
+    not finite."""
     outside, max_abs, max_rel = _close_stats(ref, cand, tol, mask_same=False)
     if not (math.isfinite(max_abs) and math.isfinite(max_rel)):
         outside, max_abs, max_rel = _close_stats(ref, cand, tol, mask_same=True)

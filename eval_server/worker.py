@@ -10,9 +10,8 @@ The child is forked one evaluation ahead (the *spare*): while an evaluation runs
 child starts its CUDA context (~0.25 s), launches a trivial Triton kernel (the first launch in a
 process costs ~0.45 s, a candidate's first launch after it ~2 ms; triton_warmup.py) and starts
 the CUDA activity profiler once and loads the output comparison's kernel (a few small kernels
-of GPU work, without the GPU lock), then
-waits for its request. It has run only evaluator code when the request arrives,
-and it serves exactly one evaluation, so isolation is unchanged.
+of GPU work, without the GPU lock), then waits for its request. It has run only evaluator code
+when the request arrives, and it serves exactly one evaluation, so isolation is unchanged.
 
 Protocol with the server (pool.py): JSON lines on stdin (requests) and on the original stdout
 (replies); fd 1 is pointed at stderr after start-up so stray prints cannot corrupt the protocol.
@@ -411,8 +410,8 @@ class Worker:
         """Trusted set-up before the request arrives: the CUDA context, Triton's first launch, the
         profiler's first start and the output comparison's kernels. Without the GPU lock: its GPU
         work is a few kernels on 16-4096 elements, and waiting for the lock's shared mode made the
-        running evaluation's timing wait ~0.4 s for it (measured). Best effort: whatever fails here is done (and reported) by the
-        evaluation itself."""
+        running evaluation's timing wait ~0.4 s for it (measured). Best effort: whatever fails
+        here is done (and reported) by the evaluation itself."""
         if self.device_kind != "cuda":
             return
         try:
@@ -438,14 +437,14 @@ class Worker:
         from eval_server.hardening import Hardening
         from eval_server.ref_cache import RefTimingCache
 
+        hardening = Hardening(**self.hardening_overrides)
         if self.device_kind == "cuda":
             # CUDA_VISIBLE_DEVICES pins the physical GPU. CUDA initialises lazily on first use,
             # so statically rejected candidates never pay for a context.
             device = torch.device("cuda", 0)
             label, timing = self.device_label, True
-            share = self.hardening_overrides.get("gpu_memory_fraction", 1.0)
-            if share < 1.0:  # a GPU shared with other workers (Hardening.gpu_memory_fraction)
-                torch.cuda.set_per_process_memory_fraction(share, device)
+            if hardening.gpu_memory_fraction < 1.0:  # a GPU shared with other workers
+                torch.cuda.set_per_process_memory_fraction(hardening.gpu_memory_fraction, device)
         else:
             device = torch.device("cpu")
             label, timing = self.device_label, False
@@ -457,7 +456,7 @@ class Worker:
             workdir=evaldir,
             timing_enabled=timing,
             ref_cache=cache,
-            hardening=Hardening(**self.hardening_overrides),
+            hardening=hardening,
             versions={k: str(v) for k, v in self.versions.items()},
             gpu_lock=GpuLock(self.gpu_lock_path) if (timing and self.gpu_lock_path) else None,
             gpu_busy_at=gpu_busy_at,
