@@ -79,3 +79,38 @@ def test_concurrent_writers_from_several_processes(tmp_path):
         p.join(60)
         assert p.exitcode == 0
     assert len(RefTimingCache(path)) == 60
+
+
+def _open_and_write_at(path: str, start: float, i: int, results: mp.Queue) -> None:
+    import time
+
+    while time.time() < start:  # all processes open the fresh file at the same moment
+        pass
+    try:
+        cache = RefTimingCache(path)
+        cache.put_facts({**KEY, "seed": i}, {"n": i})
+        cache.close()
+        results.put("ok")
+    except sqlite3.Error as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_fresh_file_at_once_all_succeed(tmp_path):
+    """A new server's first evaluations open the fresh cache file from several processes at once;
+    SQLite refused some of them at once ("database is locked") before the open retried."""
+    import time
+
+    ctx = mp.get_context("fork")
+    for n in range(15):
+        path = str(tmp_path / f"fresh-{n}.sqlite")
+        results = ctx.Queue()
+        start = time.time() + 0.2
+        procs = [ctx.Process(target=_open_and_write_at, args=(path, start, i, results)) for i in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [results.get(timeout=5) for _ in procs] == ["ok"] * 4
+        cache = RefTimingCache(path)
+        assert all(cache.get_facts({**KEY, "seed": i}) == {"n": i} for i in range(4))
+        cache.close()
