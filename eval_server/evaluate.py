@@ -615,15 +615,21 @@ def _precision_baseline(
         return None
 
 
-def _adaptive(hard: Hardening, *, busy: bool = False) -> dict[str, Any]:
-    """time_gpu's adaptive arguments: trials (the same for reference and candidate) and warm-up
-    (shorter when the GPU has been `busy` with this evaluation: see Hardening.warmup_busy_ms)."""
+def _adaptive(hard: Hardening, *, busy: bool = False, long: bool = False) -> dict[str, Any]:
+    """time_gpu's adaptive arguments: the minimum of trials (fewer for a `long` problem: see
+    Hardening.long_trial_ms) and warm-up (shorter when the GPU has been `busy` with this
+    evaluation: see Hardening.warmup_busy_ms)."""
     return {
-        "min_trials": hard.timing_min_trials,
+        "min_trials": hard.long_trial_trials if long else hard.timing_min_trials,
         "ci_rel": hard.timing_ci_rel,
         "min_warmup_ms": hard.warmup_busy_ms if busy else hard.warmup_ms,
         "max_warmup_ms": hard.warmup_ms,
     }
+
+
+def long_trial(reference: TimingStats, hard: Hardening) -> bool:
+    """Whether the problem's trials are long enough for the shorter minimum (Hardening.long_trial_ms)."""
+    return reference.median_ms * reference.calls_per_trial >= hard.long_trial_ms
 
 
 def _timing_sets(ref: _Reference, device: torch.device, n: int) -> list[list[Any]]:
@@ -657,7 +663,7 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
 
     busy = gpu_recently_timed(ctx.gpu_busy_at, hard.warm_gap_s, time.monotonic())
 
-    def timed(trials: int, warmup: int, calls: int) -> TimingStats:
+    def timed(trials: int, warmup: int, calls: int, long: bool = False) -> TimingStats:
         return time_gpu(
             ref.model,
             sets,
@@ -666,13 +672,14 @@ def _reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, r
             device=ctx.device,
             flush=ctx.flush_buffer(),
             calls_per_trial=calls,
-            **_adaptive(hard, busy=busy),
+            **_adaptive(hard, busy=busy, long=long),
         )
 
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None and cached.method is not None:
         calls = cached.calls_per_trial  # fixed when the reference was first measured
-        spot = timed(hard.spot_check_trials + 1, 1, calls)
+        long = long_trial(cached, hard)
+        spot = timed((hard.long_trial_trials if long else hard.spot_check_trials) + 1, 1, calls, long)
         drift = (
             abs(spot.median_ms - cached.median_ms) / cached.median_ms if cached.median_ms > 0 else math.inf
         )
@@ -1012,7 +1019,7 @@ def _timing_phase(
                 flush=ctx.flush_buffer(),
                 last_outputs=outputs,
                 calls_per_trial=ref_stats.calls_per_trial,
-                **_adaptive(hard, busy=True),
+                **_adaptive(hard, busy=True, long=long_trial(ref_stats, hard)),
             )
         _check_not_patched(result, guard)
         return stats

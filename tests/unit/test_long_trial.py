@@ -1,0 +1,59 @@
+"""Long problems (a reference trial of >= 1 ms) take fewer trials in the spot check and as the
+candidate's adaptive minimum: the rule reads the problem's reference timing (trial = calls per
+trial x per-call median), and the confidence-interval rule still stops a long but noisy timing
+late."""
+
+from __future__ import annotations
+
+import pytest
+
+from eval_server.evaluate import Hardening, _adaptive, long_trial
+from eval_server.schema import TimingStats
+from tests.unit.test_timing_adaptive import _Clock, _time
+
+
+def _ref(median_ms: float, calls: int = 1) -> TimingStats:
+    return TimingStats(
+        median_ms=median_ms, min_ms=median_ms, mean_ms=median_ms, iqr_ms=0.0, cv=0.0, trials=20,
+        calls_per_trial=calls,
+    )  # fmt: skip
+
+
+def test_a_trial_is_long_by_its_calls_times_the_median() -> None:
+    hard = Hardening()
+    assert long_trial(_ref(4.27), hard)  # KernelBench L1_19 ReLU on the H100
+    assert long_trial(_ref(1.0), hard)
+    assert not long_trial(_ref(0.714), hard)
+    assert not long_trial(_ref(0.0026, calls=32), hard)  # a batched 2.6 us kernel: 0.083 ms trials
+    assert long_trial(_ref(0.04, calls=32), hard)
+    assert not long_trial(_ref(4.27), Hardening(long_trial_ms=5.0))
+
+
+def test_long_problems_get_the_smaller_minimum_and_nothing_else_changes() -> None:
+    hard = Hardening()
+    short, long = _adaptive(hard, busy=True), _adaptive(hard, busy=True, long=True)
+    assert (short["min_trials"], long["min_trials"]) == (20, 10)
+    assert {k: v for k, v in short.items() if k != "min_trials"} == {
+        k: v for k, v in long.items() if k != "min_trials"
+    }
+    # The reference cache's key holds _adaptive(hard): entries written before stay hits.
+    assert _adaptive(hard) == _adaptive(Hardening(long_trial_trials=5))
+
+
+@pytest.mark.parametrize("kwargs", [{"long_trial_trials": 1}, {"long_trial_ms": 0.0}])
+def test_hardening_rejects_unusable_long_trial_settings(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="long_trial"):
+        Hardening(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_steady_long_kernel_stops_at_ten_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(kernel_ms=4.3, noise=1e-3)  # +-0.1 % uniform: spread above what H100 trials show
+    stats = _time(monkeypatch, clock, trials=100, **_adaptive(Hardening(), busy=True, long=True))
+    assert stats.trials == 10
+    assert stats.median_ms == pytest.approx(4.3, rel=1e-3)
+
+
+def test_a_noisy_long_kernel_still_runs_until_its_median_is_tight(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(kernel_ms=4.3, noise=0.02)
+    stats = _time(monkeypatch, clock, trials=100, **_adaptive(Hardening(), busy=True, long=True))
+    assert stats.trials > 20
