@@ -23,6 +23,7 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU machines never selec
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 from eval_server import compare, timing  # noqa: E402
+from eval_server.hardening import Hardening  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE = torch.device("cuda", 0)
@@ -30,14 +31,21 @@ DEVICE = torch.device("cuda", 0)
 
 def test_adaptive_timing_stops_early_and_agrees_with_the_fixed_count() -> None:
     """A 3 ms memory-bound kernel: adaptive timing keeps far fewer than 100 trials and its median
-    is within 1 % of the 100-trial median measured right after it."""
+    is within 1 % of the 100-trial median measured right after it, with the usual minimum of 20
+    trials and with a long problem's 10."""
     x = torch.randn(1 << 28, device=DEVICE)  # 1 GiB read + 1 GiB written per call
     adaptive = timing.time_gpu(
         torch.relu, [[x]], trials=100, warmup=3, device=DEVICE, min_trials=20, ci_rel=1e-3
     )
+    long = timing.time_gpu(  # the minimum of a long problem (Hardening.long_trial_ms)
+        torch.relu, [[x]], trials=100, warmup=3, device=DEVICE, min_trials=Hardening().long_trial_trials,
+        ci_rel=1e-3,
+    )  # fmt: skip
     fixed = timing.time_gpu(torch.relu, [[x]], trials=100, warmup=3, device=DEVICE)
     assert 20 <= adaptive.trials < fixed.trials == 99, (adaptive, fixed)
-    assert abs(adaptive.median_ms - fixed.median_ms) <= 0.01 * fixed.median_ms, (adaptive, fixed)
+    assert 10 <= long.trials < fixed.trials, (long, fixed)
+    for stats in (adaptive, long):
+        assert abs(stats.median_ms - fixed.median_ms) <= 0.01 * fixed.median_ms, (stats, fixed)
 
 
 def test_one_sync_comparison_matches_isclose_on_a_large_output() -> None:
