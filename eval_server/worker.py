@@ -417,15 +417,9 @@ class Worker:
         try:
             import torch
 
-            from eval_server import triton_warmup
-            from eval_server.compare import compare_outputs
-            from eval_server.runtime_checks import profile_device_activity
+            from eval_server import child_prep
 
-            device = torch.device("cuda", 0)
-            triton_warmup.warm_up(device)
-            profile_device_activity(lambda: None, device)
-            x = torch.ones(4096, device=device)  # loads the comparison's kernels (close_kernel)
-            compare_outputs(x, x.clone(), "default")
+            child_prep.prepare(torch.device("cuda", 0))
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
 
