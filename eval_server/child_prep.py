@@ -4,11 +4,7 @@ comparison's kernels, which would otherwise cost the evaluation itself ~0.8 s.""
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
-
-from eval_server.gpu_lock import GpuLock
 
 
 def create_context(device: torch.device) -> None:
@@ -29,9 +25,8 @@ def launch_first_kernels(device: torch.device) -> None:
     compare_outputs(x, x.clone(), "default")
 
 
-def prepare(device: torch.device, lock: GpuLock | None = None) -> None:
-    """The context, then the first kernels; these under `lock`'s shared mode when given, so
-    they wait for another evaluation's timing instead of running into it."""
+def prepare(device: torch.device) -> None:
+    """The context, then the first kernels (bench/spare_interference_probe.py times the two
+    apart)."""
     create_context(device)
-    with lock.shared() if lock is not None else contextlib.nullcontext():
-        launch_first_kernels(device)
+    launch_first_kernels(device)
