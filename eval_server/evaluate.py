@@ -80,10 +80,6 @@ from eval_server.timing import TIMING_METHOD, calls_per_trial_for, l2_flush_buff
 LAUNCHES = LaunchRecorder()
 THREADS = ThreadStartRecorder()
 
-# A spare child's CUDA preparation takes ~0.8-1 s on an H100 (docs/BENCHMARKS.md, spare_wait);
-# a re-timing waits at most this long for it (and for any other of the GPU's) to end.
-PREPARATION_WAIT_S = 3.0
-
 # Seeds for the post-timing checks live far from the correctness seeds.
 _FRESH_SEED_OFFSET = 1_000_003
 
@@ -120,12 +116,13 @@ class EvalContext:
             self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - t0, 6)
 
     def wait_for_preparations(self) -> None:
-        """Wait (phase prep_wait, at most PREPARATION_WAIT_S) until no spare child of this GPU is
-        preparing: before a re-timing, which must not be disturbed by them (gpu_lock.py)."""
-        if self.gpu_lock is None:
+        """Wait (phase prep_wait, at most Hardening.preparation_wait_s) until no spare child of this
+        GPU is preparing: before a re-timing, which must not be disturbed by them (gpu_lock.py).
+        A spare's CUDA preparation takes ~0.8-1 s on an H100 (docs/BENCHMARKS.md, spare_wait)."""
+        if self.gpu_lock is None or self.hardening.preparation_wait_s <= 0:
             return
         with self.phase("prep_wait"):
-            wait_until_free(preparation_lock_path(self.gpu_lock.path), PREPARATION_WAIT_S)
+            wait_until_free(preparation_lock_path(self.gpu_lock.path), self.hardening.preparation_wait_s)
 
     @contextmanager
     def gpu(self, exclusive: bool = False) -> Iterator[None]:
@@ -648,6 +645,12 @@ def _timing_sets(ref: _Reference, device: torch.device, n: int) -> list[list[Any
     return [loader.make_inputs(ref.module, s, device) for s in ref.seeds[: max(1, min(n, len(ref.seeds)))]]
 
 
+def _escape_summary(stats: TimingStats) -> str:
+    """'0.52 ms per call by the launch check': one timing's escaped time per call and which check saw it."""
+    by_launch = stats.escape_launch_ms is not None and stats.escape_launch_ms >= (stats.escape_tail_ms or 0.0)
+    return f"{stats.escaped_ms or 0.0:.3g} ms per call by the {'launch' if by_launch else 'tail'} check"
+
+
 def gpu_recently_timed(busy_at: float | None, warm_gap_s: float, now: float) -> bool:
     """Whether a timing on this GPU ended at most `warm_gap_s` before `now` (back to back with
     it, the GPU is as warm as for the candidate's timing)."""
@@ -1048,26 +1051,26 @@ def _timing_phase(
         # never switched (that made the speedup of one kernel jump between evaluations): a host
         # hiccup does not repeat in every re-timing, escaped work does. One re-timing was not
         # enough: a legitimate ~3 us softmax escaped twice in a row in 1 of 100 evaluations (H200).
-        escaped = [cand.escaped_ms]
+        escaped = [cand]
         for _ in range(hard.escape_retimes):
             ctx.wait_for_preparations()
             cand = time_candidate()
             if not cand.escaped_ms:
                 break
-            escaped.append(cand.escaped_ms)
-        seen = ", ".join(f"{e:.3g}" for e in escaped)
+            escaped.append(cand)
+        seen = ", ".join(_escape_summary(e) for e in escaped)
         if cand.escaped_ms:
             _reject(
                 result,
                 "runtime.escaped_timing",
-                f"GPU work ran outside the current stream in all {len(escaped)} timings ({seen} ms per call "
+                f"GPU work ran outside the current stream in all {len(escaped)} timings ({seen}; time "
                 "beyond what the timed stream and the host's launch time account for). Launch all work on "
                 "the current stream and finish it before forward returns.",
             )
         result.checks.append(
             Check(
                 "runtime.escaped_timing",
-                f"{len(escaped)} timing(s) saw work outside the timed stream ({seen} ms per call); "
+                f"{len(escaped)} timing(s) saw work outside the timed stream ({seen}); "
                 "the next one did not, and is the one reported.",
                 "warn",
             )

@@ -209,6 +209,8 @@ def _per_call(stats: TimingStats, k: int) -> TimingStats:
         wall_median_ms=div(stats.wall_median_ms),
         launch_median_ms=div(stats.launch_median_ms),
         escaped_ms=div(stats.escaped_ms),
+        escape_tail_ms=div(stats.escape_tail_ms),
+        escape_launch_ms=div(stats.escape_launch_ms),
     )
 
 
@@ -408,17 +410,20 @@ def time_gpu(
         launch, beyond_call = (launch[1:], beyond_call[1:]) if lead else (launch, beyond_call)
     stats = summarize(times, walls)
     margin = ESCAPE_MARGIN_MS + ESCAPE_MARGIN_FRACTION * stats.median_ms
-    escaped = statistics.median(tails) - bare_tail - margin
+    tail_excess = statistics.median(tails) - bare_tail - margin
+    launch_excess = None
     if lead:
         launch_median = statistics.median(launch)
-        escaped = max(escaped, statistics.median(beyond_call) - stats.median_ms - bare_beyond - margin)
+        launch_excess = statistics.median(beyond_call) - stats.median_ms - bare_beyond - margin
     else:  # launch-inclusive already: start event before the call, and end after the sync
         launch_median = statistics.median(t + tail for t, tail in zip(times, tails, strict=True))
     stats = dataclasses.replace(
         stats,
         launch_median_ms=launch_median,
         lead_ms=lead_ms if lead else None,
-        escaped_ms=max(0.0, escaped),
+        escaped_ms=max(0.0, tail_excess, launch_excess or 0.0),
+        escape_tail_ms=tail_excess,
+        escape_launch_ms=launch_excess,
         method=method_name(calls_per_trial),
         calls_per_trial=calls_per_trial,
         warmup_ms=round(warm.wall_ms, 3),

@@ -8,6 +8,7 @@ evaluator's decisions are tested on their own (tests/gpu/test_timing_gpu.py time
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
@@ -91,12 +92,14 @@ def test_method_names():
 def test_per_call_divides_times_not_the_cv_or_trials():
     trial = TimingStats(
         median_ms=3.2, min_ms=3.0, mean_ms=3.3, iqr_ms=0.32, cv=0.01, trials=99, wall_median_ms=6.4,
-        launch_median_ms=6.4, lead_ms=7.0, escaped_ms=0.64, method=METHOD_BATCHED, calls_per_trial=32,
+        launch_median_ms=6.4, lead_ms=7.0, escaped_ms=0.64, escape_tail_ms=-0.32, escape_launch_ms=0.64,
+        method=METHOD_BATCHED, calls_per_trial=32,
     )  # fmt: skip
     per = _per_call(trial, 32)
     assert per.median_ms == pytest.approx(0.1) and per.min_ms == pytest.approx(3.0 / 32)
     assert per.iqr_ms == pytest.approx(0.01) and per.launch_median_ms == pytest.approx(0.2)
     assert per.escaped_ms == pytest.approx(0.02) and per.wall_median_ms == pytest.approx(0.2)
+    assert (per.escape_tail_ms, per.escape_launch_ms) == (pytest.approx(-0.01), pytest.approx(0.02))
     assert (per.cv, per.trials, per.lead_ms, per.calls_per_trial) == (0.01, 99, 7.0, 32)
     assert _per_call(trial, 1) is trial
 
@@ -107,9 +110,12 @@ def test_repeated_calls_k_times_and_returns_the_last_output():
     assert run(7) == 5 and seen == [7] * 5
 
 
-def _stats(ms: float, calls: int = 1, escaped: float = 0.0) -> TimingStats:
+def _stats(ms: float, calls: int = 1, escaped: float = 0.0, by_tail: bool = False) -> TimingStats:
+    """Timing stats whose escape, if any, was seen by the launch check (or the tail check)."""
+    seen, quiet = escaped or -0.01, -0.01
     return TimingStats(
         median_ms=ms, min_ms=ms, mean_ms=ms, iqr_ms=0.0, cv=0.0, trials=99, escaped_ms=escaped,
+        escape_tail_ms=seen if by_tail else quiet, escape_launch_ms=quiet if by_tail else seen,
         method=method_name(calls), calls_per_trial=calls,
     )  # fmt: skip
 
@@ -276,3 +282,18 @@ def test_repeated_escape_is_rejected(fake_gpu):
     assert timer.calls == [(100, 1)] * 3
     assert res.status == STATUS_REJECTED and res.speedup is None
     assert [(c.id, c.severity) for c in _timing_checks(res)] == [("runtime.escaped_timing", "reject")]
+    # each timing's escaped time and the check that saw it, for the model and for diagnosis
+    (check,) = _timing_checks(res)
+    assert (
+        "all 3 timings (0.05 ms per call by the launch check, 0.04 ms per call by the launch" in check.message
+    )
+
+
+def test_escape_summary_names_the_check_with_the_larger_excess():
+    assert (
+        evaluate._escape_summary(_stats(0.002, escaped=0.003, by_tail=True))
+        == "0.003 ms per call by the tail check"
+    )
+    assert evaluate._escape_summary(_stats(0.002, escaped=0.003)) == "0.003 ms per call by the launch check"
+    no_lead = dataclasses.replace(_stats(0.002, escaped=0.003, by_tail=True), escape_launch_ms=None)
+    assert evaluate._escape_summary(no_lead) == "0.003 ms per call by the tail check"
