@@ -41,7 +41,7 @@ from eval_server.compare import (
 )
 from eval_server.cuda_static import CUDA_RULES
 from eval_server.feedback import build_feedback
-from eval_server.gpu_lock import GpuLock, preparation_lock_path, wait_until_free
+from eval_server.gpu_lock import GpuLock
 from eval_server.hardening import Hardening
 from eval_server.ref_cache import RefTimingCache
 from eval_server.runtime_checks import (
@@ -114,15 +114,6 @@ class EvalContext:
             yield
         finally:
             self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - t0, 6)
-
-    def wait_for_preparations(self) -> None:
-        """Wait (phase prep_wait, at most Hardening.preparation_wait_s) until no spare child of this
-        GPU is preparing: before a re-timing, which must not be disturbed by them (gpu_lock.py).
-        A spare's CUDA preparation takes ~0.8-1 s on an H100 (docs/BENCHMARKS.md, spare_wait)."""
-        if self.gpu_lock is None or self.hardening.preparation_wait_s <= 0:
-            return
-        with self.phase("prep_wait"):
-            wait_until_free(preparation_lock_path(self.gpu_lock.path), self.hardening.preparation_wait_s)
 
     @contextmanager
     def gpu(self, exclusive: bool = False) -> Iterator[None]:
@@ -1053,7 +1044,6 @@ def _timing_phase(
         # enough: a legitimate ~3 us softmax escaped twice in a row in 1 of 100 evaluations (H200).
         escaped = [cand]
         for _ in range(hard.escape_retimes):
-            ctx.wait_for_preparations()
             cand = time_candidate()
             if not cand.escaped_ms:
                 break

@@ -6,15 +6,6 @@ runs can overlap another's, as long as no GPU work runs while anyone is timing. 
 takes the lock shared, timing takes it exclusive. fcntl.flock is per open file description
 and is released by the kernel when a process dies, so a killed evaluation never leaves the
 GPU locked; each evaluation process must open the file itself (not inherit the descriptor).
-
-A second file beside it (`preparation_lock_path`) marks the spare children's CUDA preparation
-(worker.py): a child holds it shared while it creates its context and launches its first
-kernels, which it does without the GPU lock, in parallel with the running evaluation. An
-evaluation whose timing saw escaped work waits until no preparation runs
-(`wait_until_free`) before it re-times: a legitimate few-microsecond kernel was rejected by
-`runtime.escaped_timing` in all three timings now and then, more often with two children
-preparing at once (docs/GPU_TESTS.md), and escaped work of the candidate's own still shows in
-a quiet re-timing.
 """
 
 from __future__ import annotations
@@ -53,28 +44,3 @@ class GpuLock:
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-def preparation_lock_path(gpu_lock_path: str | Path) -> str:
-    """The file the spare children of this GPU hold while they prepare (module docstring)."""
-    return f"{gpu_lock_path}.prep"
-
-
-def wait_until_free(path: str | Path, timeout_s: float, poll_s: float = 0.01) -> bool:
-    """Wait until no process holds `path`'s lock, at most `timeout_s`: True when it is free.
-    Polls without blocking, so a holder that hangs costs at most the timeout."""
-    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(poll_s)
-                continue
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return True
-    finally:
-        os.close(fd)

@@ -16,9 +16,6 @@ class Hardening:
     excessive_speedup: float = 10.0  # above this, re-verify and re-time before reporting
     # Re-timings of a candidate whose timing saw escaped work; rejected when every one does.
     escape_retimes: int = 2
-    # Before each re-timing, wait at most this long until no spare child of the GPU is
-    # preparing (gpu_lock.preparation_lock_path); 0: re-time at once.
-    preparation_wait_s: float = 3.0
     # Adaptive timing (timing.time_gpu): at least this many trials, then stop once the median's
     # 95 % confidence interval is within +- timing_ci_rel of it; the request's timing_trials is
     # the maximum. timing_ci_rel 0 times exactly timing_trials.
@@ -64,8 +61,6 @@ class Hardening:
                 "need long_trial_trials >= 2 and long_trial_ms > 0, "
                 f"got {self.long_trial_trials} and {self.long_trial_ms}"
             )
-        if self.preparation_wait_s < 0:
-            raise ValueError(f"preparation_wait_s must be >= 0, got {self.preparation_wait_s}")
         if self.warm_gap_s < 0:
             raise ValueError(f"warm_gap_s (--warm-gap-s) must be >= 0, got {self.warm_gap_s}")
         if not 0 <= self.warmup_busy_ms <= self.warmup_ms:

@@ -418,12 +418,8 @@ class Worker:
             import torch
 
             from eval_server import child_prep
-            from eval_server.gpu_lock import GpuLock, preparation_lock_path
 
-            # held while preparing: a re-timing waits for it (gpu_lock.py)
-            marker = GpuLock(preparation_lock_path(self.gpu_lock_path)) if self.gpu_lock_path else None
-            with marker.shared() if marker is not None else contextlib.nullcontext():
-                child_prep.prepare(torch.device("cuda", 0))
+            child_prep.prepare(torch.device("cuda", 0))
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
 

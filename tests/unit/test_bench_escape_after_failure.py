@@ -27,7 +27,7 @@ def _result(
         checks=checks,
         candidate_timing=timing,
         speedup=1.0 if status == "ok" else None,
-        phases={"spare_wait": 0.5, "prep_wait": 0.2, "correctness": 0.3},
+        phases={"spare_wait": 0.5, "timing": 0.2, "correctness": 0.3},
     )
 
 
@@ -36,15 +36,15 @@ def test_rows_count_warnings_rejections_and_keep_configs_apart() -> None:
         bench.record_of("{}", "syntax_error", 0, "compile_error", _result("ok")),
         bench.record_of("{}", "syntax_error", 1, "compile_error", _result("ok", "warn")),
         bench.record_of("{}", "syntax_error", 2, "compile_error", _result("rejected", "reject")),
-        bench.record_of('{"preparation_wait_s": 0}', "syntax_error", 0, "compile_error", _result("ok")),
+        bench.record_of('{"escape_retimes": 3}', "syntax_error", 0, "compile_error", _result("ok")),
     ]
-    assert recs[0].phases == {"spare_wait": 0.5, "prep_wait": 0.2}  # only the phases that explain
+    assert recs[0].phases == {"spare_wait": 0.5, "timing": 0.2}  # only the phases that explain
     assert (recs[0].escape_tail_ms, recs[0].escape_launch_ms) == (-0.01, -0.02)
     assert recs[2].escape_tail_ms is None and recs[2].escape == "reject"
     first, second = bench.summarize(recs)
     assert (first.n, first.ok, first.warned, first.rejected) == (3, 2, 1, 1)
-    assert first.speedup_mean == pytest.approx(1.0) and first.prep_wait_max == pytest.approx(0.2)
-    assert (second.config, second.n, second.warned) == ('{"preparation_wait_s": 0}', 1, 0)
+    assert first.speedup_mean == pytest.approx(1.0) and first.timing_mean == pytest.approx(0.2)
+    assert (second.config, second.n, second.warned) == ('{"escape_retimes": 3}', 1, 0)
     assert "syntax_error" in bench.table([first, second])
 
 
@@ -59,7 +59,7 @@ def test_cpu_run_records_each_kind_after_its_failing_predecessor(tmp_path) -> No
     out = tmp_path / "esc.json"
     rc = bench.main(
         ["--devices", "cpu", "--rounds", "1", "--kinds", "none,syntax_error,segfault",
-         "--hardening", '{"preparation_wait_s": 0}', "--json", str(out), "--workdir", str(tmp_path / "w")]
+         "--hardening", '{"escape_retimes": 3}', "--json", str(out), "--workdir", str(tmp_path / "w")]
     )  # fmt: skip
     assert rc == 0
     data = json.loads(out.read_text())
