@@ -15,10 +15,23 @@ stream-end. Two things make it the GPU's own time rather than host noise:
 
 Work on another stream is not behind either event, so two checks bound it (`escaped_ms`):
 stream-end to end must stay within this process's bare synchronize latency (work still running
-after the stream's), and every LAUNCH_EVERY-th trial is timed without the lead, start event
+after the stream's) or, when it does not, within that of CONTROLS control trials run right
+after the timed ones: nothing of the candidate's runs in a control and the host waits in the
+device synchronize for a GPU delay as long as its wait in a timed trial (the lead's remainder
+after the call, plus the call's GPU time from the warm-up). A synchronize that waited returns
+later than a bare one (nothing queued): a legitimate ~2 us Triton kernel, 32 calls per trial,
+had tails ~22 us longer per trial typically and ~55-60 us in whole evaluations now and then,
+rejected in all three timings in 4-10 % of its evaluations on an H100; against controls that
+wait 50 us, as often; against controls that wait as long as a trial, none of 160
+(bench/escape_after_failure.py, docs/BENCHMARKS.md). Run only when the bare baseline is
+exceeded, the controls cost nothing in the common case (controls after every check trial cost
+~0.11 s per KernelBench evaluation, whose trials last milliseconds).
+And every LAUNCH_EVERY-th trial is timed without the lead, start event
 before the call, as the common method does: its median must not exceed the lead-timed one
 (with its synchronize tail) by more than the host's own call time (work that ran during the
-lead). Each allows a margin. The checks never change what is compared: the caller re-times
+lead) and a single kernel's check trial's own excess, measured with a 1-cycle kernel or, when
+that is exceeded, with CONTROLS kernels as long as a trial (the same waited synchronize).
+Each allows a margin. The checks never change what is compared: the caller re-times
 (up to Hardening.escape_retimes) and rejects when every timing escapes (evaluate.py), and the
 CUPTI check of the first correctness call rejects kernels on other streams outright.
 
@@ -70,6 +83,7 @@ SHORT_REFERENCE_MS = 0.05  # references faster than this per call are timed batc
 BATCH_TRIAL_MS = 0.1  # a batched trial spans at least this much reference GPU time
 MAX_CALLS_PER_TRIAL = 256  # keeps the lead (2x the host time of a trial) under MAX_LEAD_MS
 LAUNCH_EVERY = 4  # one trial in four is timed without the lead (the escaped-work check)
+CONTROLS = 8  # control trials of the tail check, when it needs them (module docstring)
 MIN_LEAD_MS = 0.1
 MAX_LEAD_MS = 20.0
 # Allowed excess in the two escape checks (host jitter: a legitimate 8 us kernel showed up to
@@ -218,6 +232,14 @@ def _noop() -> None:
     return None
 
 
+def _control_tail(device: torch.device, cycles: int) -> float:
+    """Stream-end to end of a trial that runs nothing of the candidate's: the host waits in the
+    device synchronize for `cycles` of GPU delay, as it waits for a timed trial's lead and calls,
+    then records the end event. The tail check's baseline (module docstring)."""
+    t = _trial(_noop, (), device, cycles)
+    return t.total_ms - t.stream_ms
+
+
 @dataclasses.dataclass
 class _Trial:
     stream_ms: float  # start to stream-end
@@ -257,6 +279,7 @@ class _WarmUp:
     host_ms: list[float]  # host time of each call launched onto an idle GPU queue, for the lead
     wall_ms: float
     calls: int
+    gpu_ms: float  # GPU time per call in the last window (0.0 if none ran)
 
 
 def _warm_up(
@@ -304,7 +327,12 @@ def _warm_up(
         per_call.append(start.elapsed_time(end) / n)
         n = max(1, min(WARMUP_WINDOW_CALLS, math.ceil(WARMUP_WINDOW_MS / max(per_call[-1], 1e-6))))
     _synchronize(device)
-    return _WarmUp(host_ms=host, wall_ms=(_perf_counter() - t0) * 1e3, calls=calls)
+    return _WarmUp(
+        host_ms=host,
+        wall_ms=(_perf_counter() - t0) * 1e3,
+        calls=calls,
+        gpu_ms=per_call[-1] if per_call else 0.0,
+    )
 
 
 def _enough(times: list[float], trials: int, min_trials: int | None, ci_rel: float) -> bool:
@@ -360,9 +388,14 @@ def time_gpu(
         warm = _warm_up(fn, input_sets, device, warmup, min_warmup_ms, max_warmup_ms)
         lead = _gpu_sleep is not None
         lead_ms = 0.0
+        control_cycles = 0
         if lead:
-            lead_ms = min(max(2 * statistics.median(warm.host_ms[-8:]) + 0.05, MIN_LEAD_MS), MAX_LEAD_MS)
+            host_ms = statistics.median(warm.host_ms[-8:])
+            lead_ms = min(max(2 * host_ms + 0.05, MIN_LEAD_MS), MAX_LEAD_MS)
             lead_cycles = int(lead_ms * _cycles_per_ms_on(device))
+            # as long as the host waits in a timed trial's synchronize: the lead's remainder
+            # after its call, then the call's GPU time
+            control_cycles = int(max(lead_ms - host_ms + warm.gpu_ms, 0.0) * _cycles_per_ms_on(device))
         # stream-end to end with nothing queued: this process's bare synchronize latency
         bare_tail = statistics.median(
             t.total_ms - t.stream_ms for t in (_trial(_noop, (), device, 0) for _ in range(21))
@@ -411,10 +444,19 @@ def time_gpu(
     stats = summarize(times, walls)
     margin = ESCAPE_MARGIN_MS + ESCAPE_MARGIN_FRACTION * stats.median_ms
     tail_excess = statistics.median(tails) - bare_tail - margin
+    if tail_excess > 0:  # beyond a bare synchronize's return: the baseline that waits like a trial
+        controls = [_control_tail(device, control_cycles) for _ in range(CONTROLS)]
+        tail_excess = statistics.median(tails) - statistics.median(controls) - margin
     launch_excess = None
     if lead:
         launch_median = statistics.median(launch)
         launch_excess = statistics.median(beyond_call) - stats.median_ms - bare_beyond - margin
+        if launch_excess > 0:  # the same for the launch check: a baseline kernel as long as a trial's
+            _synchronize(device)
+            cycles = int(stats.median_ms * _cycles_per_ms_on(device))
+            probe = [_trial(_gpu_sleep, (cycles,), device, 0) for _ in range(CONTROLS)]
+            waited = statistics.median(t.total_ms - t.call_ms - t.stream_ms for t in probe)
+            launch_excess = statistics.median(beyond_call) - stats.median_ms - waited - margin
     else:  # launch-inclusive already: start event before the call, and end after the sync
         launch_median = statistics.median(t + tail for t, tail in zip(times, tails, strict=True))
     stats = dataclasses.replace(

@@ -27,6 +27,10 @@ class _Clock:
         )  # clocks coming up: slower by ramp * exp(-calls / ramp_calls)
         self.rng = random.Random(seed)
         self.kernel_calls = 0
+        # the host's wake-up in a synchronize that waited for at least wake_after_ms of queued
+        # work (none for less), and work on another stream the next synchronize waits for
+        self.wake_ms, self.wake_after_ms, self.side_ms = 0.0, 0.001, 0.0
+        self.queued_ms, self.side_pending = 0.0, 0.0
 
     def kernel_ms_now(self) -> float:
         return self.kernel_ms * (1 + self.ramp * math.exp(-self.kernel_calls / self.ramp_calls))
@@ -34,7 +38,13 @@ class _Clock:
     def kernel(self, *_args: object) -> torch.Tensor:
         self.now += self.kernel_ms_now() * (1 + self.noise * self.rng.uniform(-1, 1))
         self.kernel_calls += 1
+        self.queued_ms += self.kernel_ms
+        self.side_pending += self.side_ms
         return torch.zeros(1)
+
+    def synchronize(self, *_args: object) -> None:
+        self.now += self.side_pending + (self.wake_ms if self.queued_ms >= self.wake_after_ms else 0.0)
+        self.queued_ms, self.side_pending = 0.0, 0.0
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         clock = self
@@ -54,9 +64,10 @@ class _Clock:
 
         def sleep(cycles: int) -> None:
             clock.now += cycles / 1e6  # 1e6 cycles per ms
+            clock.queued_ms += cycles / 1e6
 
         monkeypatch.setattr(timing, "_Event", Event)
-        monkeypatch.setattr(timing, "_synchronize", lambda *_a: None)
+        monkeypatch.setattr(timing, "_synchronize", clock.synchronize)
         monkeypatch.setattr(timing, "_gpu_sleep", sleep)
         monkeypatch.setitem(timing._cycles_per_ms, 0, 1e6)
 
@@ -187,3 +198,47 @@ def test_warm_up_of_a_noisy_microsecond_kernel_settles(monkeypatch: pytest.Monke
     clock = _Clock(kernel_ms=0.002, noise=0.2)
     stats = _time(monkeypatch, clock, trials=20, max_warmup_ms=60_000.0)
     assert stats.warmup_calls is not None and stats.warmup_calls < 20 * timing.WARMUP_WINDOW_CALLS
+
+
+def _margin(trial_ms: float) -> float:
+    return timing.ESCAPE_MARGIN_MS + timing.ESCAPE_MARGIN_FRACTION * trial_ms
+
+
+def test_a_slow_wake_from_the_synchronize_is_not_escaped_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host wakes 60 us after the GPU finished, in every synchronize that waited: beyond the
+    margin over a bare synchronize and a 1-cycle kernel's (which return at once), but the
+    control trials and kernels wait too."""
+    clock = _Clock(kernel_ms=0.08, noise=0.0)
+    clock.wake_ms = 0.06
+    assert clock.wake_ms > _margin(0.08)
+    stats = _time(monkeypatch, clock, trials=40)
+    assert stats.escaped_ms == 0.0
+    assert stats.escape_tail_ms == pytest.approx(-_margin(0.08))
+    assert stats.escape_launch_ms is not None and stats.escape_launch_ms < 0
+
+
+def test_work_the_synchronize_waits_for_is_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.2 ms of another stream's work after each call: both checks see it, whatever the wake-up."""
+    for wake in (0.0, 0.06):
+        clock = _Clock(kernel_ms=0.08, noise=0.0)
+        clock.wake_ms, clock.side_ms = wake, 0.2
+        stats = _time(monkeypatch, clock, trials=40)
+        assert stats.escape_tail_ms == pytest.approx(0.2 - _margin(0.08))
+        assert stats.escaped_ms == pytest.approx(0.2 - _margin(0.08))
+        assert stats.escape_launch_ms is not None and stats.escape_launch_ms > 0
+
+
+def test_controls_run_only_when_the_bare_baseline_is_exceeded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controls wait as long as a trial (milliseconds for long kernels): only when needed."""
+    runs: list[int] = []
+    real = timing._control_tail
+    monkeypatch.setattr(
+        timing, "_control_tail", lambda device, cycles: runs.append(cycles) or real(device, cycles)
+    )
+    quiet = _Clock(kernel_ms=0.08, noise=0.0)
+    _time(monkeypatch, quiet, trials=40)
+    assert runs == []
+    slow = _Clock(kernel_ms=0.08, noise=0.0)
+    slow.wake_ms = 0.06
+    _time(monkeypatch, slow, trials=40)
+    assert len(runs) == timing.CONTROLS and runs[0] > 0  # each waits (lead remainder + GPU time)
