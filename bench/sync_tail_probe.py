@@ -78,7 +78,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "processes_escaped": sum(any(t["escaped"] for t in p) for p in procs),
             "tail_us_median": round(statistics.median(tails), 1),
             "tail_us_max": round(max(tails), 1),
-            "per_process_tail_us_median": [round(statistics.median(t["tail_us"] for t in p), 1) for p in procs],
+            "per_process_tail_us_median": [
+                round(statistics.median(t["tail_us"] for t in p), 1) for p in procs
+            ],
         }
     return rows
 
