@@ -31,10 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.timing_noise import ESCAPED_CHECK, NoiseCase, select_cases  # noqa: E402
+from bench.timing_noise import ESCAPED_CHECK, NoiseCase, one_worker_pool, select_cases  # noqa: E402
 from eval_server import samples  # noqa: E402
-from eval_server.__main__ import parse_slots  # noqa: E402
-from eval_server.pool import PoolConfig, WorkerPool  # noqa: E402
 from eval_server.schema import STATUS_OK, EvalOptions, EvalRequest, EvalResult  # noqa: E402
 
 # A Triton store far outside any allocation: the CUDA context faults (illegal address).
@@ -171,21 +169,8 @@ def run(
     case: NoiseCase, devices: str, rounds: int, kinds: Sequence[str], hardening: dict[str, Any], workdir: Path
 ) -> list[Record]:
     """All rounds under one hardening config, through one fresh pool worker."""
-    slots = parse_slots(devices, 1, 1)
-    if len(slots) != 1:
-        raise SystemExit(f"--devices: give one GPU id or 'cpu' (one worker), got {devices!r}")
     config = json.dumps(hardening, sort_keys=True)
-    pool = WorkerPool(
-        PoolConfig(
-            slots=slots,
-            workdir=workdir / "pool",
-            default_timeout_s=600.0,
-            max_timeout_s=900.0,
-            ref_cache=workdir / "ref_timing.sqlite",
-            hardening=dict(hardening),
-        )
-    )
-    pool.start(block=True)
+    pool = one_worker_pool(devices, workdir, hardening)
     records: list[Record] = []
     try:
         for _ in range(2):  # compile, fill the reference cache: round 0 starts in the steady state

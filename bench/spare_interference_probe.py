@@ -95,15 +95,35 @@ def classify(timing: dict[str, Any], children: list[dict[str, Any]]) -> str:
     return "quiet"
 
 
+def tiny_relu_inputs(device: Any) -> list[list[Any]]:
+    """Three input sets of the 64x1000 ReLU (~2 us), as the evaluator rotates them."""
+    import torch
+
+    return [[torch.randn(64, 1000, device=device)] for _ in range(3)]
+
+
+def time_tiny_relu(sets: list[list[Any]], flush: Any, device: Any) -> Any:
+    """One timing of the ReLU as the evaluator times a short problem: 32 calls per trial,
+    adaptive 20-99 trials, settled warm-up (the TimingStats)."""
+    import torch
+
+    from eval_server.timing import time_gpu
+
+    return time_gpu(
+        torch.relu, sets, trials=100, warmup=3, device=device, flush=flush, calls_per_trial=32,
+        min_trials=20, ci_rel=1e-3, min_warmup_ms=20.0, max_warmup_ms=200.0,
+    )  # fmt: skip
+
+
 def time_while(seconds: float, lock_path: str) -> list[dict[str, Any]]:
     """Time the tiny ReLU back to back (with a gap) for `seconds`, the lock held exclusive."""
     import torch
 
     from eval_server.gpu_lock import GpuLock
-    from eval_server.timing import l2_flush_buffer, time_gpu
+    from eval_server.timing import l2_flush_buffer
 
     device = torch.device("cuda", 0)
-    sets = [[torch.randn(64, 1000, device=device)] for _ in range(3)]
+    sets = tiny_relu_inputs(device)
     flush = l2_flush_buffer(device)
     lock = GpuLock(lock_path)
     out = []
@@ -111,10 +131,7 @@ def time_while(seconds: float, lock_path: str) -> list[dict[str, Any]]:
     while time.monotonic() < deadline:
         start = time.monotonic()
         with lock.exclusive():
-            stats = time_gpu(
-                torch.relu, sets, trials=100, warmup=3, device=device, flush=flush, calls_per_trial=32,
-                min_trials=20, ci_rel=1e-3, min_warmup_ms=20.0, max_warmup_ms=200.0,
-            )  # fmt: skip
+            stats = time_tiny_relu(sets, flush, device)
         out.append({"start": start, "end": time.monotonic(), "escaped_us": stats.escaped_ms * 1e3,
                     "median_us": stats.median_ms * 1e3, "trials": stats.trials})  # fmt: skip
         time.sleep(TIMING_GAP_S)

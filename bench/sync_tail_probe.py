@@ -27,33 +27,30 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MODES = ("plain", "cupti")
-CALLS = 32
 
 
 def child(mode: str, timings: int) -> list[dict[str, Any]]:
     """One process's timings (runs in the fresh process)."""
     import torch
 
+    from bench.spare_interference_probe import time_tiny_relu, tiny_relu_inputs
     from eval_server.runtime_checks import profile_device_activity
-    from eval_server.timing import l2_flush_buffer, time_gpu
+    from eval_server.timing import l2_flush_buffer
 
     device = torch.device("cuda", 0)
     torch.ones(1, device=device)
-    sets = [[torch.randn(64, 1000, device=device)] for _ in range(3)]
+    sets = tiny_relu_inputs(device)
     if mode == "cupti":
         profile_device_activity(lambda: None, device)  # the spare's preparation
         profile_device_activity(lambda: torch.relu(sets[0][0]), device)  # the first correctness call
     flush = l2_flush_buffer(device)
     out = []
     for _ in range(timings):
-        stats = time_gpu(
-            torch.relu, sets, trials=100, warmup=3, device=device, flush=flush, calls_per_trial=CALLS,
-            min_trials=20, ci_rel=1e-3, min_warmup_ms=20.0, max_warmup_ms=200.0,
-        )  # fmt: skip
+        stats = time_tiny_relu(sets, flush, device)
         out.append(
             {
-                "tail_us": (stats.escape_tail_ms or 0.0) * CALLS * 1e3,
-                "launch_us": (stats.escape_launch_ms or 0.0) * CALLS * 1e3,
+                "tail_us": (stats.escape_tail_ms or 0.0) * stats.calls_per_trial * 1e3,
+                "launch_us": (stats.escape_launch_ms or 0.0) * stats.calls_per_trial * 1e3,
                 "escaped": bool(stats.escaped_ms),
                 "median_us": stats.median_ms * 1e3,
             }

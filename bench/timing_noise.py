@@ -203,6 +203,27 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def one_worker_pool(devices: str, workdir: Path, hardening: dict[str, Any] | None = None) -> WorkerPool:
+    """A started pool of one worker on `devices` (one GPU id or 'cpu'), with an empty reference
+    cache under `workdir`: the first evaluation of a problem measures, as after a first start
+    (`hardening`: hardening.Hardening overrides, as the server's flags set them)."""
+    slots = parse_slots(devices, 1, 1)
+    if len(slots) != 1:
+        raise SystemExit(f"--devices: give one GPU id or 'cpu' (one worker), got {devices!r}")
+    pool = WorkerPool(
+        PoolConfig(
+            slots=slots,
+            workdir=workdir / "pool",
+            default_timeout_s=600.0,
+            max_timeout_s=900.0,
+            ref_cache=workdir / "ref_timing.sqlite",
+            hardening=dict(hardening or {}),
+        )
+    )
+    pool.start(block=True)
+    return pool
+
+
 def run(
     cases: Sequence[NoiseCase],
     devices: str,
@@ -213,21 +234,8 @@ def run(
     workdir: Path,
     hardening: dict[str, Any] | None = None,
 ) -> list[Record]:
-    """Evaluate every case `repeats` times, round-robin, through one pool worker
-    (`hardening`: hardening.Hardening overrides, as the server's flags set them)."""
-    slots = parse_slots(devices, 1, 1)
-    if len(slots) != 1:
-        raise SystemExit(f"--devices: give one GPU id or 'cpu' (one worker), got {devices!r}")
-    config = PoolConfig(
-        slots=slots,
-        workdir=workdir / "pool",
-        default_timeout_s=600.0,
-        max_timeout_s=900.0,
-        ref_cache=workdir / "ref_timing.sqlite",  # empty: the first round measures, as after a first start
-        hardening=dict(hardening or {}),
-    )
-    pool = WorkerPool(config)
-    pool.start(block=True)
+    """Evaluate every case `repeats` times, round-robin, through one pool worker (one_worker_pool)."""
+    pool = one_worker_pool(devices, workdir, hardening)
     crash = EvalRequest(
         reference=samples.load_problem("relu"), candidate=samples.load_candidate("relu__segfault")
     )

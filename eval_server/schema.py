@@ -133,9 +133,10 @@ class TimingStats:
     # ran outside the timed stream during the lead (0.0 when none)
     escaped_ms: float | None = None
     # the two escape checks apart, each one's excess over its allowance (margin included): stream
-    # end to end beyond the bare synchronize latency (`escape_tail_ms`), and the launch-inclusive
+    # end to end beyond the synchronize latency (`escape_tail_ms`), and the launch-inclusive
     # check trials beyond GPU time + host call + one launch (`escape_launch_ms`, None without the
-    # lead); negative when the check passed, escaped_ms = max(0, both)
+    # lead), each against its waited baseline when the bare one was exceeded (timing.py);
+    # negative when the check passed, escaped_ms = max(0, both)
     escape_tail_ms: float | None = None
     escape_launch_ms: float | None = None
     # timing.py: "gpu-time" (one call per trial) or "gpu-time-batched" (`calls_per_trial`

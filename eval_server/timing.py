@@ -232,12 +232,22 @@ def _noop() -> None:
     return None
 
 
-def _control_tail(device: torch.device, cycles: int) -> float:
-    """Stream-end to end of a trial that runs nothing of the candidate's: the host waits in the
-    device synchronize for `cycles` of GPU delay, as it waits for a timed trial's lead and calls,
-    then records the end event. The tail check's baseline (module docstring)."""
-    t = _trial(_noop, (), device, cycles)
-    return t.total_ms - t.stream_ms
+def _tail_baseline(device: torch.device, cycles: int, n: int) -> float:
+    """The tail check's baseline (module docstring): the median stream-end to end of `n` trials
+    that run nothing of the candidate's, the host waiting in the device synchronize for `cycles`
+    of GPU delay (0: a bare synchronize) before it records the end event."""
+    return statistics.median(
+        t.total_ms - t.stream_ms for t in (_trial(_noop, (), device, cycles) for _ in range(n))
+    )
+
+
+def _launch_baseline(device: torch.device, cycles: int, n: int) -> float:
+    """The launch check's baseline: what a check trial of a single `cycles`-long delay kernel on
+    the current stream shows beyond its host call time (submission latency, event records, the
+    synchronize's return), median of `n`."""
+    _synchronize(device)
+    probe = [_trial(_gpu_sleep, (cycles,), device, 0) for _ in range(n)]
+    return statistics.median(t.total_ms - t.call_ms - t.stream_ms for t in probe)
 
 
 @dataclasses.dataclass
@@ -392,14 +402,12 @@ def time_gpu(
         if lead:
             host_ms = statistics.median(warm.host_ms[-8:])
             lead_ms = min(max(2 * host_ms + 0.05, MIN_LEAD_MS), MAX_LEAD_MS)
-            lead_cycles = int(lead_ms * _cycles_per_ms_on(device))
+            cycles_per_ms = _cycles_per_ms_on(device)
+            lead_cycles = int(lead_ms * cycles_per_ms)
             # as long as the host waits in a timed trial's synchronize: the lead's remainder
             # after its call, then the call's GPU time
-            control_cycles = int(max(lead_ms - host_ms + warm.gpu_ms, 0.0) * _cycles_per_ms_on(device))
-        # stream-end to end with nothing queued: this process's bare synchronize latency
-        bare_tail = statistics.median(
-            t.total_ms - t.stream_ms for t in (_trial(_noop, (), device, 0) for _ in range(21))
-        )
+            control_cycles = int(max(lead_ms - host_ms + warm.gpu_ms, 0.0) * cycles_per_ms)
+        bare_tail = _tail_baseline(device, 0, 21)  # nothing queued: the bare synchronize latency
         times: list[float] = []  # start to stream-end, lead-timed (every trial without a delay kernel)
         tails: list[float] = []  # stream-end to end (after the device synchronize), same trials
         launch: list[float] = []  # start (before the call) to end: launch-inclusive check trials
@@ -431,11 +439,7 @@ def time_gpu(
             del t
             i += 1
         if lead:
-            # What a single-kernel call on the current stream shows beyond its host call time
-            # in a check trial (submission latency, event records): the legitimate baseline.
-            _synchronize(device)
-            probe = [_trial(_gpu_sleep, (1,), device, 0) for _ in range(15)]
-            bare_beyond = statistics.median(t.total_ms - t.call_ms - t.stream_ms for t in probe)
+            bare_beyond = _launch_baseline(device, 1, 15)  # a 1-cycle kernel: no wait
     if len(times) > 1:
         times, tails = times[1:], tails[1:]
     if len(walls) > 1:
@@ -445,17 +449,13 @@ def time_gpu(
     margin = ESCAPE_MARGIN_MS + ESCAPE_MARGIN_FRACTION * stats.median_ms
     tail_excess = statistics.median(tails) - bare_tail - margin
     if tail_excess > 0:  # beyond a bare synchronize's return: the baseline that waits like a trial
-        controls = [_control_tail(device, control_cycles) for _ in range(CONTROLS)]
-        tail_excess = statistics.median(tails) - statistics.median(controls) - margin
+        tail_excess = statistics.median(tails) - _tail_baseline(device, control_cycles, CONTROLS) - margin
     launch_excess = None
     if lead:
         launch_median = statistics.median(launch)
         launch_excess = statistics.median(beyond_call) - stats.median_ms - bare_beyond - margin
         if launch_excess > 0:  # the same for the launch check: a baseline kernel as long as a trial's
-            _synchronize(device)
-            cycles = int(stats.median_ms * _cycles_per_ms_on(device))
-            probe = [_trial(_gpu_sleep, (cycles,), device, 0) for _ in range(CONTROLS)]
-            waited = statistics.median(t.total_ms - t.call_ms - t.stream_ms for t in probe)
+            waited = _launch_baseline(device, int(stats.median_ms * cycles_per_ms), CONTROLS)
             launch_excess = statistics.median(beyond_call) - stats.median_ms - waited - margin
     else:  # launch-inclusive already: start event before the call, and end after the sync
         launch_median = statistics.median(t + tail for t, tail in zip(times, tails, strict=True))

@@ -230,11 +230,14 @@ def test_work_the_synchronize_waits_for_is_escaped(monkeypatch: pytest.MonkeyPat
 
 def test_controls_run_only_when_the_bare_baseline_is_exceeded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controls wait as long as a trial (milliseconds for long kernels): only when needed."""
-    runs: list[int] = []
-    real = timing._control_tail
-    monkeypatch.setattr(
-        timing, "_control_tail", lambda device, cycles: runs.append(cycles) or real(device, cycles)
-    )
+    runs: list[int] = []  # the waited control trials' delays (the bare baseline's are 0)
+    real = timing._tail_baseline
+
+    def counted(device: torch.device, cycles: int, n: int) -> float:
+        runs.extend([cycles] * n if cycles else [])
+        return real(device, cycles, n)
+
+    monkeypatch.setattr(timing, "_tail_baseline", counted)
     quiet = _Clock(kernel_ms=0.08, noise=0.0)
     _time(monkeypatch, quiet, trials=40)
     assert runs == []
