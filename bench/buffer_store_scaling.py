@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from buffer_server.store import BufferStore, GroupRules  # noqa: E402
-from slime_ext.trajectory import parse_record  # noqa: E402
-from slime_ext.trajectory_codec import encode  # noqa: E402
+from buffer_server.store.buffer_store import BufferStore, GroupRules  # noqa: E402
+from slime_ext.trajectory.codec import encode  # noqa: E402
+from slime_ext.trajectory.record import parse_record  # noqa: E402
 
 BASE = {
     "uid": "u",

@@ -49,19 +49,19 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from buffer_server.store import BufferStore, GroupRules  # noqa: E402
-from eval_server.pool import percentile  # noqa: E402
+from buffer_server.store.buffer_store import BufferStore, GroupRules  # noqa: E402
 from eval_server.schema import EvalResult, TimingStats, TrialResult  # noqa: E402
-from slime_ext import fastjson  # noqa: E402
-from slime_ext.service import running_service  # noqa: E402
-from slime_ext.trajectory import TrajectoryRecord, parse_record  # noqa: E402
-from slime_ext.trajectory_codec import (  # noqa: E402
+from krl_common import fastjson  # noqa: E402
+from krl_common.service import running_service  # noqa: E402
+from krl_common.stats import percentile  # noqa: E402
+from slime_ext.trajectory.codec import (  # noqa: E402
     PACKED_BATCH_MEDIA_TYPE,
     PACKED_MEDIA_TYPE,
     decode,
     pack_request,
     unpack_batch,
 )
+from slime_ext.trajectory.record import TrajectoryRecord, parse_record  # noqa: E402
 
 PROMPT_TOKENS = 1024
 RESPONSE_TOKENS = 4096

@@ -1,7 +1,7 @@
 """Cost of the output comparisons of one evaluation, this checkout against an earlier commit.
 
 An evaluation compares the candidate's output with the reference's 5 times in correctness and
-4-5 times after timing (eval_server/evaluate.py), and the precision check runs normalized_error
+4-5 times after timing (eval_server/pipeline/evaluate.py), and the precision check runs normalized_error
 on top; on a 1.6 G-element KernelBench output each pass is chunked. This times
 `compare_outputs` and `normalized_error` from the working tree and from `--rev` (loaded from git,
 same process, same tensors, alternating) on one device and prints medians and their ratio.
@@ -27,13 +27,13 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from eval_server import compare as current  # noqa: E402
+from eval_server.checks import compare as current  # noqa: E402
 
 
 def module_at(rev: str) -> ModuleType:
-    """eval_server/compare.py as it was at `rev`, imported under another name."""
+    """eval_server/checks/compare.py as it was at `rev`, imported under another name."""
     source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{rev}:eval_server/compare.py"],
+        ["git", "-C", str(REPO), "show", f"{rev}:eval_server/checks/compare.py"],
         check=True,
         capture_output=True,
         text=True,

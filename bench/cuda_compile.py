@@ -1,4 +1,4 @@
-"""Cost of the CUDA backend's compile phase (eval_server/cuda_backend.py): cold and cached.
+"""Cost of the CUDA backend's compile phase (eval_server/pipeline/cuda_backend.py): cold and cached.
 
 For each CUDA sample candidate, the compile process runs once on an empty build cache (cold) and
 then `--repeats` times on the same cache (warm: a resubmitted kernel). On a GPU machine it builds
@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from eval_server import cuda_backend, samples  # noqa: E402
+from eval_server import samples
+from eval_server.pipeline import cuda_backend  # noqa: E402
 
 
 def _timed(source: str, workdir: Path, cache: Path, build: bool) -> tuple[float, cuda_backend.BuildReport]:

@@ -1,6 +1,6 @@
 """Throughput of the KernelBook -> SFT static stage (conversion, Inductor rewrite, answer checks,
 eval-server static rules, dedup, prompt building): how long a full KernelBook pass takes before
-any evaluation. Rows are the KernelBook-shaped fixtures of tests/data_fixtures.py, made distinct
+any evaluation. Rows are the KernelBook-shaped fixtures of bench/synthetic_data.py, made distinct
 (each copy's module differs by a constant) so that dedup keeps them.
 
   python bench/data_prep.py --rows 2000 --jobs 2 --json out.json
@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.synthetic_data import kernelbook_rows  # noqa: E402
 from slime_ext.data.report import FilterReport  # noqa: E402
 from slime_ext.data.sft_build import SFTBuildConfig, select_pairs, single_turn_example  # noqa: E402
-from tests.data_fixtures import kernelbook_rows  # noqa: E402
 
 
 def synthetic_rows(n: int) -> list[dict]:

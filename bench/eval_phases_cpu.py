@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from eval_server import evaluate, samples
-from eval_server.ref_cache import RefTimingCache
+from eval_server import samples
+from eval_server.pipeline import evaluate
+from eval_server.pipeline.ref_cache import RefTimingCache
 from eval_server.schema import EvalOptions, EvalRequest
 
 PHASES = ("reference", "reference_precision", "load_candidate", "correctness")

@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import BENCH_CASES  # noqa: E402
 from eval_server.launch import running_server  # noqa: E402
-from eval_server.pool import percentile  # noqa: E402
 from eval_server.schema import BACKENDS  # noqa: E402
+from krl_common.stats import percentile  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 

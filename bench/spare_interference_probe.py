@@ -39,9 +39,9 @@ def interfere(mode: str, lock_path: str, events_path: str, seconds: float) -> No
     """Fork preparing children until `seconds` have passed; one JSON line per child."""
     import torch
 
-    from eval_server import child_prep
-    from eval_server import evaluate as _evaluate  # noqa: F401 - imported before forking, as the worker does
-    from eval_server.gpu_lock import GpuLock
+    from eval_server.isolation.gpu_lock import GpuLock
+    from eval_server.pipeline import evaluate as _evaluate  # noqa: F401 - imported before forking, as the worker does
+    from eval_server.workers import child_prep
 
     deadline = time.monotonic() + seconds
     with open(events_path, "w") as events:
@@ -107,7 +107,7 @@ def time_tiny_relu(sets: list[list[Any]], flush: Any, device: Any) -> Any:
     adaptive 20-99 trials, settled warm-up (the TimingStats)."""
     import torch
 
-    from eval_server.timing import time_gpu
+    from eval_server.pipeline.timing import time_gpu
 
     return time_gpu(
         torch.relu, sets, trials=100, warmup=3, device=device, flush=flush, calls_per_trial=32,
@@ -119,8 +119,8 @@ def time_while(seconds: float, lock_path: str) -> list[dict[str, Any]]:
     """Time the tiny ReLU back to back (with a gap) for `seconds`, the lock held exclusive."""
     import torch
 
-    from eval_server.gpu_lock import GpuLock
-    from eval_server.timing import l2_flush_buffer
+    from eval_server.isolation.gpu_lock import GpuLock
+    from eval_server.pipeline.timing import l2_flush_buffer
 
     device = torch.device("cuda", 0)
     sets = tiny_relu_inputs(device)

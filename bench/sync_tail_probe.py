@@ -34,8 +34,8 @@ def child(mode: str, timings: int) -> list[dict[str, Any]]:
     import torch
 
     from bench.spare_interference_probe import time_tiny_relu, tiny_relu_inputs
-    from eval_server.runtime_checks import profile_device_activity
-    from eval_server.timing import l2_flush_buffer
+    from eval_server.checks.runtime import profile_device_activity
+    from eval_server.pipeline.timing import l2_flush_buffer
 
     device = torch.device("cuda", 0)
     torch.ones(1, device=device)

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.corpus import load_candidate, sized_problem  # noqa: E402
 from eval_server import samples  # noqa: E402
 from eval_server.__main__ import parse_slots  # noqa: E402
-from eval_server.pool import PoolConfig, WorkerPool  # noqa: E402
 from eval_server.schema import STATUS_OK, EvalRequest, EvalResult  # noqa: E402
+from eval_server.workers.pool import PoolConfig, WorkerPool  # noqa: E402
 
 EXIT_OK, EXIT_FAILED, EXIT_NO_TIMING = 0, 1, 2
 ESCAPED_CHECK = "runtime.escaped_timing"

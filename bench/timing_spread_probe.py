@@ -4,7 +4,7 @@ Each evaluation is a fresh process, and a 50-150 us kernel's median moves betwee
 while it is stable within one. This times the same case in `--procs` fresh processes per
 variant and reports, per process, three views of the same candidate call:
 
-- `evaluator`: `eval_server.timing.time_gpu` as the evaluator runs it (flush, device sync, events);
+- `evaluator`: `eval_server.pipeline.timing.time_gpu` as the evaluator runs it (flush, device sync, events);
 - `gpu_only`: start event, call, end event queued behind a GPU sleep, so the host is ahead and
   the interval is the GPU's own time (launch latency excluded);
 - `host_us`: host time of one call without synchronising (Python + launch overhead);
@@ -85,7 +85,7 @@ def child(case: str, variant: str, cpu: int | None) -> dict:
 
     import torch
 
-    from eval_server.timing import l2_flush_buffer, time_gpu
+    from eval_server.pipeline.timing import l2_flush_buffer, time_gpu
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)

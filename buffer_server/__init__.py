@@ -1,12 +1,7 @@
-"""Rollout buffer service: durable trajectory store (SQLite, WAL, synchronous=FULL), GRPO group
-hand-out to the trainer (whole groups, two-phase lease / ack), and its HTTP app.
+"""Rollout buffer service: the durable trajectory store with GRPO group hand-out (`store/`), the
+agent runner that drives episodes against SGLang and the eval server and writes them into the
+store (`runner/`), the Flask app (`app.py`) and the CLI (`__main__.py`). The record format is
+`slime_ext.trajectory.record.TrajectoryRecord`; see docs/BUFFER_SERVER.md.
 
-- `store.py`: BufferStore (idempotent writes by uid, group rules, leases, persistent counters);
-- `app.py`: the Flask app (validation, routes, Prometheus metrics);
-- `__main__.py`: `python -m buffer_server` (waitress, loopback, port 8889 by default);
-- `runner.py`: the agent runner (multi-turn episodes against SGLang and the eval server, written
-  into the store; `POST /rollout/start`, `/rollout/stop`), with `scheduler.py` (epochs, seeded
-  shuffle, resume) and `curriculum.py` (the level sampler).
-
-The record format is `slime_ext.trajectory.TrajectoryRecord`; see docs/BUFFER_SERVER.md.
+May import: slime_ext, krl_common.
 """

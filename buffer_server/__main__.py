@@ -18,12 +18,12 @@ import os
 import socket
 import sys
 
-from buffer_server.runner import AgentRunner, RunnerError, build_runner
-from buffer_server.store import BufferStore, GroupRules, StoreError
-from slime_ext.cli import make_parser
-from slime_ext.http_json import add_network_args
-from slime_ext.recipe import load_recipe
-from slime_ext.shutdown import exit_port_in_use, interrupt_on_termination, is_address_in_use
+from buffer_server.runner.agent_runner import AgentRunner, RunnerError, build_runner
+from buffer_server.store.buffer_store import BufferStore, GroupRules, StoreError
+from krl_common.cli import make_parser
+from krl_common.http_json import add_network_args
+from krl_common.shutdown import exit_port_in_use, interrupt_on_termination, is_address_in_use
+from slime_ext.rollout.recipe import load_recipe
 
 log = logging.getLogger("buffer_server")
 
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     runner.add_argument(
         "--recipe",
         default=os.environ.get("BUFFER_SERVER_RECIPE"),
-        help="recipe YAML (slime_ext/recipe.py): its runner, episode and curriculum sections configure the runner",
+        help="recipe YAML (slime_ext/rollout/recipe.py): its runner, episode and curriculum sections configure the runner",
     )
     runner.add_argument("--prompt-data", help="prompt records jsonl")
     runner.add_argument("--sglang-url", help="SGLang router URL")
@@ -176,9 +176,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from waitress import create_server
 
-    from buffer_server import ingest
     from buffer_server.app import create_app
-    from slime_ext.trajectory_codec import unpack_request
+    from buffer_server.store import ingest
+    from slime_ext.trajectory.codec import unpack_request
 
     pool = ingest.IngestPool(args.ingest_workers) if args.ingest_workers > 0 else None
     if pool is not None:

@@ -1,7 +1,7 @@
 """HTTP layer over BufferStore: validation, status codes, stats and Prometheus metrics.
 
 Thin on purpose: every decision about storage and groups lives in `store.py`, and the record
-schema in `slime_ext/trajectory.py`. Errors are JSON `{"error": "..."}` whose text names what
+schema in `slime_ext/trajectory/record.py`. Errors are JSON `{"error": "..."}` whose text names what
 was wrong (field, record index, size, JSON syntax). A rejected write stores nothing.
 
 A batch reply is streamed from the records' stored JSON bytes without decoding them, so a
@@ -19,9 +19,9 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
-from buffer_server import ingest
-from buffer_server.runner import AgentRunner, runner_prometheus
-from buffer_server.store import (
+from buffer_server.runner.agent_runner import AgentRunner, runner_prometheus
+from buffer_server.store import ingest
+from buffer_server.store.buffer_store import (
     DROP_REASONS,
     DROP_STALE,
     BufferStore,
@@ -29,20 +29,20 @@ from buffer_server.store import (
     PolicyVersionError,
     PutResult,
 )
-from slime_ext import fastjson
-from slime_ext import prometheus as prom
-from slime_ext.http_json import json_flask_app
-from slime_ext.trajectory import parse_record
-from slime_ext.trajectory_codec import (
+from krl_common import fastjson
+from krl_common import prometheus as prom
+from krl_common.http_json import json_flask_app
+from krl_common.validation import ValidationError
+from krl_common.validation import check_type as _check_type
+from krl_common.validation import reject_unknown as _reject_unknown
+from slime_ext.trajectory.codec import (
     PACKED_BATCH_MEDIA_TYPE,
     PACKED_MEDIA_TYPE,
     EncodedRecord,
     pack_batch,
     unpack_request,
 )
-from slime_ext.validation import ValidationError
-from slime_ext.validation import check_type as _check_type
-from slime_ext.validation import reject_unknown as _reject_unknown
+from slime_ext.trajectory.record import parse_record
 
 log = logging.getLogger("buffer_server.app")
 
@@ -99,7 +99,7 @@ def create_app(
     unpack_packed: Callable[[bytes, int], list[EncodedRecord]] = unpack_request,
 ) -> Flask:
     """`encode_body` is the fast path of POST /trajectories for JSON bodies (ingest.py),
-    `unpack_packed` the validator of packed ones (slime_ext/trajectory_codec.py); an
+    `unpack_packed` the validator of packed ones (slime_ext/trajectory/codec.py); an
     IngestPool's run them in worker processes."""
     app = json_flask_app("buffer_server", max_body_bytes)
     server_info = dict(info or {})

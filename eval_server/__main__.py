@@ -18,11 +18,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from eval_server.hardening import Hardening
-from eval_server.pool import DeviceSlot, PoolConfig, WorkerPool
-from slime_ext.cli import make_parser
-from slime_ext.http_json import add_network_args
-from slime_ext.shutdown import exit_port_in_use, interrupt_on_termination, is_address_in_use
+from eval_server.isolation.hardening import Hardening
+from eval_server.workers.pool import DeviceSlot, PoolConfig, WorkerPool
+from krl_common.cli import make_parser
+from krl_common.http_json import add_network_args
+from krl_common.shutdown import exit_port_in_use, interrupt_on_termination, is_address_in_use
 
 log = logging.getLogger("eval_server")
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
-from eval_server.pool import QueueFullError, WorkerPool, WorkerUnavailableError
 from eval_server.schema import STATUSES, ValidationError, parse_request
-from slime_ext import prometheus as prom
-from slime_ext.http_json import json_flask_app
+from eval_server.workers.pool import QueueFullError, WorkerPool, WorkerUnavailableError
+from krl_common import prometheus as prom
+from krl_common.http_json import json_flask_app
 
 log = logging.getLogger("eval_server.app")
 DEFAULT_MAX_BODY_BYTES = 1 << 20

@@ -2,7 +2,7 @@
 
 One definition used by the sample runner (tools/eval_samples.py), the tests and the benches,
 so "is the server up" is always decided by its health endpoint, never by a sleep. The generic
-parts (free port, health polling, start/stop by PID) live in `slime_ext.service`, shared with
+parts (free port, health polling, start/stop by PID) live in `krl_common.service`, shared with
 the rollout buffer server; this module keeps the eval-server-specific defaults.
 """
 
@@ -13,8 +13,8 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from slime_ext import service
-from slime_ext.service import free_port
+from krl_common import service
+from krl_common.service import free_port
 
 __all__ = ["free_port", "running_server", "wait_healthy"]
 

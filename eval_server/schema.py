@@ -13,9 +13,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_ext.validation import ValidationError
-from slime_ext.validation import check_type as _check_type
-from slime_ext.validation import reject_unknown as _reject_unknown
+from krl_common.validation import ValidationError
+from krl_common.validation import check_type as _check_type
+from krl_common.validation import reject_unknown as _reject_unknown
 
 # Closed set of result statuses. Order is documentation only.
 STATUS_OK = "ok"  # compiled, correct on every trial, passed every check

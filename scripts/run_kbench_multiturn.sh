@@ -42,7 +42,7 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${TRAINER_CMD:=}"
 : "${ENGINE_CMD:=}"
 : "${ENGINE_HEALTH_URL:=}"
-: "${ENGINE:=}"                 # tiny: an `engine` window serving HF_CKPT (python -m slime_ext.tiny_engine)
+: "${ENGINE:=}"                 # tiny: an `engine` window serving HF_CKPT (python -m slime_ext.dev_engine.engine)
 : "${ENGINE_ARGS:=}"            # extra flags of that engine (words, e.g. "--torch-threads 4")
 : "${TRAIN_ENTRY:=train.py}"   # train_async.py overlaps rollout and training (not with COLOCATE=1)
 : "${MODE:=buffer}"            # buffer | in_slime (docs/SLIME_PLUGINS.md)
@@ -216,7 +216,7 @@ fi
 windows=()
 if [[ -n "${ENGINE_CMD}" || "${ENGINE}" == tiny ]]; then
   read -ra engine_args <<<"${ENGINE_ARGS}"
-  krl_write_window engine "${ENGINE_CMD}" "${PYTHON}" -m slime_ext.tiny_engine --model "${HF_CKPT}" \
+  krl_write_window engine "${ENGINE_CMD}" "${PYTHON}" -m slime_ext.dev_engine.engine --model "${HF_CKPT}" \
     --host 127.0.0.1 --port "${ENGINE_PORT}" "${engine_args[@]}"
   windows+=(engine)
 fi

@@ -1,4 +1,4 @@
-"""Output pairs on which eval_server.close_kernel must agree with compare's torch path.
+"""Output pairs on which eval_server.checks.close_kernel must agree with compare's torch path.
 
 Shared by tests/unit/test_close_kernel.py (run here under TRITON_INTERPRET=1 in a subprocess:
 the interpreter switch is read when triton is imported) and tests/gpu/test_close_kernel_gpu.py.
@@ -54,7 +54,7 @@ def cases(dtypes: tuple[torch.dtype, ...]) -> Iterator[tuple[str, torch.Tensor, 
 
 
 def run(device: str, dtypes: tuple[torch.dtype, ...]) -> list[dict]:
-    from eval_server import close_kernel, compare
+    from eval_server.checks import close_kernel, compare
 
     return [
         {

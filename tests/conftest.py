@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_server.cuda_backend import nvcc_path
 from eval_server.launch import free_port, running_server
+from eval_server.pipeline.cuda_backend import nvcc_path
 
 __all__ = ["free_port", "needs_nvcc", "running_eval_server"]
 

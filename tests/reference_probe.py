@@ -29,8 +29,9 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import _disable_current_modes
 
-from eval_server import evaluate, loader, samples
-from eval_server.compare import flatten_output
+from eval_server import samples
+from eval_server.checks.compare import flatten_output
+from eval_server.pipeline import evaluate, loader
 from eval_server.schema import EvalOptions, EvalRequest
 
 CANDIDATE = """

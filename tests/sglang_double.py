@@ -1,7 +1,7 @@
 """TEST DOUBLE of SGLang's native `/generate` endpoint (not SGLang; for tests only).
 
 The protocol, sampling and log-prob rules are those of the product engine
-`slime_ext/tiny_engine.py` (`GenerateEngine`, which follows `/work/shared/slime_interfaces.md`
+`slime_ext/dev_engine/engine.py` (`GenerateEngine`, which follows `/work/shared/slime_interfaces.md`
 section 3); this double adds test controls on top:
 
 SCRIPTED MODE (labelled as such): texts queued in `double.scripted` are answered in order instead
@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from slime_ext.tiny_engine import GenerateEngine, Produced
+from slime_ext.dev_engine.engine import GenerateEngine, Produced
 
 __all__ = ["SGLangDouble"]
 

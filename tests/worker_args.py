@@ -1,4 +1,4 @@
-"""An in-process CPU eval worker (eval_server.worker.Worker) and its command-line arguments, for
+"""An in-process CPU eval worker (eval_server.workers.worker.Worker) and its command-line arguments, for
 tests that drive a Worker without starting its process."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eval_server.worker import Worker
+from eval_server.workers.worker import Worker
 
 
 def cpu_worker_args(workdir: Path) -> argparse.Namespace:

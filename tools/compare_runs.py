@@ -15,12 +15,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from slime_ext.cli import EXIT_USAGE, make_parser
+from krl_common.cli import EXIT_USAGE, make_parser
+from krl_common.validation import ValidationError
 from slime_ext.reports.compare import compare_runs, render_comparison
 from slime_ext.reports.report import atomic_write
 from slime_ext.reports.results import load_results
 from slime_ext.reports.runner import check_splits
-from slime_ext.validation import ValidationError
 
 RESULTS_NAME = "results.jsonl"
 

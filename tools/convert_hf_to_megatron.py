@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from slime_ext.cli import make_parser
+from krl_common.cli import make_parser
 from slime_ext.convert import hf_to_megatron
 from slime_ext.convert.cli import run_conversion
 from slime_ext.convert.hf_io import DTYPES

@@ -6,10 +6,10 @@
 What it does, in order:
 1. installs what it needs and is missing (`transformers`, `tokenizers`; `--no-install` refuses);
 2. builds a tiny Qwen3-architecture model with random weights and a locally trained tokenizer
-   (`slime_ext/tiny_model.py`) in RUN_DIR/model;
-3. writes prompt records (`slime_ext/problems.py`) from the bundled sample problems;
+   (`slime_ext/dev_engine/tiny_model.py`) in RUN_DIR/model;
+3. writes prompt records (`slime_ext/rollout/problems.py`) from the bundled sample problems;
 4. starts the main job's launcher (`scripts/run_kbench_multiturn.sh`) with the same tmux window
-   layout, health-gated: `engine` (the embedded `/generate` engine, `slime_ext/tiny_engine.py`;
+   layout, health-gated: `engine` (the embedded `/generate` engine, `slime_ext/dev_engine/engine.py`;
    absent with --engine-url), `eval` (the eval server in CPU mode), `buffer` (the buffer server
    with its agent runner), `trainer` (instead of slime: `tools/rollout_step.py`, which does what
    slime's rollout function does: start the runner, take one batch of whole groups, ack);
@@ -22,7 +22,7 @@ answer each problem with its bundled correct candidate (teacher-forced log-probs
 server path runs deterministically. `--scripted-mix P` (labelled SCRIPTED MIX) answers each turn
 with a correct candidate with probability P, else a wrong one (a bundled candidate that is
 incorrect or does not compile, or no code), drawn reproducibly per request, so one GRPO group holds
-both (slime_ext/scripted.py). Training itself needs the slime Docker image and GPUs
+both (slime_ext/dev_engine/scripted.py). Training itself needs the slime Docker image and GPUs
 (docs/LAUNCH.md).
 """
 
@@ -40,8 +40,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from slime_ext.cli import make_parser
-from slime_ext.shutdown import interrupt_on_termination, interrupted_exit_code
+from krl_common.cli import make_parser
+from krl_common.shutdown import interrupt_on_termination, interrupted_exit_code
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "scripts" / "run_kbench_multiturn.sh"
@@ -75,8 +75,8 @@ def ensure_requirements(install: bool) -> None:
 
 def write_prompts(path: Path, names: list[str] | None) -> int:
     """Prompt records from the bundled sample problems (all, or the named ones)."""
-    from slime_ext.problems import write_prompt_records
-    from slime_ext.scripted import sample_prompt_records
+    from slime_ext.dev_engine.scripted import sample_prompt_records
+    from slime_ext.rollout.problems import write_prompt_records
 
     try:
         records = sample_prompt_records(names)
@@ -92,7 +92,7 @@ def write_scripted_rules(path: Path, names: list[str] | None, *, mix: bool = Fal
     """SCRIPTED MODE answers for the embedded engine: a prompt holding a sample problem's source is
     answered with that problem's bundled correct candidate in a python fence; with `mix`, the wrong
     answers that `--scripted-mix` draws from are written too. Returns the number of answers."""
-    from slime_ext.scripted import sample_answers, write_answers
+    from slime_ext.dev_engine.scripted import sample_answers, write_answers
 
     return write_answers(path, sample_answers(names, wrong=mix))
 
@@ -114,7 +114,7 @@ def write_recipe(path: Path, max_new_tokens: int | None) -> Path:
     in URLs and paths, then validates it)."""
     import yaml
 
-    from slime_ext.fileio import atomic_write
+    from krl_common.fileio import atomic_write
     from tools.run_recipe import with_values
 
     full = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
@@ -131,7 +131,7 @@ def write_recipe(path: Path, max_new_tokens: int | None) -> Path:
 
 
 def _free_port() -> int:
-    from slime_ext.service import free_port
+    from krl_common.service import free_port
 
     return free_port()
 
@@ -185,7 +185,7 @@ def launch(
         engine = [
             py,
             "-m",
-            "slime_ext.tiny_engine",
+            "slime_ext.dev_engine.engine",
             "--model",
             str(run_dir / "model"),
             "--port",
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--scripted/--scripted-mix script the embedded engine: not combined with --engine-url")
     if args.problems:
         # Refused here, before packages are installed or the model is built.
-        from slime_ext.scripted import sample_names
+        from slime_ext.dev_engine.scripted import sample_names
 
         try:
             sample_names(args.problems)
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         from transformers.utils import logging as hf_logging
 
-        from slime_ext.tiny_model import write_model_dir
+        from slime_ext.dev_engine.tiny_model import write_model_dir
 
         hf_logging.disable_progress_bar()
 

@@ -38,20 +38,20 @@ from typing import Any
 
 from eval_server.launch import running_server
 from eval_server.schema import parse_options
-from slime_ext.backends import BACKENDS
-from slime_ext.cli import EXIT_USAGE, make_parser
+from krl_common.cli import EXIT_USAGE, make_parser
+from krl_common.shutdown import interrupt_on_termination, interrupted_exit_code
+from krl_common.validation import ValidationError
+from slime_ext.clients.backends import BACKENDS
+from slime_ext.clients.eval_client import EvalClient
+from slime_ext.clients.sglang_client import SGLangClient
 from slime_ext.data.split import check_reportable, default_manifest_path, load_split_manifest
-from slime_ext.episode import EpisodeConfig
-from slime_ext.eval_client import EvalClient
-from slime_ext.problems import load_prompt_records
-from slime_ext.recipe import episode_config_from_dict, load_recipe, recipe_section
 from slime_ext.reports import runner
 from slime_ext.reports.chat_policy import ChatClient, chat_template_kwargs
 from slime_ext.reports.report import atomic_write, write_report
 from slime_ext.reports.results import ResultsFile, load_results
-from slime_ext.sglang_client import SGLangClient
-from slime_ext.shutdown import interrupt_on_termination, interrupted_exit_code
-from slime_ext.validation import ValidationError
+from slime_ext.rollout.episode import EpisodeConfig
+from slime_ext.rollout.problems import load_prompt_records
+from slime_ext.rollout.recipe import episode_config_from_dict, load_recipe, recipe_section
 
 RESULTS_NAME = "results.jsonl"
 RUN_NAME = "run.json"
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = make_parser("tools.eval_model", __doc__)
     p.add_argument("--out", type=Path, required=True, help="output folder (results, report, plots)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the folder's results")
-    p.add_argument("--prompts", type=Path, help="prompt jsonl (slime_ext/problems.py format)")
+    p.add_argument("--prompts", type=Path, help="prompt jsonl (slime_ext/rollout/problems.py format)")
     p.add_argument(
         "--backend",
         choices=("chat", "sglang"),

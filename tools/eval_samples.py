@@ -22,9 +22,9 @@ from pathlib import Path
 from eval_server import samples
 from eval_server.launch import running_server
 from eval_server.schema import EvalOptions, EvalResult
-from slime_ext.cli import make_parser
-from slime_ext.eval_client import EvalClient
-from slime_ext.shutdown import interrupt_on_termination, interrupted_exit_code
+from krl_common.cli import make_parser
+from krl_common.shutdown import interrupt_on_termination, interrupted_exit_code
+from slime_ext.clients.eval_client import EvalClient
 
 # Cases that would otherwise wait for the full default limit.
 _SHORT_TIMEOUT_S = {"relu__infinite_loop": 10.0}

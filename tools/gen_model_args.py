@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from slime_ext.cli import make_parser
+from krl_common.cli import make_parser
 from slime_ext.convert import ConvertError
 from slime_ext.convert.megatron_args import render_model_args
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slime_ext.cli import make_parser
+from krl_common.cli import make_parser
 
 REPO = Path(__file__).resolve().parent.parent
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -121,7 +121,7 @@ def launcher_settings(env: Mapping[str, str] | None = None) -> dict[str, str]:
 def check_hf_checkpoint(s: Mapping[str, str]) -> list[Check]:
     path = Path(s["HF_CKPT"])
     fix = (
-        "put the HF model there (the tiny model of PRESET=single_gpu_tiny: python -m slime_ext.tiny_model "
+        "put the HF model there (the tiny model of PRESET=single_gpu_tiny: python -m slime_ext.dev_engine.tiny_model "
         "--out DIR), or set HF_CKPT=/path/to/model"
     )
     if not path.is_dir():
@@ -278,8 +278,8 @@ def check_model_args(s: Mapping[str, str]) -> Check:
 
 
 def check_prompt_data(s: Mapping[str, str]) -> Check:
-    from slime_ext.problems import load_prompt_records
-    from slime_ext.validation import ValidationError
+    from krl_common.validation import ValidationError
+    from slime_ext.rollout.problems import load_prompt_records
 
     path = Path(s["PROMPT_DATA"])
     fix = "prepare it: python -m tools.prepare_kernelbench (see docs/LAUNCH.md), or set PROMPT_DATA"
@@ -288,7 +288,7 @@ def check_prompt_data(s: Mapping[str, str]) -> Check:
     try:
         records = load_prompt_records(path)
     except (ValidationError, ValueError) as exc:
-        return Check("prompt data", FAIL, str(exc)[:300], "fix the file (slime_ext/problems.py defines it)")
+        return Check("prompt data", FAIL, str(exc)[:300], "fix the file (slime_ext/rollout/problems.py defines it)")
     train = sum(r.split == "train" for r in records)
     status = PASS if train else FAIL
     return Check(
@@ -300,8 +300,8 @@ def check_prompt_data(s: Mapping[str, str]) -> Check:
 
 
 def check_recipe(s: Mapping[str, str]) -> Check:
-    from slime_ext.recipe import episode_config_from_dict, load_recipe, recipe_section
-    from slime_ext.validation import ValidationError
+    from krl_common.validation import ValidationError
+    from slime_ext.rollout.recipe import episode_config_from_dict, load_recipe, recipe_section
 
     path = Path(s["RECIPE"])
     if not path.is_file():

@@ -1,4 +1,4 @@
-"""KernelBench -> the RL prompt jsonl (slime_ext/problems.py) + its train/holdout split manifest.
+"""KernelBench -> the RL prompt jsonl (slime_ext/rollout/problems.py) + its train/holdout split manifest.
 
   python -m tools.prepare_kernelbench --input path/to/KernelBench --output data/kernelbench.jsonl
   python -m tools.prepare_kernelbench --input hf_kernelbench/data --levels 1,2 \\
@@ -19,7 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from slime_ext.cli import make_parser
+from krl_common.cli import make_parser
+from krl_common.validation import ValidationError
 from slime_ext.data.kernelbench import load_kernelbench, to_prompt_record
 from slime_ext.data.split import (
     assign_splits,
@@ -29,8 +30,7 @@ from slime_ext.data.split import (
     pinned_splits,
     write_split_manifest,
 )
-from slime_ext.problems import write_prompt_records
-from slime_ext.validation import ValidationError
+from slime_ext.rollout.problems import write_prompt_records
 
 
 def _levels(text: str) -> list[int]:

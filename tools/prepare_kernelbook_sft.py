@@ -12,7 +12,7 @@ with filters, dedup and a report.
   python -m tools.prepare_kernelbook_sft --backend cuda --input AI-CUDA-Engineer-Archive/ \\
       --output data/sft_cuda.jsonl --exclude-problems data/kb_holdout.jsonl --per-task 4
 
-Prompts are built exactly as in RL (`slime_ext.prompts.build_messages`, in the backend's wording;
+Prompts are built exactly as in RL (`slime_ext.rollout.prompts.build_messages`, in the backend's wording;
 the prompt section of `--recipe` if given). The backend is `--backend`, else the recipe's
 `episode.backend`, else triton. The report (`<output stem>.report.json` unless --report) counts every
 dropped row by reason; the same table is printed. Outputs are written atomically. Exit codes:
@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from eval_server.schema import EvalOptions
-from slime_ext.backends import BACKENDS, CUDA, DEFAULT_BACKEND
-from slime_ext.cli import make_parser
+from krl_common.cli import make_parser
+from krl_common.validation import ValidationError
+from slime_ext.clients.backends import BACKENDS, CUDA, DEFAULT_BACKEND
+from slime_ext.clients.eval_client import EvalClient, EvalClientError
 from slime_ext.data.files import TABLE_SUFFIXES, atomic_write_text, read_rows
 from slime_ext.data.kernelbook import canonical_hash
 from slime_ext.data.report import FilterReport
@@ -49,11 +51,9 @@ from slime_ext.data.sft_build import (
 )
 from slime_ext.data.sft_format import SFTExample, write_sft_jsonl
 from slime_ext.data.sft_verify import load_attempts, multi_turn_examples, mutation_attempts, verify_pairs
-from slime_ext.episode import EpisodeConfig
-from slime_ext.eval_client import EvalClient, EvalClientError
-from slime_ext.problems import PromptRecord, load_prompt_records
-from slime_ext.recipe import episode_config_from_dict, load_recipe, recipe_section
-from slime_ext.validation import ValidationError
+from slime_ext.rollout.episode import EpisodeConfig
+from slime_ext.rollout.problems import PromptRecord, load_prompt_records
+from slime_ext.rollout.recipe import episode_config_from_dict, load_recipe, recipe_section
 
 
 def build_parser(

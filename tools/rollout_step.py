@@ -25,12 +25,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from slime_ext.cli import make_parser
+from krl_common.cli import make_parser
+from krl_common.fileio import atomic_write
 from slime_ext.data.files import atomic_write_jsonl
-from slime_ext.fileio import atomic_write
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
-from slime_ext.trajectory import TrajectoryRecord
-from slime_ext.trajectory_codec import decode
+from slime_ext.trajectory.codec import decode
+from slime_ext.trajectory.record import TrajectoryRecord
 
 __all__ = ["consume_step", "format_summary", "main", "summarize"]
 

@@ -1,4 +1,4 @@
-"""Recipe helpers for the shell launchers (thin CLI over `slime_ext/recipe.py`).
+"""Recipe helpers for the shell launchers (thin CLI over `slime_ext/rollout/recipe.py`).
 
   python -m tools.run_recipe get RECIPE KEY [--default VALUE]
       print one scalar under `kernel_rl` (dotted KEY, e.g. runner.temperature); exit 2 naming
@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
-from slime_ext.cli import EXIT_USAGE, HelpFormatter, make_parser
-from slime_ext.fileio import atomic_write
-from slime_ext.recipe import ROOT_KEY, episode_config_from_dict, load_recipe, recipe_section
-from slime_ext.validation import ValidationError
+from krl_common.cli import EXIT_USAGE, HelpFormatter, make_parser
+from krl_common.fileio import atomic_write
+from krl_common.validation import ValidationError
+from slime_ext.rollout.recipe import ROOT_KEY, episode_config_from_dict, load_recipe, recipe_section
 
 __all__ = ["lookup", "main", "with_values"]
 
@@ -63,7 +63,7 @@ def validate(recipe: dict[str, Any]) -> None:
     """Validate the sections this project knows (each by its owner's parser)."""
     episode_config_from_dict(recipe_section(recipe, "episode"))
     try:
-        from buffer_server.runner import runner_config_from_dict
+        from buffer_server.runner.agent_runner import runner_config_from_dict
     except ImportError:
         return
     if recipe.get("runner") is not None:

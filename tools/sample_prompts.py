@@ -1,4 +1,4 @@
-"""Write prompt records (slime_ext/problems.py) for the bundled sample problems.
+"""Write prompt records (slime_ext/rollout/problems.py) for the bundled sample problems.
 
   python -m tools.sample_prompts --out data/sample_prompts.jsonl
   python -m tools.sample_prompts --out data/two.jsonl --problems relu softmax
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from slime_ext.cli import EXIT_USAGE, make_parser
-from slime_ext.problems import write_prompt_records
-from slime_ext.scripted import sample_prompt_records
+from krl_common.cli import EXIT_USAGE, make_parser
+from slime_ext.dev_engine.scripted import sample_prompt_records
+from slime_ext.rollout.problems import write_prompt_records
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Write the records of one split of a prompt-record file (slime_ext/problems.py).
+"""Write the records of one split of a prompt-record file (slime_ext/rollout/problems.py).
 
   python -m tools.split_prompts data/kernelbench.jsonl runs/r1/prompts_train.jsonl --split train
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from slime_ext.cli import EXIT_USAGE, make_parser
-from slime_ext.problems import SPLITS, load_prompt_records, write_prompt_records
-from slime_ext.validation import ValidationError
+from krl_common.cli import EXIT_USAGE, make_parser
+from krl_common.validation import ValidationError
+from slime_ext.rollout.problems import SPLITS, load_prompt_records, write_prompt_records
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,8 @@ the corpus serves as a smoke test of a deployed service and as fixtures for the 
 
 Both folders are package data (not packages) and are read with importlib.resources, so this works
 from a source checkout and from an installed wheel alike.
+
+May import: eval_server.schema.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from slime_ext.fileio import atomic_write
-from slime_ext.validation import ValidationError
+from krl_common.fileio import atomic_write
+from krl_common.validation import ValidationError
 
 __all__ = ["TABLE_SUFFIXES", "atomic_write_jsonl", "atomic_write_text", "iter_jsonl", "read_rows"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 
-from eval_server.static_checks import _dotted  # the evaluator's own reading of dotted names
+from eval_server.checks.static import _dotted  # the evaluator's own reading of dotted names
 from slime_ext.data.source_edit import Edit, Offsets, apply_edits, statement_removal
 
 __all__ = ["UnsupportedInductorCode", "rewrite_inductor_glue"]

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from krl_common.validation import ValidationError
 from slime_ext.data.files import TABLE_SUFFIXES, read_rows
-from slime_ext.problems import PromptRecord
-from slime_ext.validation import ValidationError
+from slime_ext.rollout.problems import PromptRecord
 
 __all__ = [
     "KernelBenchProblem",

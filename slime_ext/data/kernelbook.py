@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval_server.static_checks import _is_triton_jit, run_static_checks  # one definition of a kernel
+from eval_server.checks.static import _is_triton_jit, run_static_checks  # one definition of a kernel
+from krl_common.validation import ValidationError
 from slime_ext.data.inductor import UnsupportedInductorCode, rewrite_inductor_glue
 from slime_ext.data.kernelbench import check_problem_source
 from slime_ext.data.source_edit import Edit, apply_edits, node_span, rename_identifier
-from slime_ext.validation import ValidationError
 
 __all__ = [
     "REQUIRED_COLUMNS",

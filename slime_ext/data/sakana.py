@@ -25,13 +25,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from eval_server.cuda_static import SOURCE_RULES, strip_comments
+from eval_server.checks.cuda_static import SOURCE_RULES, strip_comments
+from krl_common.validation import ValidationError
 from slime_ext.data.kernelbench import check_problem_source
 from slime_ext.data.kernelbook import Rejected, canonical_hash, jsonable
 from slime_ext.data.report import FilterReport
 from slime_ext.data.sft_build import Pair, SFTBuildConfig
 from slime_ext.data.source_edit import Edit, Offsets, apply_edits, node_span, rename_identifier
-from slime_ext.validation import ValidationError
 
 __all__ = [
     "REQUIRED_COLUMNS",
@@ -63,7 +63,7 @@ _METADATA_COLUMNS = (
 )
 EXTENSION = "_cuda_ext"  # the name the answer gives the compiled extension
 
-# The evaluator's own source rules for CUDA/C++ (eval_server.cuda_static): an SFT answer must be
+# The evaluator's own source rules for CUDA/C++ (eval_server.checks.cuda_static): an SFT answer must be
 # code the reward would accept. The torch-compute rule maps to its own drop reason (and
 # --allow-extern-kernels keeps such answers); every other rule to answer_evaluator_rule.
 _TORCH_COMPUTE_RULE = "static.cuda_torch_compute"

@@ -9,8 +9,8 @@ Stages (each dropped row is counted in the FilterReport under its reason):
 3. `multi_turn_examples` (needs verification): for each verified pair with a first attempt (from
    an attempts file, or a `flip_arithmetic` variant), evaluate the attempt; if it fails, the
    example is prompt -> attempt (untrained) -> the evaluator's feedback -> the verified answer.
-Prompts are built by `slime_ext.prompts.build_messages`, the RL prompt builder, with the same
-PromptConfig, and feedback turns by `slime_ext.prompts.feedback_message`.
+Prompts are built by `slime_ext.rollout.prompts.build_messages`, the RL prompt builder, with the same
+PromptConfig, and feedback turns by `slime_ext.rollout.prompts.feedback_message`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from slime_ext.data.kernelbook import (
 )
 from slime_ext.data.report import FilterReport
 from slime_ext.data.sft_format import SFTExample, assistant_message
-from slime_ext.prompts import PromptConfig, build_messages, feedback_message
+from slime_ext.rollout.prompts import PromptConfig, build_messages, feedback_message
 
 __all__ = [
     "Attempt",

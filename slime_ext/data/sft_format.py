@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from krl_common.validation import ValidationError, check_type, reject_unknown
 from slime_ext.data.files import atomic_write_jsonl, iter_jsonl
-from slime_ext.validation import ValidationError, check_type, reject_unknown
 
 __all__ = [
     "SFTExample",

@@ -21,15 +21,15 @@ from typing import TypeVar
 from tqdm import tqdm
 
 from eval_server.schema import STATUS_OK, STATUS_REFERENCE_ERROR, STATUS_SERVER_ERROR, EvalOptions, EvalResult
-from slime_ext.backends import DEFAULT_BACKEND
+from krl_common.validation import ValidationError, check_type, reject_unknown
+from slime_ext.clients.backends import DEFAULT_BACKEND
+from slime_ext.clients.eval_client import EvalClient, EvalRequestError
 from slime_ext.data.files import read_rows
 from slime_ext.data.mutations import flip_arithmetic
 from slime_ext.data.report import FilterReport
 from slime_ext.data.sft_build import Attempt, Pair, multi_turn_example
 from slime_ext.data.sft_format import SFTExample
-from slime_ext.eval_client import EvalClient, EvalRequestError
-from slime_ext.prompts import PromptConfig
-from slime_ext.validation import ValidationError, check_type, reject_unknown
+from slime_ext.rollout.prompts import PromptConfig
 
 __all__ = ["load_attempts", "multi_turn_examples", "mutation_attempts", "verify_pairs"]
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from krl_common.validation import ValidationError, check_type, reject_unknown
 from slime_ext.data.files import atomic_write_text
-from slime_ext.problems import SPLITS, PromptRecord
-from slime_ext.validation import ValidationError, check_type, reject_unknown
+from slime_ext.rollout.problems import SPLITS, PromptRecord
 
 __all__ = [
     "MANIFEST_FORMAT",

@@ -5,8 +5,8 @@ Served models are often reachable only through `/v1/chat/completions` (SGLang's 
 OpenAI servers, hosted APIs). There are no token ids or log-probs here, so this loop is for
 evaluation only (never training): it keeps the conversation as text and lets the server apply the
 chat template. Everything else is the episode's: the prompt builder, candidate extraction, eval
-client, rewards, early stop and feedback messages come from `slime_ext.episode.evaluate_response`
-and `slime_ext.prompts`, so both backends score a response the same way.
+client, rewards, early stop and feedback messages come from `slime_ext.rollout.episode.evaluate_response`
+and `slime_ext.rollout.prompts`, so both backends score a response the same way.
 
 HTTP contract: `POST {base}/chat/completions` with `{"model", "messages", "temperature",
 "max_tokens", "top_p"?, "seed"?, "chat_template_kwargs"?, ...extra}`; the answer's
@@ -28,11 +28,12 @@ from typing import Any
 
 import httpx
 
-from slime_ext.episode import EpisodeConfig, evaluate_response, problem_fields
-from slime_ext.eval_client import EvalClient, backoff_delay
-from slime_ext.prompts import build_messages
-from slime_ext.sglang_client import FINISH_ABORT, FINISH_LENGTH
-from slime_ext.trajectory import STATUS_ABORTED, STATUS_COMPLETED, STATUS_TRUNCATED
+from krl_common.backoff import backoff_delay
+from slime_ext.clients.eval_client import EvalClient
+from slime_ext.clients.sglang_client import FINISH_ABORT, FINISH_LENGTH
+from slime_ext.rollout.episode import EpisodeConfig, evaluate_response, problem_fields
+from slime_ext.rollout.prompts import build_messages
+from slime_ext.trajectory.record import STATUS_ABORTED, STATUS_COMPLETED, STATUS_TRUNCATED
 
 __all__ = [
     "ChatClient",
@@ -263,7 +264,7 @@ class ChatTurn:
 
 @dataclass
 class ChatEpisode:
-    """The text-level counterpart of `slime_ext.episode.Episode` (no tokens: evaluation only)."""
+    """The text-level counterpart of `slime_ext.rollout.episode.Episode` (no tokens: evaluation only)."""
 
     problem_id: str | None
     messages: list[dict[str, str]]

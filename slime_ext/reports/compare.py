@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from krl_common.validation import ValidationError
 from slime_ext.reports.metrics import Outcome, outcome_at_turn
 from slime_ext.reports.report import markdown_table
 from slime_ext.reports.results import SampleResult, latest_results
-from slime_ext.validation import ValidationError
 
 __all__ = [
     "BootstrapCI",

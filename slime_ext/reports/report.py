@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slime_ext.fileio import atomic_write
+from krl_common.fileio import atomic_write
 from slime_ext.reports.metrics import FAST_P_THRESHOLDS, NO_RESPONSE, per_problem, summarize
 from slime_ext.reports.results import TURN_STATUSES, SampleResult, latest_results
 

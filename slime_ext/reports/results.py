@@ -7,7 +7,7 @@ report and `tools/compare_runs` read only this file.
 
 Record fields (`SampleResult`, format version `v` = 1):
 - `instance_id`, `problem_id`, `level`, `name`, `split`, `problem_hash`: copied from the prompt
-  record (`slime_ext/problems.py`), so a results file is self-describing.
+  record (`slime_ext/rollout/problems.py`), so a results file is self-describing.
 - `sample` (int >= 0): the sample index within the problem (0 .. k-1).
 - `model` (str): the label of the evaluated model; `config_id` (str): fingerprint of every
   setting that changes outcomes (backend, model, turns, sampling, eval options, prompts); one file
@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eval_server.schema import STATUS_OK, STATUS_REJECTED, STATUSES, EvalResult
-from slime_ext.episode import EPISODE_STATUSES
-from slime_ext.problems import PromptRecord
-from slime_ext.rewards import is_rejected
-from slime_ext.trajectory import STATUS_ABORTED
-from slime_ext.validation import ValidationError, check_type, reject_unknown
+from krl_common.validation import ValidationError, check_type, reject_unknown
+from slime_ext.rollout.episode import EPISODE_STATUSES
+from slime_ext.rollout.problems import PromptRecord
+from slime_ext.rollout.rewards import is_rejected
+from slime_ext.trajectory.record import STATUS_ABORTED
 
 __all__ = [
     "FORMAT_VERSION",
@@ -163,7 +163,7 @@ class _TurnLike(Protocol):
 
 
 class EpisodeLike(Protocol):
-    """What both policy backends return: `slime_ext.episode.Episode` and the chat loop's episode."""
+    """What both policy backends return: `slime_ext.rollout.episode.Episode` and the chat loop's episode."""
 
     turns: Sequence[_TurnLike]
     status: str

@@ -2,7 +2,7 @@
 backend, append one result line per finished sample, resume where a previous run stopped.
 
 Policy backends (both return an episode that `results.sample_result_from_episode` reads):
-- `SGLangPolicy`: SGLang `/generate`, token in / token out, through `slime_ext.episode.run_episode`
+- `SGLangPolicy`: SGLang `/generate`, token in / token out, through `slime_ext.rollout.episode.run_episode`
   (exactly the training episode; needs the model's tokenizer).
 - `ChatPolicy`: an OpenAI-compatible `/v1/chat/completions` endpoint through
   `chat_policy.run_chat_episode` (text level; any served model).
@@ -23,13 +23,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from slime_ext.chat import ChatRenderer
-from slime_ext.episode import EpisodeConfig, run_episode
-from slime_ext.eval_client import EvalClient
-from slime_ext.problems import SPLITS, PromptRecord
+from slime_ext.clients.eval_client import EvalClient
+from slime_ext.clients.sglang_client import SGLangClient
 from slime_ext.reports.chat_policy import ChatClient, run_chat_episode
 from slime_ext.reports.results import EpisodeLike, ResultsFile, SampleResult, sample_result_from_episode
-from slime_ext.sglang_client import SGLangClient
+from slime_ext.rollout.chat import ChatRenderer
+from slime_ext.rollout.episode import EpisodeConfig, run_episode
+from slime_ext.rollout.problems import SPLITS, PromptRecord
 
 __all__ = [
     "SPLIT_ALL",

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from slime_ext import fastjson
-from slime_ext.trajectory_codec import PACKED_BATCH_MEDIA_TYPE, unpack_batch
+from krl_common import fastjson
+from slime_ext.trajectory.codec import PACKED_BATCH_MEDIA_TYPE, unpack_batch
 
 __all__ = ["BufferClient", "BufferError"]
 

@@ -1,7 +1,7 @@
 """Plug-in settings: the `plugins` section of the recipe YAML, read from `args.kernel_rl`.
 
 slime's `--custom-config-path recipe.yaml` setattrs every top-level key of the file onto `args`,
-so the recipe's `kernel_rl` mapping arrives as `args.kernel_rl` (`slime_ext/recipe.py`). The
+so the recipe's `kernel_rl` mapping arrives as `args.kernel_rl` (`slime_ext/rollout/recipe.py`). The
 plug-ins read two sections of it: `episode` (EpisodeConfig, shared with the agent runner) and
 `plugins` (this module, strictly validated: an unknown key is an error naming it).
 
@@ -16,10 +16,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_ext.episode import EpisodeConfig
-from slime_ext.eval_client import parse_urls
-from slime_ext.recipe import ROOT_KEY, dataclass_from_dict, episode_config_from_dict, recipe_section
-from slime_ext.validation import check_type
+from krl_common.urls import parse_urls
+from krl_common.validation import check_type
+from slime_ext.rollout.episode import EpisodeConfig
+from slime_ext.rollout.recipe import ROOT_KEY, dataclass_from_dict, episode_config_from_dict, recipe_section
 
 __all__ = [
     "DEFAULT_BUFFER_URL",

@@ -6,7 +6,7 @@
 slime's default rollout draws prompts from `--prompt-data` (the prompt-record jsonl, read with
 `--input-key reference`, no `--apply-chat-template`: `sample.prompt` is then the reference source)
 and calls `generate(args, sample, sampling_params)` once per sample, inside its semaphore. The
-episode (slime_ext.episode.run_episode) runs against slime's SGLang router and the eval servers;
+episode (slime_ext.rollout.episode.run_episode) runs against slime's SGLang router and the eval servers;
 the reward is set here, so slime keeps it and calls the RM only for samples without one.
 
 Returns (slime_interfaces.md section 1): `trajectory` credit -> the sample itself (tokens = prompt
@@ -27,7 +27,7 @@ from slime_ext.slime_plugins.config import episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, problem_index, problem_info, run_problem
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples
-from slime_ext.trajectory import STATUS_ABORTED
+from slime_ext.trajectory.record import STATUS_ABORTED
 
 __all__ = ["generate", "reward"]
 

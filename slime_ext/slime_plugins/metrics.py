@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from eval_server.pool import percentile
+from krl_common.stats import percentile
 from slime_ext.slime_plugins.samples import METADATA_KEY
 
 __all__ = ["kernel_metrics"]

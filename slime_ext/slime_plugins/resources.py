@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from eval_server.schema import problem_hash
-from slime_ext.chat import ChatRenderer
-from slime_ext.episode import Episode, EpisodeConfig, run_episode
-from slime_ext.eval_client import EvalClient
-from slime_ext.problems import PromptRecord, load_prompt_records
-from slime_ext.sglang_client import SGLangClient
+from slime_ext.clients.eval_client import EvalClient
+from slime_ext.clients.sglang_client import SGLangClient
+from slime_ext.rollout.chat import ChatRenderer
+from slime_ext.rollout.episode import Episode, EpisodeConfig, run_episode
+from slime_ext.rollout.problems import PromptRecord, load_prompt_records
 from slime_ext.slime_plugins.config import PluginConfig
 
 __all__ = [

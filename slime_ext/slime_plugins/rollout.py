@@ -36,15 +36,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_ext.problems import PromptRecord, load_prompt_records
+from slime_ext.rollout.problems import PromptRecord, load_prompt_records
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
 from slime_ext.slime_plugins.config import PluginConfig, episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, run_problem
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples, group_to_samples
 from slime_ext.slime_plugins.slime_api import eval_output, sample_class, train_output
-from slime_ext.trajectory import TrajectoryRecord
-from slime_ext.trajectory_codec import decode
+from slime_ext.trajectory.codec import decode
+from slime_ext.trajectory.record import TrajectoryRecord
 
 __all__ = ["evaluate", "generate_rollout", "reset_state"]
 

@@ -18,7 +18,7 @@ An aborted episode (engine abort, eval outage) trains nothing: reward 0.0, `remo
 mask all 0. If it has no response token at all, the last prompt token is counted as its one
 (masked) response token, so no token is invented and `response_length >= 1` still holds.
 
-Per-turn records in the buffer (buffer_server/runner.py `episode_records`): the records of one
+Per-turn records in the buffer (buffer_server/runner/agent_runner.py `episode_records`): the records of one
 trajectory carry the same `metadata["episode_uid"]` (TRAJECTORY_KEY), their turn in
 `sample_index` and only that turn's reward and eval result; a record without that key is a
 trajectory of its own.
@@ -31,9 +31,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from slime_ext.episode import Episode, episode_to_samples_per_turn
+from slime_ext.rollout.episode import Episode, episode_to_samples_per_turn
 from slime_ext.slime_plugins.slime_api import sample_class
-from slime_ext.trajectory import STATUS_ABORTED, STATUS_COMPLETED, STATUS_TRUNCATED, TrajectoryRecord
+from slime_ext.trajectory.record import STATUS_ABORTED, STATUS_COMPLETED, STATUS_TRUNCATED, TrajectoryRecord
 
 __all__ = [
     "METADATA_KEY",

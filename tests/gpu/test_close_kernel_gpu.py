@@ -1,4 +1,4 @@
-"""eval_server.close_kernel agrees with compare's torch path on a GPU, bf16 included, and
+"""eval_server.checks.close_kernel agrees with compare's torch path on a GPU, bf16 included, and
 compare_outputs uses it there. Run on the GPU machine: `python -m pytest -m gpu tests/gpu/test_close_kernel_gpu.py`."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_kernel_matches_the_torch_path_on_every_case() -> None:
 
 
 def test_compare_outputs_takes_the_kernel_on_a_large_output(monkeypatch: pytest.MonkeyPatch) -> None:
-    from eval_server import close_kernel, compare
+    from eval_server.checks import close_kernel, compare
 
     calls = []
     original = close_kernel.close_stats

@@ -13,12 +13,12 @@ import json
 
 import pytest
 
+from bench.synthetic_data import sakana_rows, write_sakana_archive
 from eval_server.launch import running_server
 from slime_ext.data.report import FilterReport
 from slime_ext.data.sakana import select_archive_pairs
 from slime_ext.data.sft_build import SFTBuildConfig
-from slime_ext.prompts import CUDA_EXAMPLE
-from tests.data_fixtures import sakana_rows, write_sakana_archive
+from slime_ext.rollout.prompts import CUDA_EXAMPLE
 from tools.prepare_cuda_sft import main
 
 pytestmark = pytest.mark.gpu

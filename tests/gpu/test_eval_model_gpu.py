@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from eval_server.samples import load_candidate, load_problem
-from slime_ext.problems import PromptRecord, write_prompt_records
 from slime_ext.reports.results import load_results
+from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 from tests.openai_double import OpenAIChatDouble
 from tools import eval_model
 

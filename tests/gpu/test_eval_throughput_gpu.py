@@ -22,8 +22,9 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - CPU machines never select this marker
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from eval_server import compare, timing  # noqa: E402
-from eval_server.hardening import Hardening  # noqa: E402
+from eval_server.checks import compare  # noqa: E402
+from eval_server.isolation.hardening import Hardening  # noqa: E402
+from eval_server.pipeline import timing  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE = torch.device("cuda", 0)

@@ -1,4 +1,4 @@
-"""The per-trial persisting-L2 reset (eval_server/persisting_l2.py) on a real GPU.
+"""The per-trial persisting-L2 reset (eval_server/checks/persisting_l2.py) on a real GPU.
 
 Candidates cannot set a persisting window (ctypes and cuda-python are forbidden statically: the
 persisting_l2_* corpus cases), so the harness sets one itself, the way a candidate would, and
@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - CPU machines never select this marker
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from eval_server import persisting_l2, timing  # noqa: E402
+from eval_server.checks import persisting_l2  # noqa: E402
+from eval_server.pipeline import timing  # noqa: E402
 
 WINDOW_BYTES = 16 << 20  # below the persisting maximum of A100/H100/H200 (30+ MiB)
 

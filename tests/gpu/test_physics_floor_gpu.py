@@ -1,4 +1,4 @@
-"""The physics floor's table against the GPU it runs on (eval_server/physics_floor.py).
+"""The physics floor's table against the GPU it runs on (eval_server/checks/physics_floor.py).
 
 The floor rejects times below bytes / (peak x headroom); it must never reject an honest kernel,
 so the best copy bandwidth measured here must stay below the table's peak x headroom (and a
@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - CPU machines never select this marker
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from eval_server import physics_floor, timing  # noqa: E402
+from eval_server.checks import physics_floor  # noqa: E402
+from eval_server.pipeline import timing  # noqa: E402
 
 
 def test_this_gpu_is_in_the_table() -> None:

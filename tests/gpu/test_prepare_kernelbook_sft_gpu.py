@@ -11,12 +11,12 @@ import json
 
 import pytest
 
+from bench.synthetic_data import kernelbook_rows
 from eval_server.launch import running_server
 from eval_server.schema import EvalOptions
+from slime_ext.clients.eval_client import EvalClient
 from slime_ext.data.kernelbook import parse_kernelbook_row, to_reference
 from slime_ext.data.sft_format import load_sft_jsonl
-from slime_ext.eval_client import EvalClient
-from tests.data_fixtures import kernelbook_rows
 from tools.prepare_kernelbook_sft import main
 
 pytestmark = pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""eval_server.timing.time_gpu on a real GPU: the lead excludes host launch time, and work that
+"""eval_server.pipeline.timing.time_gpu on a real GPU: the lead excludes host launch time, and work that
 runs outside the timed stream during the lead is measured by the launch-inclusive check trials,
 one call per trial or k calls (the method of short problems); and the A/A steadiness of a small
 kernel's speedup over evaluations through a pool worker, a restart included (issue 16).
@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - CPU machines never select this marker
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from eval_server import timing  # noqa: E402
+from eval_server.pipeline import timing  # noqa: E402
 
 DEVICE = torch.device("cuda", 0)
 

@@ -1,4 +1,4 @@
-"""slime_ext/tiny_engine.py on a GPU (`--device cuda`): the tiny model written to disk, loaded onto
+"""slime_ext/dev_engine/engine.py on a GPU (`--device cuda`): the tiny model written to disk, loaded onto
 the GPU in float32 and bfloat16, serving sampled and SCRIPTED MIX answers whose log-probs are the
 model's on that device.
 
@@ -30,10 +30,10 @@ def _fresh_logprobs(engine, prompt: list[int], ids: list[int], temperature: floa
 @pytest.mark.parametrize(("dtype", "tol"), [("float32", 1e-3), ("bfloat16", 0.1)])
 def test_engine_on_cuda_samples_and_scripted_mix(tmp_path: Path, dtype: str, tol: float) -> None:
     from eval_server import samples
-    from slime_ext.chat import ChatRenderer
-    from slime_ext.prompts import PromptConfig, build_messages
-    from slime_ext.tiny_engine import load_engine
-    from slime_ext.tiny_model import write_model_dir
+    from slime_ext.dev_engine.engine import load_engine
+    from slime_ext.dev_engine.tiny_model import write_model_dir
+    from slime_ext.rollout.chat import ChatRenderer
+    from slime_ext.rollout.prompts import PromptConfig, build_messages
 
     engine = load_engine(
         str(write_model_dir(tmp_path / "model")), seed=0, scripted_mix=0.5, device="cuda", dtype=dtype

@@ -98,7 +98,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("slime_train")
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
     hf = root / "Qwen3-tiny"
-    _run([sys.executable, "-m", "slime_ext.tiny_model", "--out", str(hf)], env)
+    _run([sys.executable, "-m", "slime_ext.dev_engine.tiny_model", "--out", str(hf)], env)
     _run([sys.executable, "-m", "tools.convert_hf_to_megatron", "--hf-dir", str(hf),
           "--out", f"{hf}_torch_dist", "--dtype", "bf16"], env)
     prompts = root / "sample_prompts.jsonl"

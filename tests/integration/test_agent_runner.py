@@ -22,10 +22,10 @@ import pytest
 import yaml
 
 from eval_server.samples import load_candidate, load_problem
-from slime_ext.chat import ChatRenderer
-from slime_ext.problems import PromptRecord, write_prompt_records
-from slime_ext.prompts import PromptConfig, build_messages
-from slime_ext.service import ServiceProcess, free_port, start_service
+from krl_common.service import ServiceProcess, free_port, start_service
+from slime_ext.rollout.chat import ChatRenderer
+from slime_ext.rollout.problems import PromptRecord, write_prompt_records
+from slime_ext.rollout.prompts import PromptConfig, build_messages
 from tests.sglang_double import SGLangDouble
 from tests.tiny_qwen3 import tiny_model, tiny_tokenizer
 

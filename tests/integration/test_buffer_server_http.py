@@ -18,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from slime_ext.service import ServiceProcess, running_service
+from krl_common.service import ServiceProcess, running_service
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
-from slime_ext.trajectory import parse_record
-from slime_ext.trajectory_codec import PACKED_BATCH_MEDIA_TYPE, PACKED_MEDIA_TYPE, decode, pack_request
+from slime_ext.trajectory.codec import PACKED_BATCH_MEDIA_TYPE, PACKED_MEDIA_TYPE, decode, pack_request
+from slime_ext.trajectory.record import parse_record
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """The build cache's premise, with a real torch extension build (C++ only, so it runs on a CPU
 machine): what one process built with load_inline into a key's directory, a fresh process loads
 from there without rebuilding. The CUDA backend relies on it: the compile process builds outside
-the GPU lock, the evaluation process only loads (eval_server/cuda_backend.py)."""
+the GPU lock, the evaluation process only loads (eval_server/pipeline/cuda_backend.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_server import cuda_backend
-from eval_server.cuda_backend import Extensions, InlineCall
+from eval_server.pipeline import cuda_backend
+from eval_server.pipeline.cuda_backend import Extensions, InlineCall
 
 pytestmark = [
     pytest.mark.integration,

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from slime_ext.trajectory import parse_record
+from slime_ext.trajectory.record import parse_record
 
 pytestmark = [
     pytest.mark.integration,
@@ -143,8 +143,8 @@ def test_dry_run_with_the_embedded_engine(tmp_path: Path) -> None:
 def test_dry_run_with_an_external_scripted_engine(tmp_path: Path) -> None:
     """--engine-url with an external engine in SCRIPTED mode (the rules `--scripted` writes): the
     bundled correct candidate comes back for each turn, so the eval server path runs for real."""
-    from slime_ext.tiny_engine import load_engine
-    from slime_ext.tiny_model import write_model_dir
+    from slime_ext.dev_engine.engine import load_engine
+    from slime_ext.dev_engine.tiny_model import write_model_dir
     from tools.dry_run import write_scripted_rules
 
     rules = tmp_path / "scripted.jsonl"
@@ -179,7 +179,7 @@ def test_dry_run_with_an_external_scripted_engine(tmp_path: Path) -> None:
 
 def test_dry_run_scripted_mix_gives_one_group_correct_and_wrong_turns(tmp_path: Path) -> None:
     """--scripted-mix 0.5 (labelled SCRIPTED MIX): one group of 3 episodes of relu. The engine's
-    draws spread any 3 requests with the same ids over both kinds (slime_ext/scripted.py), so the
+    draws spread any 3 requests with the same ids over both kinds (slime_ext/dev_engine/scripted.py), so the
     first turn holds a correct and a not-correct answer, and the group's rewards are not all equal:
     the group GRPO would train on rather than drop."""
     res, run_dir, _ = _dry_run(tmp_path, "--problems", "relu", "--group-size", "3", "--scripted-mix", "0.5")

@@ -18,12 +18,12 @@ import torch
 
 from eval_server.samples import load_problem
 from eval_server.schema import EvalResult
-from slime_ext.chat import ChatRenderer
-from slime_ext.episode import EpisodeConfig, episode_to_samples_per_turn, problem_fields, run_episode
-from slime_ext.eval_client import EvalRequestError, EvalUnavailableError
-from slime_ext.prompts import DEFAULT_NO_CODE_FEEDBACK
-from slime_ext.rewards import RewardConfig
-from slime_ext.sglang_client import SGLangClient
+from slime_ext.clients.eval_client import EvalRequestError, EvalUnavailableError
+from slime_ext.clients.sglang_client import SGLangClient
+from slime_ext.rollout.chat import ChatRenderer
+from slime_ext.rollout.episode import EpisodeConfig, episode_to_samples_per_turn, problem_fields, run_episode
+from slime_ext.rollout.prompts import DEFAULT_NO_CODE_FEEDBACK
+from slime_ext.rollout.rewards import RewardConfig
 from tests.sglang_double import SGLangDouble
 from tests.tiny_qwen3 import tiny_model, tiny_tokenizer
 
@@ -191,7 +191,7 @@ def test_length_on_last_turn_is_truncated(double, tok) -> None:
 
 
 def prompt_len(tok) -> int:
-    from slime_ext.prompts import build_messages
+    from slime_ext.rollout.prompts import build_messages
 
     return len(ChatRenderer(tok).prompt_ids(build_messages(load_problem("relu"))))
 

@@ -9,10 +9,10 @@ import pytest
 
 from eval_server.samples import load_candidate, load_problem
 from eval_server.schema import EvalOptions
-from slime_ext.chat import ChatRenderer
-from slime_ext.episode import EpisodeConfig, run_episode
-from slime_ext.eval_client import EvalClient
-from slime_ext.sglang_client import SGLangClient
+from slime_ext.clients.eval_client import EvalClient
+from slime_ext.clients.sglang_client import SGLangClient
+from slime_ext.rollout.chat import ChatRenderer
+from slime_ext.rollout.episode import EpisodeConfig, run_episode
 from tests.sglang_double import SGLangDouble
 from tests.tiny_qwen3 import tiny_model, tiny_tokenizer
 

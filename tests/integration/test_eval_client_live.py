@@ -1,4 +1,4 @@
-"""slime_ext.eval_client against the real eval server (no doubles): results, retries, spreading."""
+"""slime_ext.clients.eval_client against the real eval server (no doubles): results, retries, spreading."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from eval_server import samples
 from eval_server.schema import EvalOptions
-from slime_ext.eval_client import EvalClient, EvalRequestError
+from slime_ext.clients.eval_client import EvalClient, EvalRequestError
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration

@@ -23,8 +23,8 @@ import pytest
 
 from eval_server.samples import load_candidate, load_problem
 from slime_ext.data.split import build_manifest, default_manifest_path, write_split_manifest
-from slime_ext.problems import PromptRecord, load_prompt_records, write_prompt_records
 from slime_ext.reports.results import load_results
+from slime_ext.rollout.problems import PromptRecord, load_prompt_records, write_prompt_records
 from tests.openai_double import OpenAIChatDouble
 from tests.processes import still_running
 from tests.sglang_double import SGLangDouble

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eval_server import samples, worker
+from eval_server import samples
+from eval_server.workers import worker
 from tests.conftest import running_eval_server
 from tests.worker_args import cpu_worker_args
 

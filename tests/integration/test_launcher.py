@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from slime_ext.service import free_port
+from krl_common.service import free_port
 from tests.processes import still_running
 
 pytestmark = [
@@ -41,8 +41,8 @@ STOP = REPO / "scripts" / "stop.sh"
 def runner_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """What the buffer's agent runner needs to start: prompt records and a tokenizer directory."""
     from eval_server.samples import load_problem
-    from slime_ext.problems import PromptRecord, write_prompt_records
-    from slime_ext.tiny_model import tiny_tokenizer
+    from slime_ext.dev_engine.tiny_model import tiny_tokenizer
+    from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 
     root = tmp_path_factory.mktemp("runner_inputs")
     write_prompt_records(
@@ -54,8 +54,8 @@ def runner_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model's HF directory, as `python -m slime_ext.tiny_model --out DIR` writes it."""
-    from slime_ext.tiny_model import write_model_dir
+    """The tiny model's HF directory, as `python -m slime_ext.dev_engine.tiny_model --out DIR` writes it."""
+    from slime_ext.dev_engine.tiny_model import write_model_dir
 
     return write_model_dir(tmp_path_factory.mktemp("tiny") / "Qwen3-tiny")
 

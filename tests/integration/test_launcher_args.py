@@ -370,7 +370,7 @@ def test_router_address_is_chosen_once(
 
 def _prompts(path: Path) -> Path:
     from eval_server.samples import load_problem
-    from slime_ext.problems import PromptRecord, write_prompt_records
+    from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 
     write_prompt_records(
         path,
@@ -445,7 +445,7 @@ def test_in_slime_mode(tmp_path: Path) -> None:
 
 
 def test_in_slime_mode_needs_train_records(tmp_path: Path) -> None:
-    from slime_ext.problems import PromptRecord, write_prompt_records
+    from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 
     only_holdout = tmp_path / "holdout.jsonl"
     write_prompt_records(
@@ -480,7 +480,7 @@ def test_single_gpu_tiny_preset_train_only(tmp_path: Path) -> None:
     hf = tmp_path / "ckpt" / "Qwen3-tiny"
     assert _argv(run, "engine")[1:] == [
         "-m",
-        "slime_ext.tiny_engine",
+        "slime_ext.dev_engine.engine",
         "--model",
         str(hf),
         "--host",

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
+from bench.synthetic_data import RELU_MODULE, write_sakana_archive
 from slime_ext.data.sft_format import load_sft_jsonl
-from slime_ext.problems import PromptRecord, write_prompt_records
-from slime_ext.prompts import default_prompt
-from tests.data_fixtures import RELU_MODULE, write_sakana_archive
+from slime_ext.rollout.problems import PromptRecord, write_prompt_records
+from slime_ext.rollout.prompts import default_prompt
 from tools import prepare_cuda_sft, prepare_kernelbook_sft
 
 pytestmark = pytest.mark.integration

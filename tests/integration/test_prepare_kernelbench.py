@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.synthetic_data import write_kernelbench_hf, write_kernelbench_tree
 from slime_ext.data.split import check_reportable, load_split_manifest
-from slime_ext.problems import load_prompt_records
-from tests.data_fixtures import write_kernelbench_hf, write_kernelbench_tree
+from slime_ext.rollout.problems import load_prompt_records
 
 pytestmark = pytest.mark.integration
 

@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from bench.synthetic_data import kernelbook_rows, write_word_tokenizer
 from eval_server.launch import free_port
 from slime_ext.data.kernelbook import parse_kernelbook_row, to_answer, to_reference
 from slime_ext.data.sft_build import token_counter
 from slime_ext.data.sft_format import load_sft_jsonl
-from slime_ext.problems import PromptRecord, write_prompt_records
-from tests.data_fixtures import kernelbook_rows, write_word_tokenizer
+from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 from tools.prepare_kernelbook_sft import main
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from eval_server.samples import load_candidate, load_problem
-from slime_ext.problems import PromptRecord, write_prompt_records
+from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 from tests.real_slime import real_slime, record_logs, rollout_manager, slime_args
 from tests.sglang_double import SGLangDouble
 from tests.tiny_qwen3 import tiny_model, tiny_tokenizer

@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from slime_ext.service import running_service
+from krl_common.service import running_service
 from slime_ext.slime_plugins.rollout import reset_state
 from slime_ext.slime_plugins.samples import TRAJECTORY_KEY
 from tests.real_slime import real_slime, record_logs, rollout_manager, slime_args

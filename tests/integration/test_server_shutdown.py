@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from slime_ext.service import start_service
+from krl_common.service import start_service
 from tests.processes import still_running
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,7 @@ def _env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("transformers")
-    from slime_ext.tiny_model import write_model_dir
+    from slime_ext.dev_engine.tiny_model import write_model_dir
 
     return write_model_dir(tmp_path_factory.mktemp("tiny") / "model")
 
@@ -69,7 +69,7 @@ def _server_cmd(name: str, port: int, tmp_path: Path, tiny_model: Path | None) -
             str(port),
         ]
     assert tiny_model is not None
-    return [sys.executable, "-m", "slime_ext.tiny_engine", "--model", str(tiny_model), "--port", str(port)]
+    return [sys.executable, "-m", "slime_ext.dev_engine.engine", "--model", str(tiny_model), "--port", str(port)]
 
 
 @pytest.mark.parametrize(
@@ -125,7 +125,7 @@ def test_buffer_server_shuts_down_cleanly_on_sigterm_and_sighup(sig: signal.Sign
 
 def test_tiny_engine_exits_cleanly_on_sighup(tiny_model: Path, tmp_path: Path) -> None:
     svc = start_service(
-        "slime_ext.tiny_engine", ["--model", str(tiny_model)], tmp_path, startup_timeout_s=180
+        "slime_ext.dev_engine.engine", ["--model", str(tiny_model)], tmp_path, startup_timeout_s=180
     )
     try:
         svc.proc.send_signal(signal.SIGHUP)

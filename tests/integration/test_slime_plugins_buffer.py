@@ -23,7 +23,7 @@ from slime.observability.rollout_data_utils import validate_rollout_id_annotated
 from slime.rollout.base_types import RolloutFnTrainOutput, call_rollout_fn  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
 
-from slime_ext.service import free_port, running_service  # noqa: E402
+from krl_common.service import free_port, running_service  # noqa: E402
 from slime_ext.slime_plugins.buffer_client import BufferError  # noqa: E402
 from slime_ext.slime_plugins.rollout import POST_PROCESS_PATH, generate_rollout, reset_state  # noqa: E402
 from slime_ext.slime_plugins.samples import TRAJECTORY_KEY, check_sample  # noqa: E402

@@ -27,8 +27,8 @@ from slime.rollout.base_types import RolloutFnEvalOutput  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
 
 from eval_server.samples import load_candidate, load_problem  # noqa: E402
-from slime_ext.problems import PromptRecord, write_prompt_records  # noqa: E402
-from slime_ext.service import running_service  # noqa: E402
+from krl_common.service import running_service  # noqa: E402
+from slime_ext.rollout.problems import PromptRecord, write_prompt_records  # noqa: E402
 from slime_ext.slime_plugins.generate import generate, reward  # noqa: E402
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, post_process  # noqa: E402
 from slime_ext.slime_plugins.rollout import generate_rollout  # noqa: E402

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from eval_server import samples
-from slime_ext.tiny_engine import GenerateEngine
-from slime_ext.tiny_model import tiny_model, tiny_tokenizer
+from slime_ext.dev_engine.engine import GenerateEngine
+from slime_ext.dev_engine.tiny_model import tiny_model, tiny_tokenizer
 from tests.integration.test_buffer_server_http import buffer_server, record
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ import pytest
 
 from bench import corpus
 from bench.corpus import BENCH_CASES
-from eval_server.static_checks import run_static_checks
+from eval_server.checks.static import run_static_checks
 
 pytestmark = pytest.mark.unit
 

@@ -19,8 +19,8 @@ from bench.eval_throughput import (
     kernelbench_jobs,
     parse_args,
 )
-from eval_server.cuda_static import CUDA_RULES, kernel_names
-from eval_server.static_checks import run_static_checks
+from eval_server.checks.cuda_static import CUDA_RULES, kernel_names
+from eval_server.checks.static import run_static_checks
 
 
 def _checkout(root: Path, extra: tuple[str, ...] = ()) -> Path:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from bench import spare_interference_probe as probe
-from eval_server import child_prep
+from eval_server.workers import child_prep
 
 
 def test_interferer_reports_each_childs_windows_in_order(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of buffer_server.bodylog: bodies come back as written, segments rotate, a reopened
+"""Unit tests of buffer_server.store.bodylog: bodies come back as written, segments rotate, a reopened
 log never appends to an old segment (a torn tail is never read), and only inactive segments are
 deleted."""
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from buffer_server.bodylog import BodyLog, BodyLogError
+from buffer_server.store.bodylog import BodyLog, BodyLogError
 
 pytestmark = pytest.mark.unit
 

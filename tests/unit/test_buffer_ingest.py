@@ -1,4 +1,4 @@
-"""Unit tests of buffer_server.ingest, the simdjson fast path of POST /trajectories: it packs
+"""Unit tests of buffer_server.store.ingest, the simdjson fast path of POST /trajectories: it packs
 exactly what `parse_record` + `codec.encode` pack for valid bodies, and it accepts nothing that
 `parse_record` rejects (it answers None, and the full path then names the field)."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from buffer_server import ingest
-from slime_ext import fastjson
-from slime_ext import trajectory_codec as codec
-from slime_ext.trajectory import ValidationError, parse_record
+from buffer_server.store import ingest
+from krl_common import fastjson
+from slime_ext.trajectory import codec
+from slime_ext.trajectory.record import ValidationError, parse_record
 from tests.unit.test_trajectory_codec import make
 
 pytestmark = [

@@ -1,11 +1,11 @@
-"""Unit tests of buffer_server.jsoncache: the byte bound, and 'full' meaning no room for one
+"""Unit tests of buffer_server.store.jsoncache: the byte bound, and 'full' meaning no room for one
 more entry of the usual size (the preparer's signal to stop looking for work)."""
 
 from __future__ import annotations
 
 import pytest
 
-from buffer_server.jsoncache import JsonCache
+from buffer_server.store.jsoncache import JsonCache
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from buffer_server.app import render_prometheus
-from buffer_server.store import DROP_REASONS, BufferStore, GroupRules
-from slime_ext.trajectory import parse_record
+from buffer_server.store.buffer_store import DROP_REASONS, BufferStore, GroupRules
+from slime_ext.trajectory.record import parse_record
 
 pytestmark = pytest.mark.unit
 

@@ -1,10 +1,10 @@
-"""slime_ext.candidate: think stripping and last-python-block extraction."""
+"""slime_ext.rollout.candidate: think stripping and last-python-block extraction."""
 
 from __future__ import annotations
 
 import pytest
 
-from slime_ext.candidate import extract_candidate, strip_think
+from slime_ext.rollout.candidate import extract_candidate, strip_think
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""slime_ext.chat: prompt rendering and the turn-delta rule, against a full re-render.
+"""slime_ext.rollout.chat: prompt rendering and the turn-delta rule, against a full re-render.
 
 Uses the tiny locally trained tokenizer with a Qwen3-style ChatML template (tests/tiny_qwen3.py).
 Where the two intentionally differ (reasoning of earlier turns, the empty think block of
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from slime_ext.chat import ChatRenderer
+from slime_ext.rollout.chat import ChatRenderer
 from tests.tiny_qwen3 import tiny_tokenizer
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Every command-line tool has the same help style (slime_ext/cli.py).
+"""Every command-line tool has the same help style (krl_common/cli.py).
 
 Each CLI's parser is captured from its own `main` (parse_args is replaced by one that hands the
 parser back), so the test covers every tool in tools/ and the server/engine entry points without
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_ext.cli import HelpFormatter, make_parser
+from krl_common.cli import HelpFormatter, make_parser
 
 pytestmark = pytest.mark.unit
 
@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 ENTRY_POINTS = [
     "eval_server.__main__",
     "buffer_server.__main__",
-    "slime_ext.tiny_engine",
-    "slime_ext.tiny_model",
+    "slime_ext.dev_engine.engine",
+    "slime_ext.dev_engine.tiny_model",
 ]
 CLI_MODULES = (
     sorted(f"tools.{p.stem}" for p in (REPO / "tools").glob("*.py") if "\ndef main(" in p.read_text())

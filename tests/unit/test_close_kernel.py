@@ -1,4 +1,4 @@
-"""eval_server.close_kernel (the GPU's fused comparison) agrees with compare's torch path.
+"""eval_server.checks.close_kernel (the GPU's fused comparison) agrees with compare's torch path.
 
 Runs tests/close_kernel_cases.py under TRITON_INTERPRET=1 in a subprocess (the switch is read
 when triton is imported); bf16 is left to the GPU test (the interpreter's bf16 math is wrong).

@@ -1,4 +1,4 @@
-"""Unit tests of eval_server.compare: structure, shape, dtype and numeric closeness of outputs."""
+"""Unit tests of eval_server.checks.compare: structure, shape, dtype and numeric closeness of outputs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from eval_server.compare import Comparison, compare_outputs, flatten_output, tolerance_for
+from eval_server.checks.compare import Comparison, compare_outputs, flatten_output, tolerance_for
 
 pytestmark = pytest.mark.unit
 
@@ -294,7 +294,7 @@ def test_scalar_failure_detail():
 
 
 def test_chunked_comparison_matches_unchunked(monkeypatch):
-    import eval_server.compare as compare
+    import eval_server.checks.compare as compare
 
     ref = torch.randn(37, 11)
     cand = ref.clone()
@@ -318,7 +318,7 @@ def test_chunked_comparison_matches_unchunked(monkeypatch):
 def test_one_sync_comparison_matches_elementwise_definition(monkeypatch, seed):
     """The device-side statistics agree with isclose and the max diffs computed element by element,
     with and without inf/NaN (which take the matching pass), over several chunks."""
-    import eval_server.compare as compare
+    import eval_server.checks.compare as compare
 
     monkeypatch.setattr(compare, "_CHUNK", 64)
     g = torch.Generator().manual_seed(seed)

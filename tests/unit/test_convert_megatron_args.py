@@ -55,9 +55,9 @@ def test_checked_in_files_match_the_generator() -> None:
 
 def test_tiny_model_args_match_the_model_tiny_model_writes(tmp_path: Path) -> None:
     """configs/models/qwen3-tiny.sh (PRESET=single_gpu_tiny) has the flags of the model that
-    `python -m slime_ext.tiny_model --out DIR` writes, so slime's config.json assertions hold."""
+    `python -m slime_ext.dev_engine.tiny_model --out DIR` writes, so slime's config.json assertions hold."""
     pytest.importorskip("transformers")
-    from slime_ext.tiny_model import write_model_dir
+    from slime_ext.dev_engine.tiny_model import write_model_dir
 
     written = json.loads((write_model_dir(tmp_path / "tiny") / "config.json").read_text())
     assert megatron_args_from_hf_config(written) == megatron_args_from_hf_config(hf_config("qwen3-tiny"))

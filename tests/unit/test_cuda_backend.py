@@ -1,4 +1,4 @@
-"""The CUDA backend's pieces that need no compiler (eval_server/cuda_backend.py): load_inline call
+"""The CUDA backend's pieces that need no compiler (eval_server/pipeline/cuda_backend.py): load_inline call
 keys, the generated sources and the line mapping of compiler errors, kernel ownership for the
 profiler check, and the compile process's verdicts without a toolchain. Compiling with nvcc is
 exercised by tests/integration/test_eval_cuda_cpu.py (skipped without nvcc) and on the GPU."""
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from eval_server import cuda_backend, samples
-from eval_server.cuda_backend import Extensions, InlineCall, generated_sources, trim_compiler_output
+from eval_server import samples
+from eval_server.pipeline import cuda_backend
+from eval_server.pipeline.cuda_backend import Extensions, InlineCall, generated_sources, trim_compiler_output
 
 pytestmark = pytest.mark.unit
 
@@ -164,7 +165,7 @@ def test_the_worker_never_imports_cpp_extension() -> None:
     import sys
 
     code = (
-        "import sys, eval_server.worker, eval_server.evaluate, eval_server.pool\n"
+        "import sys, eval_server.workers.worker, eval_server.pipeline.evaluate, eval_server.workers.pool\n"
         "print('torch.utils.cpp_extension' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,4 +1,4 @@
-"""Static rules of the CUDA backend (eval_server/cuda_static.py): kernel names, the C++ source
+"""Static rules of the CUDA backend (eval_server/checks/cuda_static.py): kernel names, the C++ source
 rules, and the Python rule set for backend "cuda"."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import ast
 import pytest
 
 from eval_server import samples
-from eval_server.cuda_static import CUDA_RULES, SOURCE_RULES, kernel_names, namespaces, source_checks
-from eval_server.static_checks import run_static_checks
+from eval_server.checks.cuda_static import CUDA_RULES, SOURCE_RULES, kernel_names, namespaces, source_checks
+from eval_server.checks.static import run_static_checks
 
 pytestmark = pytest.mark.unit
 

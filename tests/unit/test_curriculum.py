@@ -1,4 +1,4 @@
-"""The curriculum (buffer_server/curriculum.py): advance on thresholds, mix-in of easier levels,
+"""The curriculum (buffer_server/runner/curriculum.py): advance on thresholds, mix-in of easier levels,
 exhaustion, persistence across a restart (through the real store), outcome of an episode."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import collections
 
 import pytest
 
-from buffer_server.curriculum import Curriculum, CurriculumConfig, PromptSampler, episode_outcome
-from buffer_server.store import BufferStore
-from slime_ext.problems import PromptRecord
-from slime_ext.recipe import dataclass_from_dict
-from slime_ext.validation import ValidationError
+from buffer_server.runner.curriculum import Curriculum, CurriculumConfig, PromptSampler, episode_outcome
+from buffer_server.store.buffer_store import BufferStore
+from krl_common.validation import ValidationError
+from slime_ext.rollout.problems import PromptRecord
+from slime_ext.rollout.recipe import dataclass_from_dict
 
 pytestmark = pytest.mark.unit
 

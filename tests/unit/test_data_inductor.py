@@ -7,9 +7,9 @@ import ast
 import pytest
 import torch
 
-from eval_server.loader import import_source
+from bench.synthetic_data import SCALED_RELU_TRITON
+from eval_server.pipeline.loader import import_source
 from slime_ext.data.inductor import UnsupportedInductorCode, rewrite_inductor_glue
-from tests.data_fixtures import SCALED_RELU_TRITON
 
 pytestmark = pytest.mark.unit
 

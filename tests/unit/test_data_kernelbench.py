@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from bench.synthetic_data import KB_LEVELS, kb_source, write_kernelbench_hf, write_kernelbench_tree
+from krl_common.validation import ValidationError
 from slime_ext.data.kernelbench import check_problem_source, load_kernelbench, to_prompt_record
-from slime_ext.problems import parse_prompt_record
-from slime_ext.validation import ValidationError
-from tests.data_fixtures import KB_LEVELS, kb_source, write_kernelbench_hf, write_kernelbench_tree
+from slime_ext.rollout.problems import parse_prompt_record
 
 pytestmark = pytest.mark.unit
 
@@ -106,7 +106,7 @@ def test_check_problem_source_accepts_real_layout():
 
 
 def test_json_array_and_json_lines(tmp_path):
-    from tests.data_fixtures import kernelbench_rows
+    from bench.synthetic_data import kernelbench_rows
 
     rows = kernelbench_rows()
     array = tmp_path / "kb_array.json"

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from bench.synthetic_data import (
+    ADD_PY,
+    LINEAR_TRITON,
+    SCALED_RELU_PY,
+    SCALED_RELU_TRITON,
+    add_triton,
+    on_cuda,
+)
+from krl_common.validation import ValidationError
 from slime_ext.data.kernelbench import check_problem_source
 from slime_ext.data.kernelbook import (
     KernelBookRow,
@@ -15,8 +24,6 @@ from slime_ext.data.kernelbook import (
     to_answer,
     to_reference,
 )
-from slime_ext.validation import ValidationError
-from tests.data_fixtures import ADD_PY, LINEAR_TRITON, SCALED_RELU_PY, SCALED_RELU_TRITON, add_triton, on_cuda
 
 pytestmark = pytest.mark.unit
 

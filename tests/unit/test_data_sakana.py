@@ -12,7 +12,17 @@ import httpx
 import pytest
 import torch
 
+from bench.synthetic_data import (
+    LINEAR_SCALE_FUNCTIONAL,
+    LINEAR_SCALE_MODULE,
+    RELU_CUDA,
+    RELU_FUNCTIONAL,
+    sakana_row,
+    sakana_rows,
+)
 from eval_server.schema import EvalOptions, EvalResult
+from krl_common.validation import ValidationError
+from slime_ext.clients.eval_client import EvalClient
 from slime_ext.data.kernelbook import Rejected, canonical_hash
 from slime_ext.data.report import FilterReport
 from slime_ext.data.sakana import (
@@ -25,17 +35,7 @@ from slime_ext.data.sakana import (
 )
 from slime_ext.data.sft_build import SFTBuildConfig, single_turn_example
 from slime_ext.data.sft_verify import verify_pairs
-from slime_ext.eval_client import EvalClient
-from slime_ext.prompts import default_prompt
-from slime_ext.validation import ValidationError
-from tests.data_fixtures import (
-    LINEAR_SCALE_FUNCTIONAL,
-    LINEAR_SCALE_MODULE,
-    RELU_CUDA,
-    RELU_FUNCTIONAL,
-    sakana_row,
-    sakana_rows,
-)
+from slime_ext.rollout.prompts import default_prompt
 
 pytestmark = pytest.mark.unit
 

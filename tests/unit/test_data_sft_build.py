@@ -7,7 +7,9 @@ import json
 
 import pytest
 
+from bench.synthetic_data import kernelbook_rows, write_word_tokenizer
 from eval_server.schema import EvalResult
+from krl_common.validation import ValidationError
 from slime_ext.data.kernelbook import canonical_hash, launched_kernels
 from slime_ext.data.mutations import flip_arithmetic
 from slime_ext.data.report import FilterReport
@@ -21,9 +23,7 @@ from slime_ext.data.sft_build import (
     token_counter,
 )
 from slime_ext.data.sft_verify import load_attempts, mutation_attempts
-from slime_ext.prompts import PromptConfig, build_messages, feedback_text
-from slime_ext.validation import ValidationError
-from tests.data_fixtures import kernelbook_rows, write_word_tokenizer
+from slime_ext.rollout.prompts import PromptConfig, build_messages, feedback_text
 
 pytestmark = pytest.mark.unit
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from krl_common.validation import ValidationError
 from slime_ext.data.sft_format import (
     SFTExample,
     assistant_message,
@@ -14,7 +15,6 @@ from slime_ext.data.sft_format import (
     validate_messages,
     write_sft_jsonl,
 )
-from slime_ext.validation import ValidationError
 
 pytestmark = pytest.mark.unit
 

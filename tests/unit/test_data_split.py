@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from krl_common.validation import ValidationError
 from slime_ext.data.split import (
     assign_splits,
     build_manifest,
@@ -18,8 +19,7 @@ from slime_ext.data.split import (
     split_of,
     write_split_manifest,
 )
-from slime_ext.problems import PromptRecord
-from slime_ext.validation import ValidationError
+from slime_ext.rollout.problems import PromptRecord
 
 pytestmark = pytest.mark.unit
 

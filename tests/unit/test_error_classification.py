@@ -11,7 +11,7 @@ import torch
 from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
 from triton.runtime.errors import OutOfResources, PTXASError
 
-from eval_server.evaluate import classify_forward_error
+from eval_server.pipeline.evaluate import classify_forward_error
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Unit tests of slime_ext.eval_client against an in-process stand-in for the eval server.
+"""Unit tests of slime_ext.clients.eval_client against an in-process stand-in for the eval server.
 
 pytest-asyncio is not installed: each test drives its coroutine with asyncio.run().
 """
@@ -14,16 +14,16 @@ import httpx
 import pytest
 
 from eval_server.schema import EvalOptions, EvalRequest, EvalResult, TimingStats, TrialResult
-from slime_ext import eval_client
-from slime_ext.eval_client import (
+from krl_common.urls import parse_urls
+from krl_common.validation import ValidationError
+from slime_ext.clients import eval_client
+from slime_ext.clients.eval_client import (
     EvalClient,
     EvalClientError,
     EvalRequestError,
     EvalTimeoutError,
     EvalUnavailableError,
-    parse_urls,
 )
-from slime_ext.validation import ValidationError
 
 URL_A = "http://node-a:8000"
 URL_B = "http://node-b:8000"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_ext.prompts import default_prompt
+from slime_ext.rollout.prompts import default_prompt
 from tools import eval_model
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eval_server import __main__ as server_main
-from eval_server.evaluate import Hardening, _adaptive
+from eval_server.pipeline.evaluate import Hardening, _adaptive
 
 
 def test_server_refuses_a_busy_warm_up_longer_than_the_full_one(capsys: pytest.CaptureFixture[str]) -> None:

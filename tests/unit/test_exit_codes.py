@@ -1,5 +1,5 @@
 """Every tool in tools/ that reads a named input exits 2 when that input is missing (as argparse
-does for a bad flag, slime_ext.cli.EXIT_USAGE), so scripts can tell a bad call from failed work."""
+does for a bad flag, krl_common.cli.EXIT_USAGE), so scripts can tell a bad call from failed work."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_ext.cli import EXIT_USAGE
+from krl_common.cli import EXIT_USAGE
 
 pytestmark = pytest.mark.unit
 

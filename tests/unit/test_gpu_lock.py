@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from eval_server.gpu_lock import GpuLock
+from eval_server.isolation.gpu_lock import GpuLock
 
 pytestmark = pytest.mark.unit
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from eval_server import __main__ as server_main
-from eval_server.evaluate import _error
-from eval_server.hardening import Hardening
+from eval_server.isolation.hardening import Hardening
+from eval_server.pipeline.evaluate import _error
 
 
 @pytest.mark.parametrize(("workers", "share"), [(1, None), (2, 0.475), (4, 0.2375)])

@@ -1,4 +1,4 @@
-"""Unit tests of eval_server.loader: importing sources, seeded inputs, cloning, tracebacks."""
+"""Unit tests of eval_server.pipeline.loader: importing sources, seeded inputs, cloning, tracebacks."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ import textwrap
 import pytest
 import torch
 
-from eval_server import loader
-from eval_server.loader import clone_args, format_exception_tail, import_source, make_init_inputs, make_inputs
+from eval_server.pipeline import loader
+from eval_server.pipeline.loader import (
+    clone_args,
+    format_exception_tail,
+    import_source,
+    make_init_inputs,
+    make_inputs,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -272,7 +278,7 @@ def test_syntax_error_from_ast_parse_has_no_evaluator_or_stdlib_frame(tmp_path):
 
 def test_compile_error_feedback_of_a_real_evaluation_shows_only_the_candidate(tmp_path):
     """docs/EVAL_SERVER.md: evaluator frames removed; a syntax error's feedback is the model's line."""
-    from eval_server.evaluate import EvalContext, evaluate
+    from eval_server.pipeline.evaluate import EvalContext, evaluate
     from eval_server.schema import EvalRequest
 
     reference = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"

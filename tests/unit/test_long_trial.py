@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval_server.evaluate import Hardening, _adaptive, long_trial
+from eval_server.pipeline.evaluate import Hardening, _adaptive, long_trial
 from eval_server.schema import TimingStats
 from tests.unit.test_timing_adaptive import _Clock, _time
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_server import persisting_l2
+from eval_server.checks import persisting_l2
 
 
 def test_loaded_libraries_reads_mapped_files_by_name_prefix(tmp_path: Path) -> None:

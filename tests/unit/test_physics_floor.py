@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval_server.physics_floor import DevicePeak, floor_for, peak_for
+from eval_server.checks.physics_floor import DevicePeak, floor_for, peak_for
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_the_reference_forward_counts_its_flops_and_returns_its_output() -> None
     """The reference phase's one forward also gives the FLOP count (no second forward)."""
     import torch
 
-    from eval_server.evaluate import _forward_counting_flops
+    from eval_server.pipeline.evaluate import _forward_counting_flops
 
     linear, x = torch.nn.Linear(64, 32), torch.randn(8, 64)
     out, flops = _forward_counting_flops(linear, [x])

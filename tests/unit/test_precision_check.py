@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval_server import evaluate, loader
-from eval_server.compare import compare_outputs, normalized_error
-from eval_server.evaluate import EvalContext, precision_check_needed
-from eval_server.hardening import Hardening
+from eval_server.checks.compare import compare_outputs, normalized_error
+from eval_server.isolation.hardening import Hardening
+from eval_server.pipeline import evaluate, loader
+from eval_server.pipeline.evaluate import EvalContext, precision_check_needed
 from eval_server.schema import EvalResult
 
 PROBLEM = """

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_ext.problems import PromptRecord, write_prompt_records
+from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 from tools import preflight
 from tools.preflight import FAIL, PASS
 
@@ -22,7 +22,7 @@ GOOD_ARGS = "MODEL_ARGS=(--num-layers 2 --hidden-size 64 --ffn-hidden-size 128 -
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An HF model directory as preflight sees it: config, a weight file, tokenizer files."""
-    from slime_ext.tiny_model import tiny_tokenizer
+    from slime_ext.dev_engine.tiny_model import tiny_tokenizer
 
     path = tmp_path_factory.mktemp("hf") / "tiny"
     tiny_tokenizer().save_pretrained(path)

@@ -1,4 +1,4 @@
-"""Prompt record format (slime_ext/problems.py): validation, round trip, atomic writes."""
+"""Prompt record format (slime_ext/rollout/problems.py): validation, round trip, atomic writes."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import json
 import pytest
 
 from eval_server.schema import problem_hash
-from slime_ext.problems import (
+from krl_common.validation import ValidationError
+from slime_ext.rollout.problems import (
     PromptRecord,
     load_prompt_records,
     parse_prompt_record,
     write_prompt_records,
 )
-from slime_ext.validation import ValidationError
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""slime_ext.prompts: first prompt and feedback messages."""
+"""slime_ext.rollout.prompts: first prompt and feedback messages."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from eval_server.samples import load_problem
 from eval_server.schema import EvalResult
-from slime_ext.prompts import (
+from slime_ext.rollout.prompts import (
     PromptConfig,
     build_messages,
     default_prompt,

@@ -1,12 +1,12 @@
-"""Recipe YAML (slime_ext/recipe.py): episode section parsing and error messages."""
+"""Recipe YAML (slime_ext/rollout/recipe.py): episode section parsing and error messages."""
 
 from __future__ import annotations
 
 import pytest
 
-from slime_ext.prompts import default_prompt
-from slime_ext.recipe import episode_config_from_dict, load_recipe, recipe_section
-from slime_ext.validation import ValidationError
+from krl_common.validation import ValidationError
+from slime_ext.rollout.prompts import default_prompt
+from slime_ext.rollout.recipe import episode_config_from_dict, load_recipe, recipe_section
 
 pytestmark = pytest.mark.unit
 

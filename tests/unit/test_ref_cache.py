@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from eval_server.ref_cache import RefTimingCache, cache_key
+from eval_server.pipeline.ref_cache import RefTimingCache, cache_key
 from eval_server.schema import TimingStats
 
 pytestmark = pytest.mark.unit

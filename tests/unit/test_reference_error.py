@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval_server import evaluate, samples
-from eval_server.evaluate import EvalContext
+from eval_server import samples
+from eval_server.pipeline import evaluate
+from eval_server.pipeline.evaluate import EvalContext
 from eval_server.schema import EvalRequest
 
 FAILING_FORWARD = """

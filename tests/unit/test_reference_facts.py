@@ -9,9 +9,10 @@ from pathlib import Path
 
 import torch
 
-from eval_server import evaluate, samples
-from eval_server.evaluate import EvalContext, Hardening
-from eval_server.ref_cache import RefTimingCache
+from eval_server import samples
+from eval_server.pipeline import evaluate
+from eval_server.pipeline.evaluate import EvalContext, Hardening
+from eval_server.pipeline.ref_cache import RefTimingCache
 from eval_server.schema import EvalOptions, EvalRequest, EvalResult, problem_hash
 from tests.unit.test_precision_check import PROBLEM  # Linear(256 -> 128) on 64 x 256
 

@@ -13,9 +13,7 @@ import pytest
 
 from eval_server.samples import load_problem
 from eval_server.schema import EvalResult
-from slime_ext.episode import EpisodeConfig
-from slime_ext.eval_client import EvalUnavailableError
-from slime_ext.prompts import DEFAULT_NO_CODE_FEEDBACK
+from slime_ext.clients.eval_client import EvalUnavailableError
 from slime_ext.reports import chat_policy
 from slime_ext.reports.chat_policy import (
     ChatClient,
@@ -27,7 +25,9 @@ from slime_ext.reports.chat_policy import (
     chat_template_kwargs,
     run_chat_episode,
 )
-from slime_ext.rewards import RewardConfig
+from slime_ext.rollout.episode import EpisodeConfig
+from slime_ext.rollout.prompts import DEFAULT_NO_CODE_FEEDBACK
+from slime_ext.rollout.rewards import RewardConfig
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from krl_common.validation import ValidationError
 from slime_ext.reports.compare import compare_runs, paired_bootstrap, per_problem_values, render_comparison
-from slime_ext.validation import ValidationError
 from tests.reports_fixtures import sample
 from tools import compare_runs as compare_tool
 

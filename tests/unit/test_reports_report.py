@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_ext.fileio import atomic_write
+from krl_common.fileio import atomic_write
 from slime_ext.reports.plots import plot_fast_p, plot_turns
 from slime_ext.reports.report import build_summary, render_markdown, write_report
 from tests.reports_fixtures import sample

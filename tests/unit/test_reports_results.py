@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eval_server.schema import Check, EvalResult
-from slime_ext.problems import PromptRecord
+from krl_common.validation import ValidationError
 from slime_ext.reports.results import (
     ResultsFile,
     latest_results,
@@ -19,7 +19,7 @@ from slime_ext.reports.results import (
     parse_sample_result,
     sample_result_from_episode,
 )
-from slime_ext.validation import ValidationError
+from slime_ext.rollout.problems import PromptRecord
 from tests.reports_fixtures import sample
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from slime_ext.problems import PromptRecord
 from slime_ext.reports.chat_policy import ChatEpisode, ChatTurn
 from slime_ext.reports.results import ResultsFile, load_results
 from slime_ext.reports.runner import (
@@ -18,6 +17,7 @@ from slime_ext.reports.runner import (
     run_evaluation,
     select_problems,
 )
+from slime_ext.rollout.problems import PromptRecord
 from tests.reports_fixtures import sample
 
 pytestmark = pytest.mark.unit

@@ -1,11 +1,11 @@
-"""slime_ext.rewards: turn rewards, early stop, returns in both credit modes (hand-computed)."""
+"""slime_ext.rollout.rewards: turn rewards, early stop, returns in both credit modes (hand-computed)."""
 
 from __future__ import annotations
 
 import pytest
 
 from eval_server.schema import Check, EvalResult
-from slime_ext.rewards import (
+from slime_ext.rollout.rewards import (
     RewardConfig,
     discounted_returns,
     episode_returns,

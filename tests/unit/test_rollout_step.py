@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slime_ext.trajectory import TrajectoryRecord
+from slime_ext.trajectory.record import TrajectoryRecord
 from tools.rollout_step import format_summary, summarize
 
 pytestmark = pytest.mark.unit

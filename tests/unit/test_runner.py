@@ -1,4 +1,4 @@
-"""The agent runner's loop (buffer_server/runner.py) on a real BufferStore, with the episode
+"""The agent runner's loop (buffer_server/runner/agent_runner.py) on a real BufferStore, with the episode
 function replaced by a scripted one (the real run_episode against the real eval server and the
 SGLang test double is exercised in tests/integration/test_agent_runner.py): scheduling of whole
 groups, deterministic uids, policy version, retries of aborted episodes, give-up, backpressure,
@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from buffer_server.curriculum import CurriculumConfig
-from buffer_server.runner import AgentRunner, RunnerConfig, runner_config_from_dict
-from buffer_server.store import BufferStore, GroupRules
-from slime_ext.episode import Episode, EpisodeConfig, Turn
-from slime_ext.problems import PromptRecord, write_prompt_records
-from slime_ext.rewards import RewardConfig
-from slime_ext.sglang_client import SGLangUnavailableError
-from slime_ext.validation import ValidationError
+from buffer_server.runner.agent_runner import AgentRunner, RunnerConfig, runner_config_from_dict
+from buffer_server.runner.curriculum import CurriculumConfig
+from buffer_server.store.buffer_store import BufferStore, GroupRules
+from krl_common.validation import ValidationError
+from slime_ext.clients.sglang_client import SGLangUnavailableError
+from slime_ext.rollout.episode import Episode, EpisodeConfig, Turn
+from slime_ext.rollout.problems import PromptRecord, write_prompt_records
+from slime_ext.rollout.rewards import RewardConfig
 from tests.tiny_qwen3 import tiny_tokenizer
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Group scheduling of the agent runner (buffer_server/scheduler.py): seeded epoch order, skip of
+"""Group scheduling of the agent runner (buffer_server/runner/scheduler.py): seeded epoch order, skip of
 written episodes (with the uids the real store returns), blocked instances; and the store's
 runner-support methods."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from buffer_server.scheduler import (
+from buffer_server.runner.scheduler import (
     EpochQueue,
     episode_uid,
     epoch_order,
@@ -15,9 +15,9 @@ from buffer_server.scheduler import (
     validate_run_id,
     written_samples,
 )
-from buffer_server.store import BufferStore, GroupRules
-from slime_ext.problems import PromptRecord
-from slime_ext.trajectory import TrajectoryRecord
+from buffer_server.store.buffer_store import BufferStore, GroupRules
+from slime_ext.rollout.problems import PromptRecord
+from slime_ext.trajectory.record import TrajectoryRecord
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Unit tests of eval_server.runtime_checks: TorchOpRecorder and NamespaceSnapshot.
+"""Unit tests of eval_server.checks.runtime: TorchOpRecorder and NamespaceSnapshot.
 
 LaunchRecorder.install() patches Triton's JIT classes for the whole process, so it is not called
 here; only the parts that need no patching are tested (counting, recording flag).
@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from eval_server.runtime_checks import (
+from eval_server.checks.runtime import (
     ALLOWED_ATEN_OPS,
     LaunchRecorder,
     NamespaceSnapshot,
@@ -197,16 +197,16 @@ def test_snapshot_of_real_torch_is_clean_without_patching():
 def test_the_evaluators_own_helpers_and_classes_are_guarded(monkeypatch):
     """A candidate could replace a helper the evaluator looks up at call time (compare._tensor_close:
     every output matches) or a method of one of its classes (TorchOpRecorder.compute_ops)."""
-    import eval_server.compare
-    import eval_server.evaluate  # noqa: F401 - loads the evaluator's modules, as in a worker
+    import eval_server.checks.compare
+    import eval_server.pipeline.evaluate  # noqa: F401 - loads the evaluator's modules, as in a worker
 
     snap = NamespaceSnapshot(default_guarded_namespaces())
     assert snap.changed() == []
-    monkeypatch.setattr(eval_server.compare, "_tensor_close", lambda ref, cand, tol: (True, 0.0, 0.0))
+    monkeypatch.setattr(eval_server.checks.compare, "_tensor_close", lambda ref, cand, tol: (True, 0.0, 0.0))
     monkeypatch.setattr(TorchOpRecorder, "compute_ops", lambda self: {})
     assert snap.changed() == [
-        "eval_server.compare._tensor_close",
-        "eval_server.runtime_checks.TorchOpRecorder.compute_ops",
+        "eval_server.checks.compare._tensor_close",
+        "eval_server.checks.runtime.TorchOpRecorder.compute_ops",
     ]
 
 
@@ -236,7 +236,7 @@ def test_launch_recorder_flag_cleared_on_error():
 
 
 def test_classify_kernels_separates_triton_copies_foreign_and_host_copies():
-    from eval_server.runtime_checks import classify_kernels
+    from eval_server.checks.runtime import classify_kernels
 
     names = [
         "relu_kernel",  # the candidate's Triton kernel (CUDA name = function name)
@@ -255,14 +255,14 @@ def test_classify_kernels_separates_triton_copies_foreign_and_host_copies():
 
 
 def test_classify_kernels_without_triton_launches_flags_everything_computational():
-    from eval_server.runtime_checks import classify_kernels
+    from eval_server.checks.runtime import classify_kernels
 
     foreign, to_host = classify_kernels(["ampere_sgemm_128x64_nn"], {})
     assert foreign == ["ampere_sgemm_128x64_nn"] and to_host == []
 
 
 def test_post_timing_check_seeds_reuse_correctness_seeds_beyond_the_timing_sets():
-    from eval_server.evaluate import _FRESH_SEED_OFFSET, post_timing_check_seeds
+    from eval_server.pipeline.evaluate import _FRESH_SEED_OFFSET, post_timing_check_seeds
 
     assert post_timing_check_seeds([42, 43, 44, 45, 46], 3, 42) == [45, 46]
     assert post_timing_check_seeds([42, 43, 44, 45], 3, 42) == [45, 42 + _FRESH_SEED_OFFSET]
@@ -270,7 +270,7 @@ def test_post_timing_check_seeds_reuse_correctness_seeds_beyond_the_timing_sets(
 
 
 def test_crash_summary_keeps_error_lines_and_drops_stack_frames():
-    from eval_server.worker import crash_summary
+    from eval_server.workers.worker import crash_summary
 
     log = "\n".join(
         ["SPY start", "terminate called after throwing an instance of 'c10::AcceleratorError'",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eval_server import samples
-from slime_ext.problems import load_prompt_records
+from slime_ext.rollout.problems import load_prompt_records
 from tools import sample_prompts
 
 pytestmark = pytest.mark.unit

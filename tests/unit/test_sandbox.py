@@ -1,4 +1,4 @@
-"""Unit tests of eval_server.sandbox: environment scrubbing, killing a process tree, tree RSS."""
+"""Unit tests of eval_server.isolation.sandbox: environment scrubbing, killing a process tree, tree RSS."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from eval_server.sandbox import kill_tree, scrubbed_env, tree_rss_bytes
+from eval_server.isolation.sandbox import kill_tree, scrubbed_env, tree_rss_bytes
 
 pytestmark = pytest.mark.unit
 

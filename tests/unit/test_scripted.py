@@ -1,4 +1,4 @@
-"""slime_ext/scripted.py: the SCRIPTED answers file, the bundled sample answers and the mixed-mode
+"""slime_ext/dev_engine/scripted.py: the SCRIPTED answers file, the bundled sample answers and the mixed-mode
 draw (reproducible, P-frequent, spread over the samples of one group)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eval_server import samples
-from slime_ext.scripted import (
+from slime_ext.dev_engine.scripted import (
     NO_CODE_TEXT,
     ScriptedAnswer,
     choose_answer,

@@ -1,4 +1,4 @@
-"""slime_ext.sglang_client against an in-process httpx transport (no network)."""
+"""slime_ext.clients.sglang_client against an in-process httpx transport (no network)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from slime_ext import sglang_client
-from slime_ext.sglang_client import (
+from slime_ext.clients import sglang_client
+from slime_ext.clients.sglang_client import (
     SGLangClient,
     SGLangError,
     SGLangTimeoutError,

@@ -15,7 +15,8 @@ install()
 
 from slime.utils.types import Sample  # noqa: E402
 
-from slime_ext.recipe import load_recipe  # noqa: E402
+from krl_common.validation import ValidationError  # noqa: E402
+from slime_ext.rollout.recipe import load_recipe  # noqa: E402
 from slime_ext.slime_plugins.config import (  # noqa: E402
     DEFAULT_BUFFER_URL,
     ENV_BUFFER_URL,
@@ -25,7 +26,6 @@ from slime_ext.slime_plugins.config import (  # noqa: E402
 )
 from slime_ext.slime_plugins.generate import generate, reward  # noqa: E402
 from slime_ext.slime_plugins.resources import max_context_len, router_url, sampling_extras  # noqa: E402
-from slime_ext.validation import ValidationError  # noqa: E402
 
 pytestmark = pytest.mark.unit
 

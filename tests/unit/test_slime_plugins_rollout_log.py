@@ -16,7 +16,7 @@ from slime.observability import logging_utils  # noqa: E402
 from slime_ext.slime_plugins.metrics import kernel_metrics  # noqa: E402
 from slime_ext.slime_plugins.rollout_log import log_eval_rollout, log_rollout  # noqa: E402
 from slime_ext.slime_plugins.samples import TRAJECTORY_KEY, group_to_samples  # noqa: E402
-from slime_ext.trajectory import parse_record  # noqa: E402
+from slime_ext.trajectory.record import parse_record  # noqa: E402
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ install()
 from slime.observability.rollout_data_utils import validate_rollout_id_annotated  # noqa: E402
 from slime.utils.types import Sample  # noqa: E402
 
-from slime_ext.episode import Episode, Turn  # noqa: E402
+from slime_ext.rollout.episode import Episode, Turn  # noqa: E402
 from slime_ext.slime_plugins.samples import (  # noqa: E402
     METADATA_KEY,
     TRAJECTORY_KEY,
@@ -25,7 +25,7 @@ from slime_ext.slime_plugins.samples import (  # noqa: E402
     fill_sample,
     group_to_samples,
 )
-from slime_ext.trajectory import parse_record  # noqa: E402
+from slime_ext.trajectory.record import parse_record  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -106,7 +106,7 @@ def test_truncated_and_aborted_records() -> None:
 
 
 def test_per_turn_records_fan_out_with_shared_rollout_id() -> None:
-    # as buffer_server/runner.py writes them: one record per turn, that turn's reward/result only
+    # as buffer_server/runner/agent_runner.py writes them: one record per turn, that turn's reward/result only
     def turn(uid: str, traj: str, k: int, reward: float, result: dict) -> object:
         meta = {"level": 2, TRAJECTORY_KEY: traj, "early_stopped": False}
         return record(uid, sample_index=k, reward=reward, metadata=meta, turn_rewards=[reward],

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_ext.problems import PromptRecord, load_prompt_records, write_prompt_records
+from slime_ext.rollout.problems import PromptRecord, load_prompt_records, write_prompt_records
 from tools import split_prompts
 
 pytestmark = pytest.mark.unit

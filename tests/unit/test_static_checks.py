@@ -1,4 +1,4 @@
-"""Unit tests of eval_server.static_checks: each rule on minimal positive and clean examples."""
+"""Unit tests of eval_server.checks.static: each rule on minimal positive and clean examples."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
+from eval_server.checks.static import RULE_IDS, RULES, run_static_checks
 from eval_server.samples import load_candidate
 from eval_server.schema import Check
-from eval_server.static_checks import RULE_IDS, RULES, run_static_checks
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from slime_ext import fastjson
-from slime_ext.http_json import json_flask_app
+from krl_common import fastjson
+from krl_common.http_json import json_flask_app
 
 pytestmark = pytest.mark.unit
 

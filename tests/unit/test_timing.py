@@ -1,4 +1,4 @@
-"""Unit tests of eval_server.timing.summarize (time_gpu needs CUDA and is covered by GPU tests)."""
+"""Unit tests of eval_server.pipeline.timing.summarize (time_gpu needs CUDA and is covered by GPU tests)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from eval_server.pipeline.timing import summarize
 from eval_server.schema import TimingStats
-from eval_server.timing import summarize
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from eval_server import timing
+from eval_server.pipeline import timing
 
 
 class _Clock:

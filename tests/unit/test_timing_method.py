@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-from eval_server import evaluate
-from eval_server.ref_cache import RefTimingCache
-from eval_server.schema import STATUS_OK, STATUS_REJECTED, EvalOptions, EvalResult, TimingStats
-from eval_server.timing import (
+from eval_server.pipeline import evaluate
+from eval_server.pipeline.ref_cache import RefTimingCache
+from eval_server.pipeline.timing import (
     BATCH_TRIAL_MS,
     MAX_CALLS_PER_TRIAL,
     METHOD_BATCHED,
@@ -34,6 +33,7 @@ from eval_server.timing import (
     calls_per_trial_for,
     method_name,
 )
+from eval_server.schema import STATUS_OK, STATUS_REJECTED, EvalOptions, EvalResult, TimingStats
 
 pytestmark = pytest.mark.unit
 

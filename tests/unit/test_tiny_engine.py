@@ -1,4 +1,4 @@
-"""slime_ext/tiny_engine.py: the /generate protocol over HTTP with the tiny model (CPU)."""
+"""slime_ext/dev_engine/engine.py: the /generate protocol over HTTP with the tiny model (CPU)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import httpx
 import pytest
 import torch
 
-from slime_ext.scripted import ScriptedAnswer, choose_answer, context_key, mix_draw
-from slime_ext.tiny_engine import GenerateEngine
-from slime_ext.tiny_model import tiny_model, tiny_tokenizer
+from slime_ext.dev_engine.engine import GenerateEngine
+from slime_ext.dev_engine.scripted import ScriptedAnswer, choose_answer, context_key, mix_draw
+from slime_ext.dev_engine.tiny_model import tiny_model, tiny_tokenizer
 
 pytestmark = pytest.mark.unit
 
@@ -120,7 +120,7 @@ def test_unknown_path_is_404(engine) -> None:
 
 
 def test_scripted_rules_answer_matching_prompts_teacher_forced(tmp_path) -> None:
-    from slime_ext.tiny_engine import load_scripted_rules
+    from slime_ext.dev_engine.engine import load_scripted_rules
 
     rules_file = tmp_path / "rules.jsonl"
     rules_file.write_text('{"match": "relu", "text": "x = 1"}\n\n')
@@ -260,13 +260,13 @@ def test_scripted_mix_needs_each_kind_it_can_draw() -> None:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from slime_ext.tiny_model import write_model_dir
+    from slime_ext.dev_engine.tiny_model import write_model_dir
 
     return str(write_model_dir(tmp_path_factory.mktemp("tiny") / "model"))
 
 
 def test_load_engine_dtype_device_and_bundled_mix(model_dir: str) -> None:
-    from slime_ext.tiny_engine import load_engine
+    from slime_ext.dev_engine.engine import load_engine
 
     eng = load_engine(model_dir, seed=2, scripted_mix=0.5, device="cpu", dtype="bfloat16")
     assert eng.model.dtype == torch.bfloat16 and str(eng.device) == "cpu"
@@ -282,7 +282,7 @@ def test_load_engine_dtype_device_and_bundled_mix(model_dir: str) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_cli_refuses_cuda_without_a_gpu(model_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from slime_ext.tiny_engine import main
+    from slime_ext.dev_engine.engine import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--model", model_dir, "--device", "cuda", "--scripted-mix", "0.5"])

@@ -1,4 +1,4 @@
-"""slime_ext/tiny_model.py: the model directory it writes loads back as the same model."""
+"""slime_ext/dev_engine/tiny_model.py: the model directory it writes loads back as the same model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slime_ext.tiny_model import main, tiny_model, tiny_tokenizer, write_model_dir
+from slime_ext.dev_engine.tiny_model import main, tiny_model, tiny_tokenizer, write_model_dir
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
-"""Unit tests of slime_ext.trajectory: parse_record validation (field names and indices in
-every message), defaults, JSON round trip; and of slime_ext.fastjson (both backends agree)."""
+"""Unit tests of slime_ext.trajectory.record: parse_record validation (field names and indices in
+every message), defaults, JSON round trip; and of krl_common.fastjson (both backends agree)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from slime_ext import fastjson
-from slime_ext.trajectory import (
+from krl_common import fastjson
+from slime_ext.trajectory.record import (
     FIELD_NAMES,
     MAX_ID_CHARS,
     MAX_JSON_DEPTH,

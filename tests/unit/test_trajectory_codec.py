@@ -1,4 +1,4 @@
-"""Unit tests of slime_ext.trajectory_codec: the packed body gives back, byte for byte, the JSON of the
+"""Unit tests of slime_ext.trajectory.codec: the packed body gives back, byte for byte, the JSON of the
 record it was made from (the served wire format), for every log-prob encoding it chooses, and
 it refuses arrays that break the record's per-token invariants."""
 
@@ -10,9 +10,9 @@ import random
 import numpy as np
 import pytest
 
-from slime_ext import fastjson
-from slime_ext import trajectory_codec as codec
-from slime_ext.trajectory import parse_record
+from krl_common import fastjson
+from slime_ext.trajectory import codec
+from slime_ext.trajectory.record import parse_record
 
 pytestmark = pytest.mark.unit
 

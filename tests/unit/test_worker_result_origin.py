@@ -12,7 +12,7 @@ import pytest
 
 from eval_server import samples
 from eval_server.schema import EvalResult, parse_request, problem_hash
-from eval_server.worker import _Spare
+from eval_server.workers.worker import _Spare
 from tests.worker_args import cpu_worker
 
 

@@ -1,10 +1,10 @@
 # shellcheck shell=bash
-# Preset: the whole main run on ONE GPU with the tiny Qwen3 model (slime_ext/tiny_model.py), to
+# Preset: the whole main run on ONE GPU with the tiny Qwen3 model (slime_ext/dev_engine/tiny_model.py), to
 # check the training half end to end before a real run (docs/LAUNCH.md "One GPU, tiny model").
 #
 #   PRESET=single_gpu_tiny TRAIN_ONLY=1 scripts/run_kbench_multiturn.sh
 #       slime --debug-train-only: no SGLang; an `engine` window serves HF_CKPT with the embedded
-#       /generate engine (python -m slime_ext.tiny_engine, ENGINE_ARGS for more flags), the buffer's
+#       /generate engine (python -m slime_ext.dev_engine.engine, ENGINE_ARGS for more flags), the buffer's
 #       agent runner generates with it, slime trains on GPU 0 from REF_LOAD (weights are not pushed
 #       back to the engine: it keeps sampling from the initial model).
 #   PRESET=single_gpu_tiny scripts/run_kbench_multiturn.sh
@@ -13,7 +13,7 @@
 # Sourced by configs/run/common.sh when PRESET=single_gpu_tiny; every line is a default, so a
 # variable set by the caller wins (e.g. CREDIT=per_turn, MODE=in_slime without TRAIN_ONLY).
 # Before the first run (CPU is enough):
-#   python -m slime_ext.tiny_model --out "$HF_CKPT"
+#   python -m slime_ext.dev_engine.tiny_model --out "$HF_CKPT"
 #   scripts/convert_hf_to_megatron.sh --hf-dir "$HF_CKPT" --out "$REF_LOAD" --dtype bf16
 
 # --- model: configs/models/qwen3-tiny.sh is generated from the tiny model's config.json ----------

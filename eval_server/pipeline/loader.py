@@ -1,0 +1,154 @@
+"""Turn problem and candidate source strings into live Python modules on the eval device.
+
+Sources are written to real files under the evaluation's private directory before import,
+because Triton's JIT reads kernel source through `inspect` and cannot compile code that only
+exists in an `exec`'d string. Inputs and weights are created directly on the evaluation device
+(default-device context), never built on the CPU and copied: KernelBench L1 inputs reach GBs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import random
+import re
+import sys
+import sysconfig
+import traceback
+import types
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eval_server.checks.static import EVALUATED_MODULE_PREFIX
+
+_module_counter = itertools.count()
+# static_checks forbids importing modules named so (the reference): one definition, there
+MODULE_PREFIX = EVALUATED_MODULE_PREFIX
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# torch.nn.Module.__call__ plumbing: two frames in every forward traceback that say nothing.
+_NOISE_FILES = (os.path.join("torch", "nn", "modules", "module.py"),)
+# The standard library's frames (ast.parse under a syntax error, importlib, contextlib) only say
+# how the evaluator reached the candidate; installed packages can live below it and are kept.
+_STDLIB_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
+
+
+def _is_stdlib(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return path.startswith(_STDLIB_DIRS) and not any(
+        part in ("site-packages", "dist-packages") for part in path.split(os.sep)
+    )
+
+
+def import_source(source: str, workdir: str | Path, stem: str) -> types.ModuleType:
+    """Write `source` to `<workdir>/<stem>.py` and import it under a unique module name.
+
+    Exceptions from the module body (SyntaxError included) propagate to the caller.
+    """
+    path = Path(workdir) / f"{stem}.py"
+    path.write_text(source, encoding="utf-8")
+    name = f"{MODULE_PREFIX}{stem}_{next(_module_counter)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up here
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (every device), Python's `random` and NumPy, so get_inputs() is reproducible:
+    inputs are regenerated from their seed instead of being kept alive."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover - numpy ships with torch
+        pass
+
+
+def _to_device(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to_device(o, device) for o in obj)
+    return obj
+
+
+def make_init_inputs(module: types.ModuleType, seed: int, device: torch.device) -> list[Any]:
+    seed_everything(seed)
+    with torch.device(device):
+        init = module.get_init_inputs() if hasattr(module, "get_init_inputs") else []
+    return list(_to_device(list(init), device))
+
+
+def make_inputs(module: types.ModuleType, seed: int, device: torch.device) -> list[Any]:
+    """Inputs for one trial, created on `device` (the default device is set while they are built)."""
+    seed_everything(seed)
+    with torch.device(device):
+        inputs = module.get_inputs()
+    return list(_to_device(list(inputs), device))
+
+
+def build_model(cls: type, init_inputs: Sequence[Any], seed: int, device: torch.device) -> torch.nn.Module:
+    """Construct `cls(*init_inputs)` after seeding, with parameters allocated on `device`."""
+    seed_everything(seed)
+    with torch.device(device):
+        model = cls(*init_inputs)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device)
+    return model
+
+
+def clone_args(args: Sequence[Any]) -> list[Any]:
+    """Deep-enough copy of a list of inputs: tensors cloned, containers rebuilt, scalars shared."""
+    out: list[Any] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a.detach().clone())
+        elif isinstance(a, list | tuple):
+            out.append(type(a)(clone_args(a)))
+        else:
+            out.append(a)
+    return out
+
+
+def format_exception_tail(
+    exc: BaseException, workdir: str | Path, max_lines: int = 40, max_chars: int = 4000
+) -> str:
+    """The traceback a model can act on: evaluator and stdlib frames dropped, temp paths shortened,
+    trimmed.
+
+    Frames from this package and the standard library are removed because they only say *where
+    we called the candidate* (for a syntax error: evaluate.py and ast.py, nothing of the model's);
+    the candidate's own lines and Triton's compiler messages are what matter.
+    """
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)
+        and not f.filename.endswith(_NOISE_FILES)
+        and not f.filename.startswith("<frozen ")
+        and not _is_stdlib(f.filename)
+    ]
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(exc), exc)
+    text = "".join(lines).replace(str(workdir) + os.sep, "")
+    text = re.sub(r'File "[^"]*?site-packages/', 'File "', text)
+    out_lines = text.rstrip("\n").split("\n")
+    if len(out_lines) > max_lines:
+        out_lines = ["..."] + out_lines[-max_lines:]
+    text = "\n".join(out_lines)
+    if len(text) > max_chars:
+        text = "..." + text[-max_chars:]
+    return text

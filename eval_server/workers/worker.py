@@ -1,0 +1,512 @@
+"""The warm worker: one long-lived process per device slot that forks one child per evaluation.
+
+The worker imports torch, triton and the evaluator once (seconds) but never initialises CUDA;
+each evaluation runs in a freshly forked child (sub-second start), so whatever a candidate does
+to its process (patched functions, globals, allocator contents, a poisoned CUDA context, a
+segfault) dies with that child and never reaches the next evaluation. The worker enforces the
+hard wall-clock timeout and the memory cap on the child's whole process tree.
+
+The child is forked one evaluation ahead (the *spare*): while an evaluation runs, the next
+child starts its CUDA context (~0.25 s), launches a trivial Triton kernel (the first launch in a
+process costs ~0.45 s, a candidate's first launch after it ~2 ms; triton_warmup.py) and starts
+the CUDA activity profiler once and loads the output comparison's kernel (a few small kernels
+of GPU work, without the GPU lock), then waits for its request. It has run only evaluator code
+when the request arrives, and it serves exactly one evaluation, so isolation is unchanged.
+
+Protocol with the server (pool.py): JSON lines on stdin (requests) and on the original stdout
+(replies); fd 1 is pointed at stderr after start-up so stray prints cannot corrupt the protocol.
+  -> {"ready": true, "pid": ..., "device": ..., "versions": {...}}        once, after warm-up
+  <- {"request": <EvalRequest json>, "timeout_s": 60.0}
+  -> {"result": <EvalResult json>, "spare_pid": <pid of the child prepared for the next one>}
+  <- {"shutdown": true}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval_server.feedback import build_feedback, failure_result
+from eval_server.isolation import sandbox
+from eval_server.schema import (
+    STATUS_CRASHED,
+    STATUS_SERVER_ERROR,
+    STATUS_TIMEOUT,
+    EvalRequest,
+    EvalResult,
+    parse_request,
+    problem_hash,
+)
+
+_POLL_S = 0.02
+_EXIT_POLL_S = 0.001  # after the child closed its result pipe: it is exiting, poll its exit closely
+_STDOUT_TAIL_CHARS = 2000
+
+
+@dataclass
+class _Spare:
+    """A forked child waiting for its request (see the module docstring)."""
+
+    pid: int
+    request_fd: int  # the worker writes the request here, then closes it
+    result_fd: int  # the child writes its result here
+    evaldir: Path
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while data := os.read(fd, 1 << 20):
+        chunks.append(data)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return {
+        "SIGSEGV": "SIGSEGV (segmentation fault)",
+        "SIGABRT": "SIGABRT (abort)",
+        "SIGBUS": "SIGBUS (bus error)",
+        "SIGKILL": "SIGKILL",
+        "SIGFPE": "SIGFPE (arithmetic error)",
+    }.get(name, name)
+
+
+_ERROR_LINE = re.compile(r"error|what\(\)|assert|illegal|exception|fault|abort", re.IGNORECASE)
+
+
+def crash_summary(output: str, max_lines: int = 12) -> str:
+    """The informative lines of a dying process's output: error lines first, then the last lines,
+    without C++ stack frame dumps ("frame #12: ...")."""
+    lines = [ln for ln in output.strip().splitlines() if ln.strip() and not ln.lstrip().startswith("frame #")]
+    errors = [ln for ln in lines if _ERROR_LINE.search(ln)][:6]
+    tail = [ln for ln in lines[-(max_lines - len(errors)) :] if ln not in errors]
+    return "\n".join(ln[:300] for ln in errors + tail)
+
+
+def request_header(sent_at: float, gpu_busy_at: float | None) -> bytes:
+    """The first line the worker writes to a child before the request (CLOCK_MONOTONIC times)."""
+    return f"{sent_at:.6f} {-1.0 if gpu_busy_at is None else gpu_busy_at:.6f}\n".encode()
+
+
+def parse_request_header(line: bytes) -> tuple[float, float | None]:
+    """(sent_at, gpu_busy_at) from request_header's line, without its newline."""
+    sent_at, busy_at = (float(x) for x in line.split())
+    return sent_at, (None if busy_at < 0 else busy_at)
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.worker_id: int = args.worker_id
+        self.device_kind: str = args.device  # "cpu" or "cuda"
+        self.device_label: str = args.device_label
+        self.workdir = Path(args.workdir)
+        self.mem_cap_bytes = int(args.mem_cap_mb) * 1024 * 1024 if args.mem_cap_mb else 0
+        self.threads: int = args.threads
+        self.ref_cache_path: str | None = args.ref_cache or None
+        self.gpu_lock_path: str | None = args.gpu_lock or None
+        self.hardening_overrides: dict[str, Any] = json.loads(args.hardening)
+        self.versions: dict[str, Any] = {}
+        self.evals = 0
+        self._spare: _Spare | None = None
+        self._gpu_busy_at: float | None = None  # time.monotonic() when the last timing here ended
+
+    # ------------------------------------------------------------------ warm-up (parent)
+    def warm_up(self) -> dict[str, Any]:
+        import torch
+        import triton
+
+        from eval_server.pipeline import evaluate as _evaluate  # noqa: F401  (imports compare, timing, checks)
+
+        _evaluate.LAUNCHES.install()
+        _evaluate.THREADS.install()
+        torch.set_num_threads(max(1, self.threads))
+        self.versions = {
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "python": sys.version.split()[0],
+            "triton_interpret": os.environ.get("TRITON_INTERPRET", "0") == "1",
+        }
+        return self.versions
+
+    # ------------------------------------------------------------------ one evaluation
+    def run_one(self, request_json: dict[str, Any], timeout_s: float) -> EvalResult:
+        request = parse_request(request_json)
+        self.evals += 1
+        spare = self._take_spare()
+        t0 = time.perf_counter()
+        try:
+            self._send_request(spare, request, self._gpu_busy_at)
+            self._spare = self._start_spare()  # the next one gets ready while this one runs
+            result = self._wait(spare, request, timeout_s)
+        finally:
+            log = spare.evaldir / "output.log"
+            output = ""
+            if log.exists():
+                with open(log, "rb") as fh:
+                    fh.seek(max(0, log.stat().st_size - (64 << 10)))
+                    output = fh.read().decode(errors="replace")
+            shutil.rmtree(spare.evaldir, ignore_errors=True)
+        result.stdout_tail = output[-_STDOUT_TAIL_CHARS:]
+        if result.status == STATUS_CRASHED and output.strip() and result.error is not None:
+            # What the dying process printed (e.g. "CUDA error: an illegal memory access was
+            # encountered" before an abort) is the most useful evidence the model can get.
+            result.error["message"] += f"\nWhat the process printed:\n{crash_summary(output)}"
+            result.feedback = build_feedback(result)
+        result.worker = self.worker_id
+        result.elapsed_s = round(time.perf_counter() - t0, 6)
+        self._note_timing(result, time.monotonic())
+        return result
+
+    def _note_timing(self, result: EvalResult, now: float) -> None:
+        """Remember when the GPU was last timed: a result with a timing phase ended it about when
+        its result was complete, i.e. before the child's exit (`child_exit`)."""
+        if "timing" in result.phases:
+            self._gpu_busy_at = now - result.phases.get("child_exit", 0.0)
+
+    # ------------------------------------------------------------------ the spare child
+    def _start_spare(self) -> _Spare:
+        evaldir = Path(tempfile.mkdtemp(prefix=f"eval-{self.evals + 1}-", dir=self.workdir / "evals"))
+        request_r, request_w = os.pipe()
+        result_r, result_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # child: never returns
+            os.close(request_w)
+            os.close(result_r)
+            self._child_main(evaldir, request_r, result_w)
+        os.close(request_r)
+        os.close(result_w)
+        try:
+            os.setpgid(pid, pid)  # also done by the child; whichever runs first wins
+        except (PermissionError, ProcessLookupError):
+            pass
+        return _Spare(pid, request_w, result_r, evaldir)
+
+    def _take_spare(self) -> _Spare:
+        """The prepared child, or a new one if there is none or it died meanwhile."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                alive = os.waitid(os.P_PID, spare.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            except ChildProcessError:  # already reaped
+                alive = False
+            if alive:
+                return spare
+            self._discard(spare)
+        return self._start_spare()
+
+    def _discard(self, spare: _Spare) -> None:
+        sandbox.kill_tree(spare.pid)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(spare.pid, 0)
+        for fd in (spare.request_fd, spare.result_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        shutil.rmtree(spare.evaldir, ignore_errors=True)
+
+    @property
+    def spare_pid(self) -> int | None:
+        """The child prepared for the next evaluation (the worker's only child between them)."""
+        return self._spare.pid if self._spare is not None else None
+
+    def close(self) -> None:
+        if self._spare is not None:
+            self._discard(self._spare)
+            self._spare = None
+
+    @staticmethod
+    def _send_request(spare: _Spare, request: EvalRequest, gpu_busy_at: float | None) -> None:
+        """A first line with the send time and `gpu_busy_at` (CLOCK_MONOTONIC, system-wide; -1:
+        none), then the request: the child reports how long the request waited for its preparation
+        (phase spare_wait) and knows how recently the GPU was timed (EvalContext.gpu_busy_at)."""
+        payload = memoryview(
+            request_header(time.monotonic(), gpu_busy_at) + json.dumps(request.to_json()).encode()
+        )
+        try:
+            while payload:
+                payload = payload[os.write(spare.request_fd, payload) :]
+        except BrokenPipeError:  # the child died just now: _wait reports how it ended
+            pass
+        finally:
+            os.close(spare.request_fd)
+
+    def _wait(self, spare: _Spare, request: EvalRequest, timeout_s: float) -> EvalResult:
+        pid, read_fd = spare.pid, spare.result_fd
+        chunks: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        verdict: tuple[str, str] | None = None
+        exit_status: int | None = None
+        next_mem_check = 0.0
+        eof_at: float | None = None  # the child closed its result pipe (result complete, or dying)
+        child_exit_s: float | None = None  # that EOF -> the child reaped
+        try:
+            while True:
+                if eof_at is None:
+                    ready, _, _ = select.select([read_fd], [], [], _POLL_S)
+                    if ready:
+                        data = os.read(read_fd, 1 << 20)
+                        if data:
+                            chunks.append(data)
+                        else:
+                            eof_at = time.perf_counter()
+                else:
+                    time.sleep(_EXIT_POLL_S)
+                try:
+                    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:  # reaped already (reap_all after an earlier evaluation)
+                    break
+                if info is not None:
+                    break
+                now = time.monotonic()
+                if now > deadline:
+                    verdict = (
+                        STATUS_TIMEOUT,
+                        f"The evaluation exceeded the time limit of {timeout_s:g} s and was killed.",
+                    )
+                    break
+                if self.mem_cap_bytes and now >= next_mem_check:
+                    next_mem_check = now + 0.1
+                    rss = sandbox.tree_rss_bytes(pid)
+                    if rss > self.mem_cap_bytes:
+                        verdict = (
+                            STATUS_CRASHED,
+                            f"The evaluation used {rss / 2**30:.1f} GiB of host memory, over the cap of "
+                            f"{self.mem_cap_bytes / 2**30:.1f} GiB, and was killed.",
+                        )
+                        break
+        finally:
+            sandbox.kill_tree(pid)
+            try:
+                _, status = os.waitpid(pid, 0)
+                exit_status = status
+            except ChildProcessError:
+                pass
+            if eof_at is not None:
+                child_exit_s = time.perf_counter() - eof_at
+            # not the spare: its exit status is read when it is taken
+            sandbox.reap_all(keep=self._spare.pid if self._spare is not None else None)
+            # Drain what the child wrote before it exited.
+            while eof_at is None:
+                ready, _, _ = select.select([read_fd], [], [], 0)
+                if not ready:
+                    break
+                data = os.read(read_fd, 1 << 20)
+                if not data:
+                    break
+                chunks.append(data)
+            os.close(read_fd)
+
+        result: EvalResult | None = None
+        if verdict is None:
+            payload = b"".join(chunks)
+            if payload:
+                try:
+                    result = EvalResult.from_json(json.loads(payload))
+                except (ValueError, TypeError) as exc:
+                    verdict = (
+                        STATUS_CRASHED,
+                        f"The evaluation process reported an unreadable result ({exc}).",
+                    )
+                # Defence in depth behind static.file_access: a result the evaluator wrote names
+                # the problem it evaluated, which candidate code cannot read.
+                if result is not None and result.problem_hash != problem_hash(request.reference):
+                    result = None
+                    verdict = (
+                        STATUS_CRASHED,
+                        "The evaluation process reported a result for another problem (not written by "
+                        "the evaluator).",
+                    )
+            else:
+                verdict = (STATUS_CRASHED, self._describe_exit(exit_status))
+        if result is None:
+            assert verdict is not None
+            result = failure_result(request, *verdict, device=self.device_label)
+        if child_exit_s is not None:
+            result.phases["child_exit"] = round(child_exit_s, 6)
+        return result
+
+    @staticmethod
+    def _describe_exit(status: int | None) -> str:
+        if status is None:
+            return "The evaluation process disappeared without a result."
+        if os.WIFSIGNALED(status):
+            return f"The evaluation process was killed by {_signal_name(os.WTERMSIG(status))} before reporting a result."
+        code = os.WEXITSTATUS(status)
+        return (
+            f"The evaluation process exited with code {code} before reporting a result "
+            "(os._exit, sys.exit or a fatal error in the candidate)."
+        )
+
+    def _child_main(self, evaldir: Path, request_fd: int, write_fd: int) -> None:
+        """Runs in the forked child; always ends with os._exit so no parent state is unwound."""
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        request: EvalRequest | None = None
+        payload = b""
+        try:
+            os.close(_PROTO_FD)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # nothing of the preparation reaches the candidate's output log
+                os.dup2(devnull, fd)
+            os.chdir(evaldir)
+            os.environ["TMPDIR"] = str(evaldir)
+            tempfile.tempdir = str(evaldir)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            self._child_prepare()
+            prepared_at = time.monotonic()
+            raw = _read_all(request_fd)
+            if not raw:  # the worker went away without a request
+                os._exit(0)
+            header, _, raw = raw.partition(b"\n")
+            sent_at, busy_at = parse_request_header(header)
+            spare_wait = max(0.0, prepared_at - sent_at)
+            request = parse_request(json.loads(raw))
+            log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            result = self._child_evaluate(request, evaldir, busy_at)
+            result.phases["spare_wait"] = round(spare_wait, 6)
+            payload = json.dumps(result.to_json()).encode()
+        except BaseException as exc:  # noqa: BLE001 - must report whatever happened
+            if request is not None:
+                if isinstance(exc, SystemExit):
+                    status, message = (
+                        STATUS_CRASHED,
+                        f"The candidate called sys.exit({exc.code!r}) during evaluation.",
+                    )
+                else:
+                    status, message = STATUS_SERVER_ERROR, f"Evaluator failure: {type(exc).__name__}: {exc}"
+                res = failure_result(request, status, message, device=self.device_label)
+                payload = json.dumps(res.to_json()).encode()
+        try:
+            view = memoryview(payload)
+            while view:
+                n = os.write(write_fd, view)
+                view = view[n:]
+            os.close(write_fd)  # EOF now: the worker sees the result complete while this process exits
+        finally:
+            os._exit(0)
+
+    def _child_prepare(self) -> None:
+        """Trusted set-up before the request arrives: the CUDA context, Triton's first launch, the
+        profiler's first start and the output comparison's kernels. Without the GPU lock: its GPU
+        work is a few kernels on 16-4096 elements, and waiting for the lock's shared mode made the
+        running evaluation's timing wait ~0.4 s for it (measured). Best effort: whatever fails
+        here is done (and reported) by the evaluation itself."""
+        if self.device_kind != "cuda":
+            return
+        try:
+            import torch
+
+            from eval_server.workers import child_prep
+
+            child_prep.prepare(torch.device("cuda", 0))
+        except Exception:  # noqa: BLE001, S110 - see the docstring
+            pass
+
+    def _child_evaluate(self, request: EvalRequest, evaldir: Path, gpu_busy_at: float | None) -> EvalResult:
+        import torch
+
+        from eval_server.isolation.gpu_lock import GpuLock
+        from eval_server.isolation.hardening import Hardening
+        from eval_server.pipeline.evaluate import EvalContext, evaluate
+        from eval_server.pipeline.ref_cache import RefTimingCache
+
+        hardening = Hardening(**self.hardening_overrides)
+        if self.device_kind == "cuda":
+            # CUDA_VISIBLE_DEVICES pins the physical GPU. CUDA initialises lazily on first use,
+            # so statically rejected candidates never pay for a context.
+            device = torch.device("cuda", 0)
+            label, timing = self.device_label, True
+            if hardening.gpu_memory_fraction < 1.0:  # a GPU shared with other workers
+                torch.cuda.set_per_process_memory_fraction(hardening.gpu_memory_fraction, device)
+        else:
+            device = torch.device("cpu")
+            label, timing = self.device_label, False
+        # reference timings (GPU) and the reference's facts (any device: evaluate._Facts)
+        cache = RefTimingCache(self.ref_cache_path) if self.ref_cache_path else None
+        ctx = EvalContext(
+            device=device,
+            device_label=label,
+            workdir=evaldir,
+            timing_enabled=timing,
+            ref_cache=cache,
+            hardening=hardening,
+            versions={k: str(v) for k, v in self.versions.items()},
+            gpu_lock=GpuLock(self.gpu_lock_path) if (timing and self.gpu_lock_path) else None,
+            gpu_busy_at=gpu_busy_at,
+            build_cache=self.workdir / "cuda-ext",  # outlives evaluations; removed with the worker dir
+        )
+        return evaluate(request, ctx)
+
+
+_PROTO_FD = -1
+
+
+def main(argv: list[str] | None = None) -> None:
+    global _PROTO_FD
+    parser = argparse.ArgumentParser(description="eval_server worker (started by the server, not by hand)")
+    parser.add_argument("--worker-id", type=int, required=True)
+    parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    parser.add_argument("--device-label", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--mem-cap-mb", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--ref-cache", default="", help="SQLite file of cached reference timings ('' = none)")
+    parser.add_argument("--gpu-lock", default="", help="lock file shared by the evaluations of this GPU")
+    parser.add_argument(
+        "--hardening", default="{}", help="JSON object of hardening.Hardening field overrides"
+    )
+    args = parser.parse_args(argv)
+
+    # Keep the protocol channel private; anything printed later goes to the log (stderr).
+    _PROTO_FD = os.dup(1)
+    os.dup2(2, 1)
+    proto = os.fdopen(_PROTO_FD, "w", buffering=1)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    (Path(args.workdir) / "evals").mkdir(parents=True, exist_ok=True)
+    sandbox.become_subreaper()
+    worker = Worker(args)
+    versions = worker.warm_up()
+    proto.write(
+        json.dumps({"ready": True, "pid": os.getpid(), "device": args.device_label, "versions": versions})
+        + "\n"
+    )
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            if msg.get("shutdown"):
+                break
+            try:
+                result = worker.run_one(msg["request"], float(msg["timeout_s"]))
+                reply = {"result": result.to_json(), "spare_pid": worker.spare_pid}
+            except Exception as exc:  # noqa: BLE001 - the worker must keep serving
+                reply = {"error": f"{type(exc).__name__}: {exc}"}
+            proto.write(json.dumps(reply) + "\n")
+    finally:
+        worker.close()
+
+
+if __name__ == "__main__":
+    main()
