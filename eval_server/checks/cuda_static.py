@@ -8,7 +8,7 @@ string constant of the candidate (what is visible before anything runs), and in 
 on the exact sources load_inline received (cuda_backend.py), so sources assembled at run time
 ("cuda" + "StreamCreate") are judged too, before anything is compiled.
 
-What the source rules cover (a first pass; the runtime checks of evaluate.py are the backstop):
+What the source rules cover (a first pass; the runtime checks of the pipeline are the backstop):
 torch/ATen compute called from C++, vendor libraries (cuBLAS, cuDNN, cuFFT, ..., thrust, CUB
 device-wide algorithms), threads/processes/extra streams/host callbacks/device-to-host copies,
 reaching the evaluator from native code (embedded Python imports, dlopen, /proc, the driver's
@@ -23,15 +23,8 @@ import ast
 import re
 from collections.abc import Callable
 
-from eval_server.checks.static import (
-    RULES,
-    TORCH_COMPUTE_CALLS,
-    Rule,
-    _calls,
-    _canonical,
-    _dotted,
-    _import_aliases,
-)
+from eval_server.checks.source_ast import calls, canonical_name, dotted_name, import_aliases
+from eval_server.checks.static import RULES, TORCH_COMPUTE_CALLS, Rule
 from eval_server.schema import Check
 
 _LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
@@ -230,9 +223,9 @@ def _string_constants(tree: ast.Module) -> str:
 
 
 def _find_no_cuda_kernel(tree: ast.Module) -> list[str]:
-    aliases = _import_aliases(tree)
-    calls = [name for _, name in _calls(tree) if name and _canonical(name, aliases) == _LOAD_INLINE]
-    if not calls:
+    aliases = import_aliases(tree)
+    builds = [name for _, name in calls(tree) if name and canonical_name(name, aliases) == _LOAD_INLINE]
+    if not builds:
         return ["no call of torch.utils.cpp_extension.load_inline"]
     if not kernel_names(_string_constants(tree)):
         return ["no __global__ kernel in the source strings"]
@@ -241,14 +234,14 @@ def _find_no_cuda_kernel(tree: ast.Module) -> list[str]:
 
 def _find_build_api(tree: ast.Module) -> list[str]:
     """Native code may only come from load_inline: other build/load routes skip the compile phase."""
-    aliases = _import_aliases(tree)
+    aliases = import_aliases(tree)
     hits = []
     for node in ast.walk(tree):
         names: list[str] = []
         if isinstance(node, ast.Attribute | ast.Name):
-            dotted = _dotted(node)
+            dotted = dotted_name(node)
             if dotted:
-                names.append(_canonical(dotted, aliases))
+                names.append(canonical_name(dotted, aliases))
         elif isinstance(node, ast.ImportFrom) and node.module:
             names += [f"{node.module}.{a.name}" for a in node.names]
         for name in names:

@@ -305,7 +305,7 @@ _GLOBAL_MODULE_HOOKS = (
 class GlobalStateSnapshot:
     """Process-wide switches that change what every module or torch call computes: global
     nn.Module hooks, and torch function / dispatch modes left active. The reference runs after
-    candidate code (evaluate.py), so these must be as they were before the candidate existed."""
+    candidate code (pipeline/evaluate.py), so these must be as they were before the candidate existed."""
 
     def __init__(self) -> None:
         self._saved = self._now()

@@ -3,15 +3,16 @@
 Every rule lives here, with a stable id (shown in results, stats and feedback) and a message
 that tells the model what to change. Rules read the AST, never execute anything, so they are
 safe to run on untrusted text. Runtime checks (kernel really launched, torch doing the work)
-live in `runtime_checks.py`; static rules only catch what is visible in the text.
+live in `runtime.py`; static rules only catch what is visible in the text.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from eval_server.checks.source_ast import calls, canonical_name, dotted_name, import_aliases, is_triton_jit
 from eval_server.schema import Check
 
 
@@ -102,55 +103,15 @@ TORCH_COMPUTE_CALLS = frozenset(
 TORCH_COMPUTE_MODULES = frozenset({"compile"})
 
 
-def _dotted(node: ast.AST) -> str:
-    """'torch.nn.functional.relu' for an Attribute chain, '' when not a plain dotted name."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
-def _import_aliases(tree: ast.Module) -> dict[str, str]:
-    """Local name -> canonical dotted name for every import (`import torch.nn.functional as F`
-    binds F -> torch.nn.functional; `from torch import matmul as mm` binds mm -> torch.matmul)."""
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    aliases[a.asname] = a.name
-                else:  # `import torch.nn` binds the top-level name only
-                    top = a.name.split(".")[0]
-                    aliases[top] = top
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
-
-
-def _canonical(name: str, aliases: dict[str, str]) -> str:
-    head, _, rest = name.partition(".")
-    base = aliases.get(head)
-    if base is None:
-        return name
-    return f"{base}.{rest}" if rest else base
-
-
-def _is_triton_jit(dec: ast.expr) -> bool:
-    target = dec.func if isinstance(dec, ast.Call) else dec
-    name = _dotted(target)
-    return name in {"triton.jit", "jit", "tl.jit"} or name.endswith(".jit")
 
 
 def _jit_functions(tree: ast.Module) -> list[str]:
     return [
         n.name
         for n in ast.walk(tree)
-        if isinstance(n, ast.FunctionDef) and any(_is_triton_jit(d) for d in n.decorator_list)
+        if isinstance(n, ast.FunctionDef) and any(is_triton_jit(d) for d in n.decorator_list)
     ]
 
 
@@ -173,7 +134,7 @@ def _find_reference_use(tree: ast.Module) -> list[str]:
             if node.name == "Model":
                 hits.append(f"line {node.lineno}: defines class Model (a copy of the reference)")
             for base in node.bases:
-                if _dotted(base).split(".")[-1] == "Model":
+                if dotted_name(base).split(".")[-1] == "Model":
                     hits.append(f"line {node.lineno}: class {node.name} inherits from Model")
         elif isinstance(node, ast.Name) and node.id == "Model" and isinstance(node.ctx, ast.Load):
             hits.append(f"line {node.lineno}: uses the name Model")
@@ -188,22 +149,17 @@ def _line_key(evidence: str) -> tuple[int, str]:
     return (int(num) if num.isdigit() else 0, evidence)
 
 
-def _calls(tree: ast.Module) -> Iterator[tuple[ast.Call, str]]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            yield node, _dotted(node.func)
-
 
 _COMPUTE_NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.fft")
 
 
 def _find_torch_compute(tree: ast.Module) -> list[str]:
-    aliases = _import_aliases(tree)
+    aliases = import_aliases(tree)
     hits = []
-    for node, name in _calls(tree):
+    for node, name in calls(tree):
         if not name:
             continue
-        head, _, last = _canonical(name, aliases).rpartition(".")
+        head, _, last = canonical_name(name, aliases).rpartition(".")
         if (
             (head in _COMPUTE_NAMESPACES and last in TORCH_COMPUTE_CALLS)
             or (head == "torch" and last in TORCH_COMPUTE_MODULES)
@@ -227,7 +183,7 @@ def _find_process_escape(tree: ast.Module) -> list[str]:
                     hits.append(f"line {node.lineno}: import {a.name}")
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in banned_modules:
             hits.append(f"line {node.lineno}: from {node.module} import ...")
-    for node, name in _calls(tree):
+    for node, name in calls(tree):
         last = name.rpartition(".")[2]
         if last in ("Stream", "stream", "ExternalStream") and "cuda" in name:
             hits.append(f"line {node.lineno}: {name}()")
@@ -310,7 +266,7 @@ def _dynamic_access(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | Non
         if node.attr in DYNAMIC_ATTRS:
             return f".{node.attr} (reaches modules, namespaces or frames by name)"
         if _is_modules_table(node, parents):
-            return f"{_dotted(node) or '.modules'} (the module table: reaches any module without an import)"
+            return f"{dotted_name(node) or '.modules'} (the module table: reaches any module without an import)"
     if (
         isinstance(node, ast.alias)
         and isinstance(parents.get(node), ast.ImportFrom)  # `from os import sys`; `import sys` is fine
@@ -381,7 +337,7 @@ OS_ALLOWED = frozenset(
 
 
 def _find_file_access(tree: ast.Module) -> list[str]:
-    aliases = _import_aliases(tree)
+    aliases = import_aliases(tree)
     hits = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -403,8 +359,8 @@ def _find_file_access(tree: ast.Module) -> list[str]:
         elif isinstance(node, ast.Name) and node.id in FILE_BUILTINS and node.id not in aliases:
             hits.append(f"line {node.lineno}: {node.id}")
         elif isinstance(node, ast.Attribute):
-            name = _dotted(node)
-            head, _, rest = _canonical(name, aliases).partition(".") if name else ("", "", "")
+            name = dotted_name(node)
+            head, _, rest = canonical_name(name, aliases).partition(".") if name else ("", "", "")
             if head == "os" and rest and rest.split(".")[0] not in OS_ALLOWED:
                 hits.append(f"line {node.lineno}: {name}")
     return hits

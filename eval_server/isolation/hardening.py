@@ -39,7 +39,7 @@ class Hardening:
     # ended at most warm_gap_s ago (EvalContext.gpu_busy_at: back-to-back evaluations); 0: never.
     warm_gap_s: float = 1.0
     # Precision: the candidate's normalized error against float64 (max abs diff / max abs value)
-    # must stay under max(floor[dtype], factor x the budget of the policy); see _precision_baseline.
+    # must stay under max(floor[dtype], factor x the budget of the policy); see pipeline/reference.precision_baseline.
     precision_policy: str = "fp32"  # "fp32" (strict) or "tf32" (10-bit-mantissa inputs allowed)
     precision_floor: dict[str, float] = field(
         default_factory=lambda: {"float32": 5e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-12}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 
-from eval_server.checks.static import _dotted  # the evaluator's own reading of dotted names
+from eval_server.checks.source_ast import dotted_name  # the evaluator's own reading of dotted names
 from slime_ext.data.source_edit import Edit, Offsets, apply_edits, statement_removal
 
 __all__ = ["UnsupportedInductorCode", "rewrite_inductor_glue"]
@@ -90,8 +90,8 @@ def rewrite_inductor_glue(source: str) -> str:
     raw_stream_names: set[str] = set()
     removed: set[int] = set()
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and _dotted(stmt.value).startswith(_GUARDS):
-            attr = _dotted(stmt.value)[len(_GUARDS) :]
+        if isinstance(stmt, ast.Assign) and dotted_name(stmt.value).startswith(_GUARDS):
+            attr = dotted_name(stmt.value)[len(_GUARDS) :]
             if attr not in _HELPERS or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
                 raise UnsupportedInductorCode(f"line {stmt.lineno}: torch._C._dynamo.guards.{attr}")
             helpers[stmt.targets[0].id] = attr

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval_server.checks.static import _is_triton_jit, run_static_checks  # one definition of a kernel
+from eval_server.checks.source_ast import is_triton_jit  # one definition of a kernel
+from eval_server.checks.static import run_static_checks
 from krl_common.validation import ValidationError
 from slime_ext.data.inductor import UnsupportedInductorCode, rewrite_inductor_glue
 from slime_ext.data.kernelbench import check_problem_source
@@ -218,7 +219,7 @@ def launched_kernels(source: str, class_name: str = "ModelNew") -> list[str]:
     jit = {
         n.name
         for n in ast.walk(tree)
-        if isinstance(n, ast.FunctionDef) and any(_is_triton_jit(d) for d in n.decorator_list)
+        if isinstance(n, ast.FunctionDef) and any(is_triton_jit(d) for d in n.decorator_list)
     }
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name not in jit}
     cls = _top_level(tree, ast.ClassDef, class_name)
