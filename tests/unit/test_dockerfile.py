@@ -6,9 +6,15 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 pytestmark = pytest.mark.unit
 
@@ -47,6 +53,19 @@ def test_copies_only_this_project_and_no_secrets() -> None:
                 assert src.strip("./").split("/")[0] != "slime", "slime comes from the image, never copied"
     text = DOCKERFILE.read_text(encoding="utf-8")
     assert not re.search(r"(API_KEY|TOKEN|PASSWORD)\s*=", text, re.IGNORECASE)
+
+
+def test_every_installed_package_reaches_the_image() -> None:
+    """A package pyproject installs but the image lacks fails only inside the image (the
+    editable install imports it from /opt/triton-kernel-rl): both the COPY lines and the
+    build-context allowlist must name it."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    packages = [p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
+    copied = {src.strip("./") for word, rest in _instructions() if word == "COPY" for src in rest.split()[:-1]}
+    allowed = (REPO / "docker" / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+    for package in packages:
+        assert package in copied, f"Dockerfile does not COPY {package}"
+        assert f"!{package}/**" in allowed, f"Dockerfile.dockerignore keeps {package} out of the context"
 
 
 def test_layers_are_lean() -> None:
