@@ -21,6 +21,7 @@ import torch
 
 from eval_server import samples
 from eval_server.pipeline import evaluate
+from eval_server.pipeline.context import LAUNCHES, THREADS, EvalContext
 from eval_server.pipeline.ref_cache import RefTimingCache
 from eval_server.schema import EvalOptions, EvalRequest
 
@@ -35,8 +36,8 @@ def main() -> None:
         "--facts-cache", action="store_true", help="also run with a reference cache (cached reference facts)"
     )
     args = parser.parse_args()
-    evaluate.LAUNCHES.install()
-    evaluate.THREADS.install()
+    LAUNCHES.install()
+    THREADS.install()
     workdir = Path(tempfile.mkdtemp(prefix="eval-phases-"))
     for problem in ("relu", "softmax", "sum_dim", "matmul", "gemm_scale_leakyrelu"):
         request = EvalRequest(
@@ -48,7 +49,7 @@ def main() -> None:
             cache_path = workdir / f"{problem}-ref.sqlite"
             rows: dict[str, list[float]] = {name: [] for name in (*PHASES, "total")}
             for i in range(args.repeats + 1):  # the first run compiles and warms caches: not counted
-                ctx = evaluate.EvalContext(torch.device("cpu"), "cpu", workdir, timing_enabled=False)
+                ctx = EvalContext(torch.device("cpu"), "cpu", workdir, timing_enabled=False)
                 ctx.ref_cache = RefTimingCache(cache_path) if cached else None
                 result = evaluate.evaluate(request, ctx)
                 assert result.status == "ok", result.feedback

@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from eval_server import samples
 from eval_server.checks.compare import flatten_output
 from eval_server.pipeline import evaluate, loader
+from eval_server.pipeline.context import LAUNCHES, THREADS, EvalContext
 from eval_server.schema import EvalOptions, EvalRequest
 
 CANDIDATE = """
@@ -101,7 +102,7 @@ class Probe:
 
 def run(device: str, leak: bool) -> dict[str, Any]:
     probe = Probe(scan_values=device == "cpu", leak=leak)
-    build_model, load_candidate = loader.build_model, evaluate._load_candidate
+    build_model, load_candidate = loader.build_model, evaluate.load_candidate
 
     def build(cls: type, *args: Any, **kwargs: Any) -> Any:
         model = build_model(cls, *args, **kwargs)
@@ -121,11 +122,11 @@ def run(device: str, leak: bool) -> dict[str, Any]:
 
         return call
 
-    loader.build_model, evaluate._load_candidate = build, load
-    evaluate.LAUNCHES.install()
-    evaluate.THREADS.install()
+    loader.build_model, evaluate.load_candidate = build, load
+    LAUNCHES.install()
+    THREADS.install()
     on_gpu = device == "cuda"
-    ctx = evaluate.EvalContext(
+    ctx = EvalContext(
         device=torch.device("cuda", 0) if on_gpu else torch.device("cpu"),
         device_label=device,
         workdir=Path(tempfile.mkdtemp(prefix="reference-probe-")),

@@ -129,7 +129,7 @@ def format_exception_tail(
     trimmed.
 
     Frames from this package and the standard library are removed because they only say *where
-    we called the candidate* (for a syntax error: evaluate.py and ast.py, nothing of the model's);
+    we called the candidate* (for a syntax error: candidate.py and ast.py, nothing of the model's);
     the candidate's own lines and Triton's compiler messages are what matter.
     """
     frames = [

@@ -32,7 +32,7 @@ before the call, as the common method does: its median must not exceed the lead-
 lead) and a single kernel's check trial's own excess, measured with a 1-cycle kernel or, when
 that is exceeded, with CONTROLS kernels as long as a trial (the same waited synchronize).
 Each allows a margin. The checks never change what is compared: the caller re-times
-(up to Hardening.escape_retimes) and rejects when every timing escapes (evaluate.py), and the
+(up to Hardening.escape_retimes) and rejects when every timing escapes (timing_phase.py), and the
 CUPTI check of the first correctness call rejects kernels on other streams outright.
 
 One method per problem (`calls_per_trial_for`): a reference whose lead-timed median is below

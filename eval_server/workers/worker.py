@@ -132,9 +132,10 @@ class Worker:
         import triton
 
         from eval_server.pipeline import evaluate as _evaluate  # noqa: F401  (imports compare, timing, checks)
+        from eval_server.pipeline.context import LAUNCHES, THREADS
 
-        _evaluate.LAUNCHES.install()
-        _evaluate.THREADS.install()
+        LAUNCHES.install()
+        THREADS.install()
         torch.set_num_threads(max(1, self.threads))
         self.versions = {
             "torch": torch.__version__,
@@ -428,7 +429,8 @@ class Worker:
 
         from eval_server.isolation.gpu_lock import GpuLock
         from eval_server.isolation.hardening import Hardening
-        from eval_server.pipeline.evaluate import EvalContext, evaluate
+        from eval_server.pipeline.context import EvalContext
+        from eval_server.pipeline.evaluate import evaluate
         from eval_server.pipeline.ref_cache import RefTimingCache
 
         hardening = Hardening(**self.hardening_overrides)
@@ -442,7 +444,7 @@ class Worker:
         else:
             device = torch.device("cpu")
             label, timing = self.device_label, False
-        # reference timings (GPU) and the reference's facts (any device: evaluate._Facts)
+        # reference timings (GPU) and the reference's facts (any device: reference._Facts)
         cache = RefTimingCache(self.ref_cache_path) if self.ref_cache_path else None
         ctx = EvalContext(
             device=device,

@@ -1,4 +1,4 @@
-"""Unit tests of evaluate.classify_forward_error: which exceptions from candidate code are a
+"""Unit tests of verdicts.classify_forward_error: which exceptions from candidate code are a
 compile_error (a Triton compile failure before any kernel ran) and which a runtime_error (the
 code ran: CUDA faults, even when a Triton exception wraps them, and everything else)."""
 
@@ -11,7 +11,7 @@ import torch
 from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure, UnsupportedLanguageConstruct
 from triton.runtime.errors import OutOfResources, PTXASError
 
-from eval_server.pipeline.evaluate import classify_forward_error
+from eval_server.pipeline.verdicts import classify_forward_error
 
 pytestmark = pytest.mark.unit
 

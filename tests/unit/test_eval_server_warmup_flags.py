@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from eval_server import __main__ as server_main
-from eval_server.pipeline.evaluate import Hardening, _adaptive
+from eval_server.isolation.hardening import Hardening
+from eval_server.pipeline.timing_phase import adaptive_settings
 
 
 def test_server_refuses_a_busy_warm_up_longer_than_the_full_one(capsys: pytest.CaptureFixture[str]) -> None:
@@ -30,8 +31,6 @@ def test_hardening_rejects_unordered_bounds() -> None:
 
 def test_candidate_warm_up_is_the_busy_one_and_reference_the_full_one() -> None:
     hard = Hardening(warmup_ms=200.0, warmup_busy_ms=20.0)
-    assert (_adaptive(hard)["min_warmup_ms"], _adaptive(hard)["max_warmup_ms"]) == (200.0, 200.0)
-    assert (_adaptive(hard, busy=True)["min_warmup_ms"], _adaptive(hard, busy=True)["max_warmup_ms"]) == (
-        20.0,
-        200.0,
-    )
+    full, busy = adaptive_settings(hard), adaptive_settings(hard, busy=True)
+    assert (full["min_warmup_ms"], full["max_warmup_ms"]) == (200.0, 200.0)
+    assert (busy["min_warmup_ms"], busy["max_warmup_ms"]) == (20.0, 200.0)

@@ -12,7 +12,7 @@ import torch
 
 from eval_server import __main__ as server_main
 from eval_server.isolation.hardening import Hardening
-from eval_server.pipeline.evaluate import _error
+from eval_server.pipeline.verdicts import error_info
 
 
 @pytest.mark.parametrize(("workers", "share"), [(1, None), (2, 0.475), (4, 0.2375)])
@@ -35,10 +35,10 @@ def _ctx(share: float) -> SimpleNamespace:
 
 def test_out_of_memory_under_a_share_names_it() -> None:
     exc = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB.")
-    shared = _error(exc, _ctx(0.475))
+    shared = error_info(exc, _ctx(0.475))
     assert "may allocate 48% of the GPU's memory" in shared["traceback"]
     assert shared["message"].endswith("Tried to allocate 6.00 GiB.")
-    alone = _error(exc, _ctx(1.0))
+    alone = error_info(exc, _ctx(1.0))
     assert "may allocate" not in alone["traceback"] + alone["message"]
-    other = _error(RuntimeError("boom"), _ctx(0.475))
+    other = error_info(RuntimeError("boom"), _ctx(0.475))
     assert "may allocate" not in other["traceback"] + other["message"]

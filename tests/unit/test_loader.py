@@ -278,7 +278,8 @@ def test_syntax_error_from_ast_parse_has_no_evaluator_or_stdlib_frame(tmp_path):
 
 def test_compile_error_feedback_of_a_real_evaluation_shows_only_the_candidate(tmp_path):
     """docs/EVAL_SERVER.md: evaluator frames removed; a syntax error's feedback is the model's line."""
-    from eval_server.pipeline.evaluate import EvalContext, evaluate
+    from eval_server.pipeline.context import EvalContext
+    from eval_server.pipeline.evaluate import evaluate
     from eval_server.schema import EvalRequest
 
     reference = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"

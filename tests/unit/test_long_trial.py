@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval_server.pipeline.evaluate import Hardening, _adaptive, long_trial
+from eval_server.isolation.hardening import Hardening
+from eval_server.pipeline.timing_phase import adaptive_settings, long_trial
 from eval_server.schema import TimingStats
 from tests.unit.test_timing_adaptive import _Clock, _time
 
@@ -31,13 +32,13 @@ def test_a_trial_is_long_by_its_calls_times_the_median() -> None:
 
 def test_long_problems_get_the_smaller_minimum_and_nothing_else_changes() -> None:
     hard = Hardening()
-    short, long = _adaptive(hard, busy=True), _adaptive(hard, busy=True, long=True)
+    short, long = adaptive_settings(hard, busy=True), adaptive_settings(hard, busy=True, long=True)
     assert (short["min_trials"], long["min_trials"]) == (20, 10)
     assert {k: v for k, v in short.items() if k != "min_trials"} == {
         k: v for k, v in long.items() if k != "min_trials"
     }
-    # The reference cache's key holds _adaptive(hard): entries written before stay hits.
-    assert _adaptive(hard) == _adaptive(Hardening(long_trial_trials=5))
+    # The reference cache's key holds adaptive_settings(hard): entries written before stay hits.
+    assert adaptive_settings(hard) == adaptive_settings(Hardening(long_trial_trials=5))
 
 
 @pytest.mark.parametrize("kwargs", [{"long_trial_trials": 1}, {"long_trial_ms": 0.0}])
@@ -48,12 +49,12 @@ def test_hardening_rejects_unusable_long_trial_settings(kwargs: dict[str, float]
 
 def test_a_steady_long_kernel_stops_at_ten_trials(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _Clock(kernel_ms=4.3, noise=1e-3)  # +-0.1 % uniform: spread above what H100 trials show
-    stats = _time(monkeypatch, clock, trials=100, **_adaptive(Hardening(), busy=True, long=True))
+    stats = _time(monkeypatch, clock, trials=100, **adaptive_settings(Hardening(), busy=True, long=True))
     assert stats.trials == 10
     assert stats.median_ms == pytest.approx(4.3, rel=1e-3)
 
 
 def test_a_noisy_long_kernel_still_runs_until_its_median_is_tight(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _Clock(kernel_ms=4.3, noise=0.02)
-    stats = _time(monkeypatch, clock, trials=100, **_adaptive(Hardening(), busy=True, long=True))
+    stats = _time(monkeypatch, clock, trials=100, **adaptive_settings(Hardening(), busy=True, long=True))
     assert stats.trials > 20

@@ -63,10 +63,10 @@ def test_the_reference_forward_counts_its_flops_and_returns_its_output() -> None
     """The reference phase's one forward also gives the FLOP count (no second forward)."""
     import torch
 
-    from eval_server.pipeline.evaluate import _forward_counting_flops
+    from eval_server.pipeline.reference import forward_counting_flops
 
     linear, x = torch.nn.Linear(64, 32), torch.randn(8, 64)
-    out, flops = _forward_counting_flops(linear, [x])
+    out, flops = forward_counting_flops(linear, [x])
     assert torch.equal(out, linear(x)) and flops == 2 * 8 * 64 * 32
-    out, flops = _forward_counting_flops(torch.nn.ReLU(), [x])
+    out, flops = forward_counting_flops(torch.nn.ReLU(), [x])
     assert torch.equal(out, torch.relu(x)) and flops == 0

@@ -1,4 +1,4 @@
-"""The precision check's skip rule (evaluate.precision_check_needed) and the check itself on CPU:
+"""The precision check's skip rule (verification.precision_check_needed) and the check itself on CPU:
 a candidate is only spared the float64 pass when that pass could not have rejected it."""
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ import torch
 
 from eval_server.checks.compare import compare_outputs, normalized_error
 from eval_server.isolation.hardening import Hardening
-from eval_server.pipeline import evaluate, loader
-from eval_server.pipeline.evaluate import EvalContext, precision_check_needed
+from eval_server.pipeline import loader
+from eval_server.pipeline.context import EvalContext, Reference
+from eval_server.pipeline.reference import precision_baseline
+from eval_server.pipeline.verdicts import Stop
+from eval_server.pipeline.verification import precision_check, precision_check_needed
 from eval_server.schema import EvalResult
 
 PROBLEM = """
@@ -53,7 +56,7 @@ def test_skip_rule(max_abs_diff: float | None, ref_scale: float, needed: bool) -
     assert precision_check_needed(max_abs_diff, ref_scale, FLOOR) is needed
 
 
-def _reference(tmp_path: Path) -> tuple[evaluate._Reference, torch.Tensor, torch.Tensor]:
+def _reference(tmp_path: Path) -> tuple[Reference, torch.Tensor, torch.Tensor]:
     """The reference, one input and its expected output (held by the test, not the reference)."""
     cpu = torch.device("cpu")
     module = loader.import_source(PROBLEM, tmp_path, "reference")
@@ -61,25 +64,23 @@ def _reference(tmp_path: Path) -> tuple[evaluate._Reference, torch.Tensor, torch
     with torch.no_grad():
         x = loader.make_inputs(module, 7, cpu)[0]
         out = model(x)
-        prec = evaluate._precision_baseline(module, model, 7, out, cpu, "fp32")
+        prec = precision_baseline(module, model, 7, out, cpu, "fp32")
     assert prec is not None and prec.ref_scale > 0
-    ref = evaluate._Reference(
+    ref = Reference(
         module=module, model=model, init_inputs=[], seeds=[7], precision=prec, output_bytes=0, check_seeds=[]
     )
     return ref, x, out
 
 
-def _verdict(
-    tmp_path: Path, ref: evaluate._Reference, expected: torch.Tensor, cand: torch.Tensor
-) -> tuple[bool, bool]:
+def _verdict(tmp_path: Path, ref: Reference, expected: torch.Tensor, cand: torch.Tensor) -> tuple[bool, bool]:
     """(whether the float64 pass was needed, whether the check rejected)."""
     ctx = EvalContext(torch.device("cpu"), "cpu", tmp_path, timing_enabled=False)
     result = EvalResult(status="ok")
     cmp = compare_outputs(expected, cand, "default")
     needed = precision_check_needed(cmp.max_abs_diff, ref.precision.ref_scale, FLOOR)
     try:
-        evaluate._precision_check(result, ctx, ref, cand, expected, cmp.max_abs_diff)
-    except evaluate._Stop:
+        precision_check(result, ctx, ref, cand, expected, cmp.max_abs_diff)
+    except Stop:
         assert [c.id for c in result.checks] == ["runtime.low_precision"]
         return needed, True
     return needed, False

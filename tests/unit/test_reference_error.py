@@ -10,7 +10,7 @@ import torch
 
 from eval_server import samples
 from eval_server.pipeline import evaluate
-from eval_server.pipeline.evaluate import EvalContext
+from eval_server.pipeline.context import EvalContext
 from eval_server.schema import EvalRequest
 
 FAILING_FORWARD = """

@@ -10,9 +10,12 @@ from pathlib import Path
 import torch
 
 from eval_server import samples
+from eval_server.isolation.hardening import Hardening
 from eval_server.pipeline import evaluate
-from eval_server.pipeline.evaluate import EvalContext, Hardening
+from eval_server.pipeline.context import EvalContext, Reference
 from eval_server.pipeline.ref_cache import RefTimingCache
+from eval_server.pipeline.reference import reference_phase
+from eval_server.pipeline.verdicts import Stop
 from eval_server.schema import EvalOptions, EvalRequest, EvalResult, problem_hash
 from tests.unit.test_precision_check import PROBLEM  # Linear(256 -> 128) on 64 x 256
 
@@ -28,13 +31,13 @@ def _ctx(tmp_path: Path, cache: RefTimingCache | None, policy: str = "fp32") -> 
     )
 
 
-def _reference(ctx: EvalContext, seed: int = 42) -> tuple[evaluate._Reference, EvalResult]:
+def _reference(ctx: EvalContext, seed: int = 42) -> tuple[Reference, EvalResult]:
     request = EvalRequest(reference=PROBLEM, candidate="", options=EvalOptions(seed=seed))
     result = EvalResult(status="ok", problem_hash=problem_hash(PROBLEM))
-    return evaluate._reference_phase(request, ctx, result, timing=False), result
+    return reference_phase(request, ctx, result, timing=False), result
 
 
-def _facts(ref: evaluate._Reference) -> tuple:
+def _facts(ref: Reference) -> tuple:
     return (ref.precision, ref.output_bytes, ref.input_bytes, ref.flops)
 
 
@@ -86,11 +89,11 @@ def test_cache_connection_is_closed_before_candidate_code(tmp_path: Path, monkey
     """Candidate code never shares the process with an open connection to the cache file."""
     seen: list[object] = []
 
-    def load_candidate(request, ctx, result, ref):  # stands in for _load_candidate: records, then stops
+    def load_candidate(request, ctx, result, ref):  # stands in for load_candidate: records, then stops
         seen.append(ctx.ref_cache)
-        raise evaluate._Stop
+        raise Stop
 
-    monkeypatch.setattr(evaluate, "_load_candidate", load_candidate)
+    monkeypatch.setattr(evaluate, "load_candidate", load_candidate)
     cache = RefTimingCache(tmp_path / "ref.sqlite")
     ctx = _ctx(tmp_path, cache)
     request = EvalRequest(

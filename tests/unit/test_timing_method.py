@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-from eval_server.pipeline import evaluate
+from eval_server.checks.runtime import GlobalStateSnapshot, NamespaceSnapshot
+from eval_server.pipeline import timing_phase
+from eval_server.pipeline.context import EvalContext, Reference
 from eval_server.pipeline.ref_cache import RefTimingCache
 from eval_server.pipeline.timing import (
     BATCH_TRIAL_MS,
@@ -33,6 +35,8 @@ from eval_server.pipeline.timing import (
     calls_per_trial_for,
     method_name,
 )
+from eval_server.pipeline.verdicts import Stop
+from eval_server.pipeline.verification import Guard
 from eval_server.schema import STATUS_OK, STATUS_REJECTED, EvalOptions, EvalResult, TimingStats
 
 pytestmark = pytest.mark.unit
@@ -121,11 +125,11 @@ def _stats(ms: float, calls: int = 1, escaped: float = 0.0, by_tail: bool = Fals
 
 
 def test_speedup_refuses_different_methods():
-    assert evaluate._speedup(_stats(0.004, 32), _stats(0.002, 32)) == pytest.approx(2.0)
+    assert timing_phase.speedup_ratio(_stats(0.004, 32), _stats(0.002, 32)) == pytest.approx(2.0)
     with pytest.raises(RuntimeError, match="not comparable"):
-        evaluate._speedup(_stats(0.004, 32), _stats(0.002, 1))
+        timing_phase.speedup_ratio(_stats(0.004, 32), _stats(0.002, 1))
     # an escape no longer switches the comparison to other medians
-    assert evaluate._speedup(_stats(0.004, 32), _stats(0.002, 32, escaped=0.5)) == pytest.approx(2.0)
+    assert timing_phase.speedup_ratio(_stats(0.004, 32), _stats(0.002, 32, escaped=0.5)) == pytest.approx(2.0)
 
 
 def test_cache_round_trip_keeps_the_method(tmp_path):
@@ -162,9 +166,9 @@ class FakeTimer:
 def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """An EvalContext on CPU tensors with a fake timer; `timer.per_call_ms` sets the reference's time."""
     timer = FakeTimer(per_call_ms=0.004)
-    monkeypatch.setattr(evaluate, "time_gpu", timer)
+    monkeypatch.setattr(timing_phase, "time_gpu", timer)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
-    ctx = evaluate.EvalContext(
+    ctx = EvalContext(
         device=torch.device("cpu"),
         device_label="fake",
         workdir=tmp_path,
@@ -175,19 +179,19 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     return timer, ctx
 
 
-def _problem() -> evaluate._Reference:
+def _problem() -> Reference:
     module = types.ModuleType("problem")
     module.get_inputs = lambda: [torch.randn(8, 16)]  # type: ignore[attr-defined]
     seeds = [42, 43, 44, 45]
-    return evaluate._Reference(
+    return Reference(
         module=module, model=torch.nn.ReLU(), init_inputs=[], seeds=seeds[:3],
         precision=None, output_bytes=512, check_seeds=[45, 45],
     )  # fmt: skip
 
 
-def _time_reference(ctx: evaluate.EvalContext) -> EvalResult:
+def _time_reference(ctx: EvalContext) -> EvalResult:
     result = EvalResult(status=STATUS_OK, problem_hash="abc")
-    evaluate._reference_timing(EvalOptions(), ctx, result, _problem())
+    timing_phase.reference_timing(EvalOptions(), ctx, result, _problem())
     return result
 
 
@@ -236,13 +240,13 @@ def _timing_checks(res: EvalResult) -> list:
     return [c for c in res.checks if c.id != "runtime.physics_floor"]
 
 
-def _time_candidate(ctx: evaluate.EvalContext, ref_calls: int) -> EvalResult:
+def _time_candidate(ctx: EvalContext, ref_calls: int) -> EvalResult:
     ref = _problem()
     result = EvalResult(status=STATUS_OK, reference_timing=_stats(0.004, ref_calls))
-    snapshot = evaluate._Guard(evaluate.NamespaceSnapshot([]), evaluate.GlobalStateSnapshot())
+    snapshot = Guard(NamespaceSnapshot([]), GlobalStateSnapshot())
     try:
-        evaluate._timing_phase(EvalOptions(), ctx, result, ref, torch.nn.ReLU(), snapshot)
-    except evaluate._Stop:
+        timing_phase.timing_phase(EvalOptions(), ctx, result, ref, torch.nn.ReLU(), snapshot)
+    except Stop:
         pass
     return result
 
@@ -291,9 +295,11 @@ def test_repeated_escape_is_rejected(fake_gpu):
 
 def test_escape_summary_names_the_check_with_the_larger_excess():
     assert (
-        evaluate._escape_summary(_stats(0.002, escaped=0.003, by_tail=True))
+        timing_phase.escape_summary(_stats(0.002, escaped=0.003, by_tail=True))
         == "0.003 ms per call by the tail check"
     )
-    assert evaluate._escape_summary(_stats(0.002, escaped=0.003)) == "0.003 ms per call by the launch check"
+    assert (
+        timing_phase.escape_summary(_stats(0.002, escaped=0.003)) == "0.003 ms per call by the launch check"
+    )
     no_lead = dataclasses.replace(_stats(0.002, escaped=0.003, by_tail=True), escape_launch_ms=None)
-    assert evaluate._escape_summary(no_lead) == "0.003 ms per call by the tail check"
+    assert timing_phase.escape_summary(no_lead) == "0.003 ms per call by the tail check"

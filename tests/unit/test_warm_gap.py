@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval_server.pipeline.evaluate import Hardening, gpu_recently_timed
+from eval_server.isolation.hardening import Hardening
+from eval_server.pipeline.timing_phase import gpu_recently_timed
 from eval_server.schema import EvalResult
 from eval_server.workers.worker import parse_request_header, request_header
 from tests.worker_args import cpu_worker

@@ -1,0 +1,211 @@
+"""The candidate's phases up to its output: the static checks of its source, the CUDA build
+(backend "cuda"), its import and construction, and one forward under the recorders (launches,
+torch ops, threads, device activity) into poisoned memory.
+
+Separate from verification.py: these phases say whether and how candidate code ran; whether
+what it produced is right is decided there.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from eval_server.checks.cuda_static import CUDA_RULES
+from eval_server.checks.runtime import (
+    TorchOpRecorder,
+    classify_kernels,
+    poison_free_memory,
+    profile_device_activity,
+    python_threads,
+)
+from eval_server.checks.static import RULES, run_static_checks
+from eval_server.pipeline import cuda_backend, loader
+from eval_server.pipeline.context import LAUNCHES, THREADS, EvalContext, Reference, sync
+from eval_server.pipeline.verdicts import Stop, candidate_code, device_faulted, error_info, reject
+from eval_server.schema import (
+    STATUS_COMPILE_ERROR,
+    STATUS_REJECTED,
+    STATUS_RUNTIME_ERROR,
+    STATUS_UNSUPPORTED,
+    EvalRequest,
+    EvalResult,
+)
+
+
+def static_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> None:
+    try:
+        tree = ast.parse(request.candidate, filename="candidate.py")
+    except SyntaxError as exc:
+        result.status = STATUS_COMPILE_ERROR
+        result.error = {
+            "type": "SyntaxError",
+            "message": str(exc),
+            "traceback": loader.format_exception_tail(exc, ctx.workdir),
+        }
+        raise Stop from None
+    result.checks.extend(run_static_checks(tree, CUDA_RULES if request.options.backend == "cuda" else RULES))
+    if any(c.severity == "reject" for c in result.checks):
+        result.status = STATUS_REJECTED
+        raise Stop
+
+
+def cuda_compile_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> None:
+    """Backend "cuda": build the candidate's load_inline extensions in a compile process (no GPU
+    lock held), then point load_inline at the builds. Without a GPU the sources are only compiled
+    and the evaluation ends `unsupported`."""
+    on_gpu = ctx.device.type == "cuda"
+    if on_gpu:
+        cuda_backend.prepare_gpu_build(ctx.device)
+    cache = ctx.build_cache or ctx.workdir / "cuda-ext"
+    with ctx.phase("compile"):
+        report = cuda_backend.compile_candidate(
+            request.candidate, ctx.workdir, cache, ctx.hardening.cuda_compile_timeout_s, build=on_gpu
+        )
+    result.compiled = report.compiled > 0
+    if report.checks:
+        result.checks.extend(report.checks)
+        result.status = STATUS_REJECTED
+        raise Stop
+    if report.error is not None:
+        result.status = STATUS_COMPILE_ERROR
+        result.compiled = False
+        result.error = {"type": "CudaCompileError", "message": report.error, "traceback": ""}
+        raise Stop
+    if report.import_error is not None and not on_gpu:  # on a GPU the evaluation's import says it
+        result.status = STATUS_COMPILE_ERROR
+        result.error = {"type": "ImportError", "message": "", "traceback": report.import_error}
+        raise Stop
+    if report.unsupported is not None or not on_gpu:
+        result.status = STATUS_UNSUPPORTED
+        why = report.unsupported or (
+            f"the candidate passed the static checks and its sources compiled ({report.compiled} "
+            "extension(s), compile check only), but this worker has no GPU to run them"
+            if report.compiled
+            else "this worker has no GPU, and the compile check ended without a result"
+        )
+        result.error = {
+            "type": "Unsupported",
+            "message": f"The CUDA backend cannot be evaluated on this worker: {why}. Correctness and "
+            "speed were not measured.",
+            "traceback": "",
+        }
+        raise Stop
+    ctx.cuda = cuda_backend.Extensions(cache).install()
+
+
+def load_candidate(request: EvalRequest, ctx: EvalContext, result: EvalResult, ref: Reference) -> Any:
+    try:
+        module = loader.import_source(request.candidate, ctx.workdir, "candidate")
+    except Exception as exc:
+        # A kernel launched at import that faults on the device ran: that is not a compile error.
+        result.status = STATUS_RUNTIME_ERROR if device_faulted(exc) else STATUS_COMPILE_ERROR
+        result.error = error_info(exc, ctx)
+        raise Stop from None
+    model_cls = getattr(module, "ModelNew", None)
+    if not isinstance(model_cls, type):
+        result.status = STATUS_COMPILE_ERROR
+        result.error = {
+            "type": "MissingModelNew",
+            "message": "The module does not define a class named ModelNew.",
+            "traceback": "",
+        }
+        raise Stop
+    try:
+        with torch.no_grad():
+            model = loader.build_model(
+                model_cls, loader.clone_args(ref.init_inputs), request.options.seed, ctx.device
+            )
+    except Exception as exc:
+        result.status = STATUS_RUNTIME_ERROR
+        result.compiled = True
+        result.error = error_info(exc, ctx)
+        raise Stop from None
+    result.compiled = True
+    return model
+
+
+def run_candidate(
+    model: Callable[..., Any],
+    args: list[Any],
+    ctx: EvalContext,
+    result: EvalResult,
+    poison_bytes: int,
+    profile: bool = False,
+) -> tuple[Any, TorchOpRecorder]:
+    """One forward under the recorders, into poisoned memory; errors end the evaluation."""
+    with ctx.phase("poison"):  # sub-phase of correctness, reported separately for tuning
+        poison_free_memory(poison_bytes, ctx.device)
+    ops = TorchOpRecorder()
+    LAUNCHES.reset()
+    threads_before = python_threads()
+    device_activity: list[str] = []
+    off_stream: list[str] = []
+    with candidate_code(result, ctx):
+        with LAUNCHES.recording(ops), THREADS.recording(), ops:
+            if profile:
+                with ctx.phase("kernel_profile"):  # sub-phase of correctness
+                    out, device_activity, off_stream = profile_device_activity(
+                        lambda: model(*args), ctx.device
+                    )
+            else:
+                out = model(*args)
+        sync(ctx.device)
+    if ctx.cuda is not None and profile:
+        result.kernel_launches = ctx.cuda.count_own(device_activity)
+    if device_activity:
+        _device_activity_checks(result, device_activity, off_stream, ctx)
+    new_threads = python_threads() - threads_before
+    if THREADS.started or new_threads > 0:
+        where = ", ".join(THREADS.started[:3]) or "a thread still running after forward returned"
+        reject(
+            result,
+            "runtime.threads",
+            f"forward started threads ({where}). All work must happen inside forward, on the calling "
+            "thread, in Triton kernels.",
+        )
+    return out, ops
+
+
+def own_kernels(ctx: EvalContext) -> str:
+    """How the feedback names the candidate's own kernels, by backend."""
+    return (
+        "CUDA kernels (the __global__ functions of your load_inline sources)"
+        if ctx.cuda
+        else "Triton kernels"
+    )
+
+
+def _some(names: list[str], n: int) -> str:
+    return "; ".join(sorted({name[:90] for name in names})[:n])
+
+
+def _device_activity_checks(
+    result: EvalResult, names: list[str], off_stream: list[str], ctx: EvalContext
+) -> None:
+    own = ctx.cuda.owns if ctx.cuda is not None else None
+    foreign, to_host = classify_kernels(names, LAUNCHES.launches, own)
+    if foreign:
+        reject(
+            result,
+            "runtime.foreign_kernels",
+            f"GPU kernels other than your {own_kernels(ctx)} computed during forward ({len(foreign)} launches, "
+            f"e.g. {_some(foreign, 5)}): torch or a library did the work. Compute everything in your own kernels.",
+        )
+    if off_stream:
+        reject(
+            result,
+            "runtime.side_stream",
+            f"forward ran GPU work on another CUDA stream than the current one ({len(off_stream)} activities, "
+            f"e.g. {_some(off_stream, 3)}): timing and checks follow the current stream. Launch every kernel on it.",
+        )
+    if to_host:
+        reject(
+            result,
+            "runtime.host_roundtrip",
+            f"forward copied data from the GPU to the host ({len(to_host)} copies): computing on the CPU is not "
+            "allowed and synchronizes the device. Keep the computation in Triton kernels on the GPU.",
+        )

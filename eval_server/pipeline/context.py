@@ -1,0 +1,108 @@
+"""What the phases of one evaluation share: its context (device, settings, GPU lock, caches, phase
+clock), the reference as the reference phase leaves it, and the process-wide launch/thread recorders.
+
+Separate from the phases so that each phase module depends on these types alone and never on
+another phase's internals; the recorders live here so that there is exactly one of each (the
+worker installs them in its warm parent, every phase that runs candidate code reads them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eval_server.checks.runtime import LaunchRecorder, ThreadStartRecorder
+from eval_server.isolation.gpu_lock import GpuLock
+from eval_server.isolation.hardening import Hardening
+from eval_server.pipeline import cuda_backend
+from eval_server.pipeline.ref_cache import RefTimingCache
+from eval_server.pipeline.timing import l2_flush_buffer
+
+# Installed once in the warm parent and inherited by every forked evaluation.
+LAUNCHES = LaunchRecorder()
+THREADS = ThreadStartRecorder()
+
+
+@dataclass
+class EvalContext:
+    """Where and how one evaluation runs; its phases read it and add their durations to `phases`."""
+
+    device: torch.device
+    device_label: str
+    workdir: Path
+    timing_enabled: bool  # False on CPU / interpreter workers
+    ref_cache: RefTimingCache | None = None
+    hardening: Hardening = field(default_factory=Hardening)
+    versions: dict[str, str] = field(default_factory=dict)
+    gpu_lock: GpuLock | None = None  # shared for GPU work, exclusive for timing (see gpu_lock.py)
+    # time.monotonic() when the worker's previous evaluation that ran timing ended (None: none yet)
+    gpu_busy_at: float | None = None
+    build_cache: Path | None = None  # backend "cuda": built extensions, kept across evaluations
+    cuda: cuda_backend.Extensions | None = None  # backend "cuda": the candidate's loaded extensions
+    phases: dict[str, float] = field(default_factory=dict)
+    _flush: torch.Tensor | None = None
+
+    def flush_buffer(self) -> torch.Tensor:
+        """The L2 flush buffer, allocated once per evaluation (reference and candidate timing share it)."""
+        if self._flush is None:
+            self._flush = l2_flush_buffer(self.device)
+        return self._flush
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - t0, 6)
+
+    @contextmanager
+    def gpu(self, exclusive: bool = False) -> Iterator[None]:
+        """Hold the GPU lock (if any) around GPU work; the wait is reported as phase gpu_wait."""
+        if self.gpu_lock is None:
+            yield
+            return
+        before = self.gpu_lock.waited_s
+        with self.gpu_lock.exclusive() if exclusive else self.gpu_lock.shared():
+            self.phases["gpu_wait"] = round(
+                self.phases.get("gpu_wait", 0.0) + self.gpu_lock.waited_s - before, 6
+            )
+            yield
+
+
+@dataclass
+class Precision:
+    ref_error: float  # normalized error of the fp32 (problem-dtype) reference against float64
+    budget: float  # normalized error allowed under the precision policy, before the factor
+    dtype: str  # dtype of the first floating output
+    ref_scale: float = 0.0  # a lower bound of max|reference output| (finite floating elements)
+
+
+@dataclass
+class Reference:
+    """What the reference phase leaves for the candidate phases (no output: see verification.py's
+    _expected)."""
+
+    module: Any
+    model: torch.nn.Module
+    init_inputs: list[Any]
+    seeds: list[int]
+    precision: Precision | None
+    output_bytes: int
+    check_seeds: list[int]  # seeds for the post-timing refill checks (never used as timing sets)
+    pool: Any = None  # CUDA memory pool holding every reference allocation
+    in_pool: Callable[[], Any] = contextlib.nullcontext
+    input_bytes: int = 0  # one call's inputs (physics floor)
+    flops: int = 0  # matmul/conv/attention FLOPs of one forward (physics floor)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

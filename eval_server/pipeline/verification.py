@@ -1,0 +1,286 @@
+"""Whether the candidate's outputs are right: the correctness phase (trials on the correctness
+seeds, the first trial's checks, the precision check against float64), the guard of what candidate
+code must leave untouched, and the verification of one output against a reference output computed
+only then (also used by the timing phase on timed and refilled outputs).
+
+Separate from candidate.py (which runs candidate code) and from the timing phase (which calls
+`verify`/`refill_and_verify` here): every comparison with a reference output happens in this module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from eval_server.checks.compare import compare_outputs, normalized_error
+from eval_server.checks.runtime import (
+    GlobalStateSnapshot,
+    NamespaceSnapshot,
+    TorchOpRecorder,
+    default_guarded_namespaces,
+    reference_namespaces,
+)
+from eval_server.pipeline import loader
+from eval_server.pipeline.candidate import own_kernels, run_candidate
+from eval_server.pipeline.context import LAUNCHES, EvalContext, Reference, sync
+from eval_server.pipeline.verdicts import Stop, candidate_code, reference_errors, reject
+from eval_server.schema import STATUS_INCORRECT, STATUS_REJECTED, Check, EvalOptions, EvalResult, TrialResult
+
+
+@dataclass
+class Guard:
+    """What candidate code must leave as it found it: checked before every reference run (the
+    reference runs after candidate code, _expected) and before every verdict."""
+
+    namespaces: NamespaceSnapshot
+    global_state: GlobalStateSnapshot
+
+    @classmethod
+    def snapshot(cls, ref: Reference) -> Guard:
+        """Taken after the reference phase and before the candidate's import: torch, triton, the
+        evaluator, the reference module and its classes, global module hooks, active torch modes."""
+        return cls(
+            NamespaceSnapshot(default_guarded_namespaces() + reference_namespaces(ref.module, ref.model)),
+            GlobalStateSnapshot(),
+        )
+
+
+def check_not_patched(result: EvalResult, guard: Guard) -> None:
+    changed = guard.global_state.changed()
+    if changed:
+        reject(
+            result,
+            "runtime.global_state",
+            "The candidate changed process-wide torch state that alters every computation: "
+            + ", ".join(changed)
+            + ". Do not register global module hooks or leave torch function/dispatch modes active.",
+        )
+    patched = guard.namespaces.changed()
+    if patched:
+        reject(
+            result,
+            "runtime.monkey_patch",
+            "The candidate replaced functions the evaluator relies on: "
+            + ", ".join(patched[:8])
+            + ". Do not modify torch, triton, time or the evaluator at import or run time.",
+        )
+
+
+def correctness_phase(
+    opts: EvalOptions,
+    ctx: EvalContext,
+    result: EvalResult,
+    ref: Reference,
+    model: Any,
+    guard: Guard,
+) -> None:
+    poison_bytes = ref.output_bytes + (64 << 20)
+    for i, seed in enumerate(ref.seeds):
+        args = loader.make_inputs(ref.module, seed, ctx.device)
+        # CUDA kernels are seen only by the profiler: the first trial is always profiled
+        profile = (
+            i == 0 and ctx.device.type == "cuda" and (ctx.hardening.profile_kernels or ctx.cuda is not None)
+        )
+        out, ops = run_candidate(model, args, ctx, result, poison_bytes, profile)
+        pristine = loader.make_inputs(ref.module, seed, ctx.device)
+        if i == 0:
+            result.kernel_launches += LAUNCHES.count
+            _first_trial_checks(result, ops, args, pristine, ctx)
+        del args
+        expected = _expected(result, ctx, ref, guard, seed, pristine)
+        cmp = _compare(ctx, expected, out, opts)
+        result.trials.append(
+            TrialResult(seed, cmp.passed, cmp.max_abs_diff, cmp.max_rel_diff, cmp.mismatch, cmp.detail)
+        )
+        if i == 0 and cmp.passed:
+            precision_check(result, ctx, ref, out, expected, cmp.max_abs_diff)
+        del out, expected, pristine
+    check_not_patched(result, guard)
+    diffs = [t.max_abs_diff for t in result.trials if t.max_abs_diff is not None]
+    rels = [t.max_rel_diff for t in result.trials if t.max_rel_diff is not None]
+    result.max_abs_diff = max(diffs) if diffs else None
+    result.max_rel_diff = max(rels) if rels else None
+    if not all(t.passed for t in result.trials):
+        result.status = STATUS_INCORRECT
+        raise Stop
+    result.correct = True
+
+
+def _first_trial_checks(
+    result: EvalResult, ops: TorchOpRecorder, args: list[Any], pristine: list[Any], ctx: EvalContext
+) -> None:
+    if result.kernel_launches == 0:
+        how = "call a function of your extension that launches them" if ctx.cuda else "kernel[grid](...)"
+        result.checks.append(
+            Check(
+                "runtime.no_kernel_launch",
+                f"None of your {own_kernels(ctx)} was launched during forward. ModelNew.forward must "
+                f"launch them ({how}) to compute the output.",
+            )
+        )
+    compute = ops.compute_ops()
+    if compute:
+        listed = ", ".join(f"aten.{k} x{v}" for k, v in list(compute.items())[:10])
+        result.checks.append(
+            Check(
+                "runtime.torch_compute",
+                f"torch computed part of the result during forward ({listed}), from Python or C++. Only "
+                f"allocation, views and copies may use torch; compute everything in your {own_kernels(ctx)}.",
+            )
+        )
+    changed = [
+        str(i)
+        for i, (a, b) in enumerate(zip(args, pristine, strict=True))
+        if isinstance(a, torch.Tensor) and not _same_tensor_values(a, b)
+    ]
+    if changed:
+        result.checks.append(
+            Check(
+                "runtime.inputs_modified",
+                f"forward modified its input tensor(s) {', '.join(changed)}. Inputs must be left "
+                "unchanged; write results to a new output tensor.",
+            )
+        )
+    if any(c.severity == "reject" for c in result.checks):
+        result.status = STATUS_REJECTED
+        raise Stop
+
+
+def _same_tensor_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a, b)) or bool(
+        torch.isnan(a).any() and torch.allclose(a, b, equal_nan=True, rtol=0, atol=0)
+    )
+
+
+def precision_check_needed(max_abs_diff: float | None, ref_scale: float, floor: float) -> bool:
+    """Whether the candidate's float64 error pass can change the verdict.
+
+    The check rejects only an error above max(floor, ...), and the error it measures is at most
+    err32 = max|out - ref| / max|ref|. The comparison already has max|out - ref| (in fp32 math:
+    at most 2**-23 relative below the exact value; the margin covers it) and the reference phase
+    a lower bound of max|ref|: when that bound on err32 is under the floor, the check cannot fire
+    and its pass over the output (a float64 copy of every element) is skipped.
+    """
+    if max_abs_diff is None or not math.isfinite(max_abs_diff):
+        return True
+    if max_abs_diff == 0.0:
+        return False
+    return ref_scale <= 0.0 or max_abs_diff * (1.0 + 2.0**-20) / ref_scale > floor
+
+
+def precision_check(
+    result: EvalResult,
+    ctx: EvalContext,
+    ref: Reference,
+    out: Any,
+    expected: Any,
+    max_abs_diff: float | None = None,
+) -> None:
+    """Reject computing in lower precision than the reference (e.g. bf16 math for an fp32 problem)."""
+    prec = ref.precision
+    if prec is None:
+        return
+    hard = ctx.hardening
+    floor = hard.precision_floor.get(prec.dtype, hard.precision_floor["float32"])
+    if not precision_check_needed(max_abs_diff, prec.ref_scale, floor):
+        return
+    err32 = normalized_error(out, expected)
+    if err32 is None:
+        return
+    # Distance to float64 is at least the distance to the reference minus the reference's own
+    # error (triangle inequality), so this never overstates the candidate's error.
+    err = max(0.0, err32 - prec.ref_error)
+    factor = hard.precision_factor if hard.precision_policy == "fp32" else hard.precision_factor_tf32
+    limit = max(floor, factor * prec.budget)
+    if err > limit:
+        policy = (
+            "an fp32 computation"
+            if hard.precision_policy == "fp32"
+            else "tf32/fp16-precision inputs with fp32 accumulation"
+        )
+        reject(
+            result,
+            "runtime.low_precision",
+            f"Your output is {err:.2e} away from a float64 computation (max abs diff / max abs value), "
+            f"over the limit {limit:.2e} allowed for {policy} ({prec.dtype} problem). Keep the precision "
+            "of the reference: fp32 loads and accumulation; for fp32 tl.dot use input_precision='ieee' "
+            "or 'tf32x3' (plain tf32, fp16, bf16 or fp8 operands lose precision).",
+        )
+
+
+def refill_and_verify(
+    result: EvalResult,
+    ctx: EvalContext,
+    ref: Reference,
+    guard: Guard,
+    model: Any,
+    buffers: list[Any],
+    seed: int,
+    opts: EvalOptions,
+) -> None:
+    """Copy inputs of `seed` into the existing input tensors (same pointers) and verify one call."""
+    fresh = loader.make_inputs(ref.module, seed, ctx.device)
+    for buf, new in zip(buffers, fresh, strict=True):
+        if isinstance(buf, torch.Tensor):
+            buf.copy_(new)
+    with candidate_code(result, ctx), torch.no_grad():
+        out = model(*buffers)
+        sync(ctx.device)
+    verify(result, ctx, ref, guard, seed, out, opts, "runtime.stale_output",
+           "an output after the inputs were refilled with new values", fresh)  # fmt: skip
+
+
+def _expected(
+    result: EvalResult,
+    ctx: EvalContext,
+    ref: Reference,
+    guard: Guard,
+    seed: int,
+    args: list[Any] | None = None,
+) -> Any:
+    """The reference's output for `seed`, computed now that the candidate's output for it exists
+    (`args`: pristine inputs of `seed`, else regenerated). The caller drops it before the next
+    candidate call. Candidate code has run, so first check it left the reference's world intact."""
+    with ctx.phase("expected"):  # sub-phase of correctness and timing (their verifications)
+        check_not_patched(result, guard)
+        if args is None:
+            args = loader.make_inputs(ref.module, seed, ctx.device)
+        with reference_errors(result, ctx), torch.no_grad(), ref.in_pool():
+            out = ref.model(*args)
+            sync(ctx.device)
+    return out
+
+
+def _compare(ctx: EvalContext, expected: Any, out: Any, opts: EvalOptions) -> Any:
+    """compare_outputs, its time reported as sub-phase `compare` (of correctness and timing)."""
+    with ctx.phase("compare"):
+        return compare_outputs(expected, out, opts.tolerance)
+
+
+def verify(
+    result: EvalResult,
+    ctx: EvalContext,
+    ref: Reference,
+    guard: Guard,
+    seed: int,
+    out: Any,
+    opts: EvalOptions,
+    check_id: str,
+    what: str,
+    args: list[Any] | None = None,
+) -> None:
+    """Compare `out` with the reference's output for `seed` (computed here, dropped on return)."""
+    cmp = _compare(ctx, _expected(result, ctx, ref, guard, seed, args), out, opts)
+    if not cmp.passed:
+        why = cmp.mismatch or cmp.detail or f"max abs diff {cmp.max_abs_diff}"
+        reject(
+            result,
+            check_id,
+            f"The check of {what} failed ({why}). Results must be computed on every call from the "
+            "current input values: no caching across calls, no work left unfinished when forward returns.",
+        )
