@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from buffer_server.store.buffer_store import BufferStore, GroupRules  # noqa: E402
+from buffer_server.store.buffer_store import BufferStore  # noqa: E402
+from buffer_server.store.rules import GroupRules  # noqa: E402
 from slime_ext.trajectory.codec import encode  # noqa: E402
 from slime_ext.trajectory.record import parse_record  # noqa: E402
 

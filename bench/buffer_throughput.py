@@ -49,7 +49,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from buffer_server.store.buffer_store import BufferStore, GroupRules  # noqa: E402
+from buffer_server.store.buffer_store import BufferStore  # noqa: E402
+from buffer_server.store.rules import GroupRules  # noqa: E402
 from eval_server.schema import EvalResult, TimingStats, TrialResult  # noqa: E402
 from krl_common import fastjson  # noqa: E402
 from krl_common.service import running_service  # noqa: E402

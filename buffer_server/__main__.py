@@ -18,8 +18,11 @@ import os
 import socket
 import sys
 
-from buffer_server.runner.agent_runner import AgentRunner, RunnerError, build_runner
-from buffer_server.store.buffer_store import BufferStore, GroupRules, StoreError
+from buffer_server.runner.agent_runner import AgentRunner, RunnerError
+from buffer_server.runner.config import runner_settings
+from buffer_server.store.buffer_store import BufferStore
+from buffer_server.store.results import StoreError
+from buffer_server.store.rules import GroupRules
 from krl_common.cli import make_parser
 from krl_common.http_json import add_network_args
 from krl_common.shutdown import exit_port_in_use, interrupt_on_termination, is_address_in_use
@@ -138,10 +141,19 @@ RUNNER_FLAGS = (
 
 
 def _runner(args: argparse.Namespace, store: BufferStore) -> AgentRunner | None:
+    """The runner the recipe and the runner flags configure (None: neither does); a bad setting
+    exits with one line naming the key."""
     try:
         recipe = load_recipe(args.recipe) if args.recipe else None
-        return build_runner(
-            store, recipe, {k: getattr(args, k) for k in RUNNER_FLAGS}, group_size=args.group_size
+        settings = runner_settings(recipe, {k: getattr(args, k) for k in RUNNER_FLAGS})
+        if settings is None:
+            return None
+        return AgentRunner(
+            store,
+            settings.runner,
+            settings.episode,
+            group_size=args.group_size,
+            curriculum=settings.curriculum,
         )
     except (OSError, ValueError, RunnerError) as exc:  # ValidationError is a ValueError
         raise SystemExit(f"buffer_server: {exc}") from None

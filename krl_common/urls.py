@@ -1,15 +1,26 @@
-"""Server URL lists as users give them (a comma-separated flag or env var, or a YAML list)."""
+"""Server URL lists as users give them (a comma-separated flag or env var, or a YAML list).
+
+`parse_urls` is the one reader of such lists; `url_list_setting` applies it to a settings field
+(the runner's and the plug-ins' `eval_urls`) so its errors name the recipe key.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from krl_common.validation import ValidationError
+
+__all__ = ["parse_urls", "url_list_setting"]
 
 
-def parse_urls(urls: str | Sequence[str], what: str = "eval server URL") -> list[str]:
+def parse_urls(
+    urls: str | Sequence[str], what: str = "eval server URL", *, allow_empty: bool = False
+) -> list[str]:
     """Normalise a comma-separated string (env var, CLI flag) or a list of server URLs.
 
     Whitespace and trailing slashes are stripped, `host:port` gets `http://`, duplicates are
-    dropped (keeping the first), and an empty result is a ValueError.
+    dropped (keeping the first), and an empty result is a ValueError unless `allow_empty`.
     """
     items = urls.split(",") if isinstance(urls, str) else list(urls)
     result: list[str] = []
@@ -26,6 +37,18 @@ def parse_urls(urls: str | Sequence[str], what: str = "eval server URL") -> list
             raise ValueError(f"{what} {url!r}: scheme must be http or https")
         if url not in result:
             result.append(url)
-    if not result:
+    if not result and not allow_empty:
         raise ValueError(f"no {what} given (got {urls!r})")
     return result
+
+
+def url_list_setting(value: Any, path: str, *, allow_empty: bool = False) -> Any:
+    """A settings field's URL list as written (comma-separated string, or list) -> a tuple of
+    normalised URLs; a bad URL is a ValidationError naming `path`. A value of any other type is
+    returned unchanged, for the typed settings check (krl_common/settings.py) to name its type."""
+    if not isinstance(value, (str, list, tuple)):
+        return value
+    try:
+        return tuple(parse_urls(value, allow_empty=allow_empty))
+    except ValueError as exc:
+        raise ValidationError(f"{path}: {exc}") from None

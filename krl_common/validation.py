@@ -4,6 +4,7 @@ never lets a JSON `true` pass for a number, one unknown-field rule."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -30,3 +31,24 @@ def reject_unknown(path: str, data: dict[str, Any], allowed: set[str]) -> None:
     if unknown:
         where = f"{path}: " if path else ""
         raise ValidationError(f"{where}unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def check_int_range(path: str, value: Any, lo: int, hi: int) -> int:
+    """An integer (never a bool) in [lo, hi]; the message gives the range a caller may send."""
+    check_type(path, value, int)
+    if not lo <= value <= hi:
+        raise ValidationError(f"{path}: must be an integer in [{lo}, {hi}]")
+    return int(value)
+
+
+def check_number_range(path: str, value: Any, lo: float, hi: float) -> float:
+    """A finite number (int or float, never a bool) in [lo, hi], as a float; an int too large
+    for a float is out of range rather than an OverflowError."""
+    check_type(path, value, (int, float))
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not (math.isfinite(number) and lo <= number <= hi):
+        raise ValidationError(f"{path}: must be a number in [{lo:g}, {hi:g}]")
+    return number

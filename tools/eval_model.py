@@ -51,7 +51,7 @@ from slime_ext.reports.report import atomic_write, write_report
 from slime_ext.reports.results import ResultsFile, load_results
 from slime_ext.rollout.episode import EpisodeConfig
 from slime_ext.rollout.problems import load_prompt_records
-from slime_ext.rollout.recipe import episode_config_from_dict, load_recipe, recipe_section
+from slime_ext.rollout.recipe import episode_config_from_recipe, load_recipe
 
 RESULTS_NAME = "results.jsonl"
 RUN_NAME = "run.json"
@@ -143,10 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def episode_config(args: argparse.Namespace) -> EpisodeConfig:
-    section = recipe_section(load_recipe(args.recipe), "episode") if args.recipe else {}
-    if args.kernel_backend is not None:
-        section["backend"] = args.kernel_backend  # before parsing: the backend picks the prompt wording
-    config = episode_config_from_dict(section)
+    recipe = load_recipe(args.recipe) if args.recipe else None
+    config = episode_config_from_recipe(recipe, backend=args.kernel_backend)
     changes: dict[str, Any] = {}
     if args.max_turns is not None:
         changes["max_turns"] = args.max_turns

@@ -301,7 +301,7 @@ def check_prompt_data(s: Mapping[str, str]) -> Check:
 
 def check_recipe(s: Mapping[str, str]) -> Check:
     from krl_common.validation import ValidationError
-    from slime_ext.rollout.recipe import episode_config_from_dict, load_recipe, recipe_section
+    from slime_ext.rollout.recipe import episode_config_from_recipe, load_recipe, recipe_section
 
     path = Path(s["RECIPE"])
     if not path.is_file():
@@ -310,10 +310,8 @@ def check_recipe(s: Mapping[str, str]) -> Check:
         )
     try:
         recipe = load_recipe(path)
-        episode = recipe_section(recipe, "episode")
-        if s.get("BACKEND"):
-            episode["backend"] = s["BACKEND"]  # what the launcher writes into the run's recipe
-        ep = episode_config_from_dict(episode)
+        # BACKEND: what the launcher writes into the run's recipe
+        ep = episode_config_from_recipe(recipe, backend=s.get("BACKEND") or None)
     except (ValidationError, ValueError) as exc:
         return Check("recipe", FAIL, f"{path}: {exc}"[:300], "fix the named key")
     temp = recipe_section(recipe, "runner").get("temperature")

@@ -53,7 +53,7 @@ from slime_ext.data.sft_format import SFTExample, write_sft_jsonl
 from slime_ext.data.sft_verify import load_attempts, multi_turn_examples, mutation_attempts, verify_pairs
 from slime_ext.rollout.episode import EpisodeConfig
 from slime_ext.rollout.problems import PromptRecord, load_prompt_records
-from slime_ext.rollout.recipe import episode_config_from_dict, load_recipe, recipe_section
+from slime_ext.rollout.recipe import episode_config_from_recipe, load_recipe
 
 
 def build_parser(
@@ -174,10 +174,7 @@ def _settings(args: argparse.Namespace) -> tuple[EpisodeConfig, EvalOptions, dic
     the recipe's episode section when --recipe is given (the RL run's own settings), else the
     defaults; --backend wins over the recipe's."""
     if args.recipe:
-        section = recipe_section(load_recipe(args.recipe), "episode")
-        if args.backend is not None:
-            section["backend"] = args.backend  # before parsing: the backend picks the wording
-        episode = episode_config_from_dict(section)
+        episode = episode_config_from_recipe(load_recipe(args.recipe), backend=args.backend)
     else:
         episode = EpisodeConfig(
             backend=args.backend or DEFAULT_BACKEND,

@@ -25,7 +25,7 @@ import yaml
 from krl_common.cli import EXIT_USAGE, HelpFormatter, make_parser
 from krl_common.fileio import atomic_write
 from krl_common.validation import ValidationError
-from slime_ext.rollout.recipe import ROOT_KEY, episode_config_from_dict, load_recipe, recipe_section
+from slime_ext.rollout.recipe import ROOT_KEY, episode_config_from_recipe, load_recipe, recipe_section
 
 __all__ = ["lookup", "main", "with_values"]
 
@@ -61,9 +61,9 @@ def with_values(recipe: dict[str, Any], assignments: list[str]) -> dict[str, Any
 
 def validate(recipe: dict[str, Any]) -> None:
     """Validate the sections this project knows (each by its owner's parser)."""
-    episode_config_from_dict(recipe_section(recipe, "episode"))
+    episode_config_from_recipe(recipe)
     try:
-        from buffer_server.runner.agent_runner import runner_config_from_dict
+        from buffer_server.runner.config import runner_config_from_dict
     except ImportError:
         return
     if recipe.get("runner") is not None:

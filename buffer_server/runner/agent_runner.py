@@ -30,7 +30,6 @@ weights that sampled it), the version the trainer reported with `POST /policy_ve
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -38,46 +37,27 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from buffer_server.runner.config import RunnerConfig
 from buffer_server.runner.curriculum import CurriculumConfig, PromptSampler, episode_outcome
-from buffer_server.runner.scheduler import (
-    GroupTask,
-    instance_key,
-    record_uid,
-    validate_run_id,
-    written_samples,
-)
+from buffer_server.runner.metrics import LatencyWindow, RunnerCounters, abort_category, outage_summary
+from buffer_server.runner.scheduler import GroupTask, instance_key, record_uid, written_samples
 from buffer_server.store.buffer_store import BufferStore
-from krl_common import prometheus as prom
 from krl_common.backoff import backoff_delay
-from krl_common.stats import percentile
-from krl_common.urls import parse_urls
-from krl_common.validation import ValidationError, check_type
+from krl_common.validation import ValidationError
 from slime_ext.clients.eval_client import EvalClient
 from slime_ext.clients.sglang_client import SGLangClient, SGLangError
 from slime_ext.rollout.chat import ChatRenderer
 from slime_ext.rollout.episode import Episode, EpisodeConfig, episode_to_samples_per_turn, run_episode
-from slime_ext.rollout.problems import SPLITS, PromptRecord, load_prompt_records
-from slime_ext.rollout.recipe import dataclass_from_dict, episode_config_from_dict, recipe_section
+from slime_ext.rollout.problems import PromptRecord, load_prompt_records
 from slime_ext.trajectory.record import STATUS_ABORTED, STATUS_COMPLETED, TrajectoryRecord
 
-__all__ = [
-    "AgentRunner",
-    "build_runner",
-    "EpisodeFn",
-    "RunnerConfig",
-    "RunnerError",
-    "episode_records",
-    "runner_config_from_dict",
-    "runner_prometheus",
-]
+__all__ = ["AgentRunner", "EpisodeFn", "RunnerError", "episode_records", "load_tokenizer"]
 
 log = logging.getLogger("buffer_server.runner.agent_runner")
 
 CURRICULUM_META_KEY = "runner.curriculum"
-LATENCY_WINDOW = 1024  # turns / episodes kept for the latency percentiles in /stats
 WRITE_ATTEMPTS = 8
 
 # run_episode's signature, as the runner calls it (tests pass their own episode function).
@@ -86,114 +66,6 @@ EpisodeFn = Callable[..., Awaitable[Episode]]
 
 class RunnerError(RuntimeError):
     """The runner cannot be configured or started (message names the setting)."""
-
-
-@dataclass(frozen=True)
-class RunnerConfig:
-    """The recipe's `runner` section. See docs/BUFFER_SERVER.md, "The agent runner"."""
-
-    prompt_data: str  # prompt records jsonl (slime_ext.rollout.problems)
-    sglang_url: str  # SGLang router (or engine) base URL
-    eval_urls: tuple[str, ...]  # eval server URLs (list or comma-separated string in the recipe)
-    tokenizer: str  # HF tokenizer name or directory (the policy's)
-    concurrency: int = 32  # episodes in flight at most
-    max_ready_groups: int = 16  # backpressure: no new group while this many complete groups wait
-    epochs: int = 1
-    shuffle_seed: int | None = 0  # None: file order
-    temperature: float = 1.0  # must equal slime's --rollout-temperature
-    max_context_tokens: int = 32768  # prompt + all turns of one episode
-    max_new_tokens: int = 8192  # per generate call, unless episode.max_new_tokens_per_turn is set
-    sampling_params: Mapping[str, Any] = field(default_factory=dict)  # top_p, top_k, stop_token_ids, ...
-    run_id: str = "run"  # uid prefix; one per database
-    split: str | None = "train"  # only prompts of this split run (None: all)
-    max_episode_attempts: int = 5  # per sample index, aborted attempts included
-    backoff_s: float = 1.0  # first retry delay after an aborted episode (doubles, jittered)
-    max_backoff_s: float = 60.0
-    stop_timeout_s: float = 300.0  # POST /rollout/stop waits this long for in-flight episodes
-    poll_s: float = 0.5  # re-check period while waiting (backpressure, blocked instances)
-    eval_timeout_s: float = 900.0
-    eval_max_retries: int = 3
-    max_in_flight_per_eval_url: int | None = None
-    generate_timeout_s: float = 1800.0
-    generate_max_retries: int = 3
-    routing_key: bool = True  # send X-SMG-Routing-Key = episode uid (router cache affinity)
-    trust_remote_code: bool = False  # for the tokenizer
-    autostart: bool = False  # start with the server (else POST /rollout/start)
-
-    def __post_init__(self) -> None:
-        types: dict[str, Any] = {
-            "prompt_data": str,
-            "sglang_url": str,
-            "tokenizer": str,
-            "concurrency": int,
-            "max_ready_groups": int,
-            "epochs": int,
-            "temperature": (int, float),
-            "max_context_tokens": int,
-            "max_new_tokens": int,
-            "sampling_params": Mapping,
-            "run_id": str,
-            "max_episode_attempts": int,
-            "backoff_s": (int, float),
-            "max_backoff_s": (int, float),
-            "stop_timeout_s": (int, float),
-            "poll_s": (int, float),
-            "eval_timeout_s": (int, float),
-            "eval_max_retries": int,
-            "generate_timeout_s": (int, float),
-            "generate_max_retries": int,
-            "routing_key": bool,
-            "trust_remote_code": bool,
-            "autostart": bool,
-        }
-        for name, expected in types.items():
-            check_type(name, getattr(self, name), expected)
-        for name in ("prompt_data", "sglang_url", "tokenizer"):
-            if not getattr(self, name).strip():
-                raise ValueError(f"{name}: must not be empty")
-        if self.shuffle_seed is not None:
-            check_type("shuffle_seed", self.shuffle_seed, int)
-        for name in (
-            "concurrency",
-            "max_ready_groups",
-            "epochs",
-            "max_context_tokens",
-            "max_new_tokens",
-            "max_episode_attempts",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1")
-        for name in ("eval_max_retries", "generate_max_retries"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 0")
-        for name in ("temperature", "stop_timeout_s", "poll_s", "eval_timeout_s", "generate_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: must be > 0")
-        if self.backoff_s < 0 or self.max_backoff_s < self.backoff_s:
-            raise ValueError("backoff_s, max_backoff_s: need 0 <= backoff_s <= max_backoff_s")
-        if self.split is not None and self.split not in SPLITS:
-            raise ValueError(f"split: must be one of {list(SPLITS)} or null, got {self.split!r}")
-        if self.max_in_flight_per_eval_url is not None:
-            check_type("max_in_flight_per_eval_url", self.max_in_flight_per_eval_url, int)
-            if self.max_in_flight_per_eval_url < 1:
-                raise ValueError("max_in_flight_per_eval_url: must be >= 1")
-        if "temperature" in self.sampling_params:
-            raise ValueError("sampling_params: set the temperature with runner.temperature, not here")
-        validate_run_id(self.run_id)
-
-
-def runner_config_from_dict(data: Mapping[str, Any], path: str = "kernel_rl.runner") -> RunnerConfig:
-    """RunnerConfig from the recipe's `runner` section (plus flag overrides); errors name the key."""
-    check_type(path, data, Mapping)
-    data = dict(data)
-    missing = [k for k in ("prompt_data", "sglang_url", "eval_urls", "tokenizer") if data.get(k) is None]
-    if missing:
-        raise ValidationError(f"{path}: missing required setting(s) {missing}")
-    try:
-        data["eval_urls"] = tuple(parse_urls(data["eval_urls"]))
-    except ValueError as exc:
-        raise ValidationError(f"{path}.eval_urls: {exc}") from None
-    return dataclass_from_dict(RunnerConfig, data, path)
 
 
 def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any:
@@ -273,54 +145,6 @@ def episode_records(
     return records
 
 
-ENGINE_ABORTS = frozenset({"engine_abort", "generate_error"})  # abort categories of the engine
-
-
-def abort_category(reason: str) -> str:
-    """A short key for an abort reason (the /stats counters); the full text is logged."""
-    if reason.startswith("evaluation failed"):
-        return "eval_unavailable"
-    if reason.startswith("evaluator-side"):
-        return "eval_server_status"
-    if reason.startswith("generation aborted"):
-        return "engine_abort"
-    if reason.startswith("generate error"):
-        return "generate_error"
-    return "error"
-
-
-def _latency(values: collections.deque[float]) -> dict[str, Any]:
-    xs = list(values)
-    return {
-        "count": len(xs),
-        "p50_s": percentile(xs, 0.5),
-        "p90_s": percentile(xs, 0.9),
-        "max_s": max(xs) if xs else None,
-        "mean_s": round(sum(xs) / len(xs), 4) if xs else None,
-    }
-
-
-@dataclass
-class _Counters:
-    episodes_started: int = 0
-    episodes_completed: int = 0  # finished and not aborted (completed or truncated)
-    episodes_truncated: int = 0
-    episodes_aborted: int = 0
-    episodes_retried: int = 0
-    episodes_given_up: int = 0
-    episodes_cancelled: int = 0  # cut off by a stop that timed out
-    groups_scheduled: int = 0
-    groups_written: int = 0
-    groups_short: int = 0  # written with fewer episodes than group_size (given-up samples)
-    records_written: int = 0
-    records_duplicate: int = 0
-    write_errors: int = 0
-    records_lost: int = 0  # records whose write failed WRITE_ATTEMPTS times (their episodes rerun next start)
-    backpressure_waits: int = 0
-    curriculum_advances: int = 0
-    aborts_by_reason: dict[str, int] = field(default_factory=dict)
-
-
 class AgentRunner:
     """Runs episodes in a background thread; `start`/`stop` are called from HTTP threads."""
 
@@ -366,10 +190,10 @@ class AgentRunner:
         self._last_error: str | None = None
         self._last_abort: str | None = None
         self._sampler: PromptSampler | None = None
-        self.counters = _Counters()
-        self._gen_s: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
-        self._eval_s: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
-        self._episode_s: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
+        self.counters = RunnerCounters()
+        self._gen_s = LatencyWindow()
+        self._eval_s = LatencyWindow()
+        self._episode_s = LatencyWindow()
         # loop state
         self._active: dict[str, GroupTask] = {}  # instance_id -> running group
         self._in_flight = 0  # episodes holding a slot
@@ -713,7 +537,7 @@ class AgentRunner:
                 self.counters.episodes_truncated += 1
             self._gen_s.extend(t.gen_s for t in ep.turns if t.gen_s > 0)
             self._eval_s.extend(t.eval_s for t in ep.turns if t.eval_s > 0)
-            self._episode_s.append(time.monotonic() - started)
+            self._episode_s.add(time.monotonic() - started)
         return records
 
     def _on_abort(self, uid: str, attempt: int, reason: str) -> None:
@@ -777,30 +601,15 @@ class AgentRunner:
 
     # ------------------------------------------------------------------ observability
 
-    def _outage(self, now: float) -> dict[str, Any]:
-        """The current streak of aborted episodes (no episode completed since its first abort), so
-        a console (the dry run) can say that the engine or eval server has been down for N s
-        instead of the run going quiet. `service`: engine | eval | other, from the last abort."""
-        since = self._outage_since
-        category = self._last_abort_category or ""
-        service = (
-            "eval" if category.startswith("eval") else "engine" if category in ENGINE_ABORTS else "other"
-        )
-        return {
-            "consecutive_aborts": self._consecutive_aborts,
-            "failing_s": round(now - since, 1) if since is not None else 0.0,
-            "service": service if since is not None else None,
-        }
-
     def stats(self) -> dict[str, Any]:
         """The `runner` section of GET /stats."""
         c = self.counters
         with self._lock:
             sampler = self._sampler.stats() if self._sampler is not None else None
             latency = {
-                "generate_turn": _latency(self._gen_s),
-                "eval_turn": _latency(self._eval_s),
-                "episode": _latency(self._episode_s),
+                "generate_turn": self._gen_s.summary(),
+                "eval_turn": self._eval_s.summary(),
+                "episode": self._episode_s.summary(),
             }
             counters = dataclasses.asdict(c)
         now = time.monotonic()
@@ -838,7 +647,9 @@ class AgentRunner:
             "aborts_by_reason": counters["aborts_by_reason"],
             "last_abort_reason": self._last_abort,
             "outage_pause_s": round(max(0.0, self._pause_until - now), 3),
-            "outage": self._outage(now),
+            "outage": outage_summary(
+                self._consecutive_aborts, self._outage_since, self._last_abort_category, now
+            ),
             "groups": {
                 "scheduled": counters["groups_scheduled"],
                 "written": counters["groups_written"],
@@ -861,64 +672,3 @@ class AgentRunner:
             "sampler": sampler,
             "curriculum": {**curriculum, "advances": counters["curriculum_advances"]},
         }
-
-
-def runner_prometheus(stats: dict[str, Any]) -> str:
-    """Prometheus text of AgentRunner.stats() (`rollout_runner_*`), appended to the buffer's /metrics."""
-    ep, groups, cur = stats["episodes"], stats["groups"], stats["curriculum"]
-    outcomes = ("started", "completed", "truncated", "aborted", "retried", "given_up", "cancelled")
-    return prom.render(
-        prom.family(
-            "rollout_runner_episodes_total",
-            "Agent-runner episodes by outcome since the runner was created.",
-            "counter",
-            [({"outcome": o}, ep[o]) for o in outcomes],
-        )
-        + prom.family(
-            "rollout_runner_aborts_total",
-            "Aborted episodes by reason.",
-            "counter",
-            [({"reason": r}, n) for r, n in sorted(stats["aborts_by_reason"].items())],
-        )
-        + prom.scalars(
-            "counter",
-            {
-                "rollout_runner_groups_written_total": ("Groups written to the store.", groups["written"]),
-                "rollout_runner_backpressure_waits_total": (
-                    "Times the runner waited because max_ready_groups groups were ready.",
-                    stats["backpressure"]["waits"],
-                ),
-            },
-        )
-        + prom.scalars(
-            "gauge",
-            {
-                "rollout_runner_running": ("1 while the runner loop runs.", int(stats["running"])),
-                "rollout_runner_episodes_in_flight": ("Episodes holding a slot.", ep["in_flight"]),
-                "rollout_runner_epoch": ("Lowest epoch still being handed out.", stats["epoch"] or 0),
-                "rollout_runner_curriculum_tier": ("Curriculum tier (0 = first level).", cur.get("tier", 0)),
-            },
-        )
-    )
-
-
-def build_runner(
-    store: BufferStore,
-    recipe: Mapping[str, Any] | None,
-    overrides: Mapping[str, Any],
-    *,
-    group_size: int,
-) -> AgentRunner | None:
-    """The runner the buffer server's flags ask for: the recipe's `runner`, `episode` and
-    `curriculum` sections, flags (`overrides`, None values ignored) taking precedence. None when
-    neither the recipe nor a flag configures a runner. Raises ValidationError / RunnerError."""
-    section = recipe_section(recipe, "runner")
-    section.update({k: v for k, v in overrides.items() if v is not None})
-    if not section:
-        return None
-    config = runner_config_from_dict(section)
-    episode = episode_config_from_dict(recipe_section(recipe, "episode"))
-    curriculum = dataclass_from_dict(
-        CurriculumConfig, recipe_section(recipe, "curriculum"), "kernel_rl.curriculum"
-    )
-    return AgentRunner(store, config, episode, group_size=group_size, curriculum=curriculum)

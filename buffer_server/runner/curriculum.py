@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from buffer_server.runner.scheduler import EpochQueue, GroupTask
-from krl_common.validation import check_type
 from slime_ext.rollout.problems import PromptRecord
 
 __all__ = ["CURRICULUM_MODES", "Curriculum", "CurriculumConfig", "PromptSampler", "episode_outcome"]
@@ -58,17 +57,12 @@ class CurriculumConfig:
     mix_new_level_weight: float = 0.5  # mode mix: share of the newest level
 
     def __post_init__(self) -> None:
-        check_type("enabled", self.enabled, bool)
-        check_type("window", self.window, int)
-        check_type("mode", self.mode, str)
-        if isinstance(self.levels, list):
-            object.__setattr__(self, "levels", tuple(self.levels))
+        # Types (levels: a list of integers, read as a tuple) are checked from the annotations
+        # when the section is read (krl_common.settings.parse_settings); the value rules are here.
         if self.mode not in CURRICULUM_MODES:
             raise ValueError(f"mode must be one of {list(CURRICULUM_MODES)}, got {self.mode!r}")
         if self.levels is not None:
-            if not self.levels or any(
-                isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in self.levels
-            ):
+            if not self.levels or any(v < 1 for v in self.levels):
                 raise ValueError(f"levels must be a non-empty list of integers >= 1, got {list(self.levels)}")
             if len(set(self.levels)) != len(self.levels):
                 raise ValueError(f"levels must not repeat, got {list(self.levels)}")

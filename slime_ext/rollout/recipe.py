@@ -13,11 +13,13 @@ The file has one top-level key, `kernel_rl`, so the same file can be given to sl
   reads them; each component validates its own section (unknown keys are errors there too).
 
 Unknown keys are errors that name the key, so a typo never silently falls back to a default.
+Each section is read once per process into its typed dataclass (`krl_common/settings.py`: the
+types come from the dataclass annotations); `episode_config_from_recipe` is the one reader of the
+`episode` section for the runner, the plug-ins and the tools.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,17 +27,22 @@ from typing import Any
 
 import yaml
 
-from eval_server.schema import parse_options
-from krl_common.validation import ValidationError, check_type, reject_unknown
+from eval_server.schema import EvalOptions, parse_options
+from krl_common.settings import parse_settings
+from krl_common.validation import ValidationError, check_type
 from slime_ext.clients.backends import DEFAULT_BACKEND, check_backend
 from slime_ext.rollout.episode import EpisodeConfig
 from slime_ext.rollout.prompts import PromptConfig, default_prompt
-from slime_ext.rollout.rewards import RewardConfig
 
-__all__ = ["ROOT_KEY", "dataclass_from_dict", "episode_config_from_dict", "load_recipe", "recipe_section"]
+__all__ = [
+    "ROOT_KEY",
+    "episode_config_from_dict",
+    "episode_config_from_recipe",
+    "load_recipe",
+    "recipe_section",
+]
 
 ROOT_KEY = "kernel_rl"
-_NESTED = {"prompt", "reward", "eval_options"}
 
 
 def load_recipe(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -65,47 +72,45 @@ def recipe_section(recipe: Mapping[str, Any] | None, name: str) -> dict[str, Any
     return dict(value)
 
 
-def dataclass_from_dict(cls: type, data: Mapping[str, Any], path: str, base: Any = None) -> Any:
-    """Build a (frozen) dataclass from a mapping: unknown keys rejected, list -> tuple where the
-    default is a tuple, constructor errors re-raised as ValidationError naming `path`. With
-    `base` (an instance of cls), the mapping's keys replace its values instead of the defaults."""
-    check_type(path, data, dict)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    reject_unknown(path, dict(data), set(fields))
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        default = fields[key].default
-        kwargs[key] = tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value
-    try:
-        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"{path}: {exc}") from None
+def episode_config_from_recipe(
+    recipe: Mapping[str, Any] | None, *, backend: str | None = None
+) -> EpisodeConfig:
+    """EpisodeConfig of a loaded recipe's `episode` section (defaults without a recipe). `backend`
+    (a tool's flag) replaces the recipe's before parsing: the backend picks the prompt wording."""
+    section = recipe_section(recipe, "episode")
+    if backend is not None:
+        section["backend"] = backend
+    return episode_config_from_dict(section)
 
 
 def episode_config_from_dict(
     data: Mapping[str, Any] | None, path: str = f"{ROOT_KEY}.episode"
 ) -> EpisodeConfig:
-    """EpisodeConfig from the `episode` section (None or {} gives the defaults)."""
-    data = dict(data or {})
-    check_type(path, data, dict)
-    reject_unknown(path, data, {f.name for f in dataclasses.fields(EpisodeConfig)})
-    top = {k: v for k, v in data.items() if k not in _NESTED}
-    backend = check_backend(data.get("backend", DEFAULT_BACKEND), f"{path}.backend")
-    if "prompt" in data:
-        # The prompt section changes the backend's wording (Triton's or CUDA's), key by key.
-        top["prompt"] = dataclass_from_dict(
-            PromptConfig, data["prompt"] or {}, f"{path}.prompt", base=default_prompt(backend)
-        )
-    if "reward" in data:
-        top["reward"] = dataclass_from_dict(RewardConfig, data["reward"] or {}, f"{path}.reward")
-    if "eval_options" in data:
-        if isinstance(data["eval_options"], Mapping) and "backend" in data["eval_options"]:
-            raise ValidationError(
-                f"{path}.eval_options.backend: set {path}.backend instead (the one setting that picks "
-                "both the prompts and the evaluator's backend)"
+    """EpisodeConfig from the `episode` section (None or {} gives the defaults).
+
+    Two nested sections are read here rather than from their annotations: `prompt` edits the
+    backend's wording (Triton's or CUDA's) key by key, and `eval_options` is the eval request's
+    wire format, read by its own parser (eval_server/schema.py)."""
+    section = {} if data is None else data
+    if isinstance(section, Mapping):
+        section = dict(section)
+        backend = check_backend(section.get("backend", DEFAULT_BACKEND), f"{path}.backend")
+        if section.get("prompt") is not None:
+            section["prompt"] = parse_settings(
+                PromptConfig, section["prompt"], f"{path}.prompt", base=default_prompt(backend)
             )
-        try:
-            top["eval_options"] = parse_options(data["eval_options"] or {})
-        except ValueError as exc:
-            raise ValidationError(f"{path}.eval_options: {exc}") from None
-    return dataclass_from_dict(EpisodeConfig, top, path)
+        if "eval_options" in section:
+            section["eval_options"] = _eval_options(section["eval_options"], f"{path}.eval_options", path)
+    return parse_settings(EpisodeConfig, section, path)
+
+
+def _eval_options(data: Any, path: str, episode_path: str) -> EvalOptions:
+    if isinstance(data, Mapping) and "backend" in data:
+        raise ValidationError(
+            f"{path}.backend: set {episode_path}.backend instead (the one setting that picks "
+            "both the prompts and the evaluator's backend)"
+        )
+    try:
+        return parse_options(data or {})
+    except ValueError as exc:
+        raise ValidationError(f"{path}: {exc}") from None

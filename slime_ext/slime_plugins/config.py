@@ -8,18 +8,26 @@ plug-ins read two sections of it: `episode` (EpisodeConfig, shared with the agen
 Defaults that depend on the machine come from environment variables, then built-in values:
 `KERNEL_RL_BUFFER_URL` (http://127.0.0.1:8889) and `KERNEL_RL_EVAL_URLS` (comma-separated,
 http://127.0.0.1:18188).
+
+slime calls the plug-ins with the same `args` on every rollout step: `plugin_config(args)` and
+`episode_config(args)` parse `args.kernel_rl` once per args object (and again only when
+`args.kernel_rl` is replaced by another mapping) and hand back the same frozen objects.
 """
 
 from __future__ import annotations
 
+import collections
 import os
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from krl_common.urls import parse_urls
+from krl_common.settings import parse_settings
+from krl_common.urls import parse_urls, url_list_setting
 from krl_common.validation import check_type
 from slime_ext.rollout.episode import EpisodeConfig
-from slime_ext.rollout.recipe import ROOT_KEY, dataclass_from_dict, episode_config_from_dict, recipe_section
+from slime_ext.rollout.recipe import ROOT_KEY, episode_config_from_recipe, recipe_section
 
 __all__ = [
     "DEFAULT_BUFFER_URL",
@@ -30,6 +38,7 @@ __all__ = [
     "EvalSettings",
     "PluginConfig",
     "episode_config",
+    "parse_plugin_config",
     "plugin_config",
 ]
 
@@ -105,49 +114,60 @@ class PluginConfig:
         return parse_urls(list(self.eval_urls) or os.environ.get(ENV_EVAL_URLS) or DEFAULT_EVAL_URL)
 
 
-_NUM = (int, float)
-_TYPES: dict[str, type | tuple[type, ...]] = {
-    "buffer_url": str,
-    "start_runner": bool,
-    "batch_wait_s": _NUM,
-    "max_wait_s": _NUM,
-    "lease_s": _NUM,
-    "policy_version_lag": int,
-    "http_timeout_s": _NUM,
-    "eval_timeout_s": _NUM,
-    "sglang_url": str,
-    "tokenizer": str,
-    "max_context_tokens": int,
-    "prompt_data": str,
-}
+def parse_plugin_config(recipe: Mapping[str, Any] | None) -> PluginConfig:
+    """PluginConfig from a recipe's `plugins` section (defaults when absent); errors name the key."""
+    path = f"{ROOT_KEY}.{SECTION}"
+    data = recipe_section(recipe, SECTION)
+    if "eval_urls" in data:  # a comma-separated string or a list; empty: the env var or default
+        data["eval_urls"] = url_list_setting(data["eval_urls"], f"{path}.eval_urls", allow_empty=True)
+    return parse_settings(PluginConfig, data, path)
 
 
-def _recipe(args: Any) -> dict[str, Any] | None:
+@dataclass
+class _Parsed:
+    """The settings parsed from one args object."""
+
+    args: Any  # held, so that while cached its id() cannot be reused by another object
+    recipe: Any  # the args.kernel_rl mapping they were parsed from
+    plugins: PluginConfig | None = None
+    episode: EpisodeConfig | None = None
+
+
+_CACHED_ARGS = 8  # one per process in slime; a few in tests
+_parsed: collections.OrderedDict[int, _Parsed] = collections.OrderedDict()
+_parsed_lock = threading.Lock()
+
+
+def _entry(args: Any) -> _Parsed:
+    """The cache entry of `args` (a new one when `args` or its `kernel_rl` mapping is new).
+    Call with `_parsed_lock` held."""
     recipe = getattr(args, ROOT_KEY, None)
     if recipe is not None:
         check_type(ROOT_KEY, recipe, dict)
-    return recipe
+    entry = _parsed.get(id(args))
+    if entry is not None and entry.args is args and entry.recipe is recipe:
+        _parsed.move_to_end(id(args))
+        return entry
+    entry = _parsed[id(args)] = _Parsed(args, recipe)
+    while len(_parsed) > _CACHED_ARGS:
+        _parsed.popitem(last=False)
+    return entry
 
 
 def plugin_config(args: Any) -> PluginConfig:
-    """PluginConfig from `args.kernel_rl["plugins"]` (defaults when absent)."""
-    path = f"{ROOT_KEY}.{SECTION}"
-    data = recipe_section(_recipe(args), SECTION)
-    if "eval_urls" in data:
-        urls = data["eval_urls"]
-        if isinstance(urls, str):
-            urls = [u for u in urls.split(",") if u.strip()]
-        check_type(f"{path}.eval_urls", urls, list)
-        data["eval_urls"] = urls
-    if "eval" in data:
-        data["eval"] = dataclass_from_dict(EvalSettings, data["eval"] or {}, f"{path}.eval")
-    for key, value in data.items():
-        expected = _TYPES.get(key)
-        if expected is not None and value is not None:
-            check_type(f"{path}.{key}", value, expected)
-    return dataclass_from_dict(PluginConfig, data, path)
+    """PluginConfig from `args.kernel_rl["plugins"]` (defaults when absent), parsed once per args."""
+    with _parsed_lock:
+        entry = _entry(args)
+        if entry.plugins is None:
+            entry.plugins = parse_plugin_config(entry.recipe)
+        return entry.plugins
 
 
 def episode_config(args: Any) -> EpisodeConfig:
-    """EpisodeConfig from `args.kernel_rl["episode"]` (the same section the agent runner reads)."""
-    return episode_config_from_dict(recipe_section(_recipe(args), "episode"))
+    """EpisodeConfig from `args.kernel_rl["episode"]` (the same section the agent runner reads),
+    parsed once per args."""
+    with _parsed_lock:
+        entry = _entry(args)
+        if entry.episode is None:
+            entry.episode = episode_config_from_recipe(entry.recipe)
+        return entry.episode

@@ -1,4 +1,4 @@
-"""Unit tests of buffer_server.app.render_prometheus on the stats of a real (temporary) store."""
+"""Unit tests of buffer_server.api.metrics.render_prometheus on the stats of a real (temporary) store."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from buffer_server.app import render_prometheus
-from buffer_server.store.buffer_store import DROP_REASONS, BufferStore, GroupRules
+from buffer_server.api.metrics import render_prometheus
+from buffer_server.store.buffer_store import BufferStore
+from buffer_server.store.rules import DROP_REASONS, GroupRules
 from slime_ext.trajectory.record import parse_record
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Unit tests of buffer_server.store.buffer_store against a temporary SQLite file: idempotency, whole groups
+"""Unit tests of buffer_server.store (BufferStore) against a temporary SQLite file: idempotency, whole groups
 handed out exactly once (lease / ack / release / expiry), the group rules and their persistent
 counters, restart, and all-or-nothing batches. Time-based rules run on a fake clock."""
 
@@ -13,15 +13,10 @@ import time
 
 import pytest
 
-from buffer_server.store.buffer_store import (
-    PREPARE_INTERVAL_S,
-    BufferStore,
-    GroupRules,
-    InstanceCounts,
-    LeaseError,
-    PolicyVersionError,
-    StoreError,
-)
+from buffer_server.store.buffer_store import BufferStore
+from buffer_server.store.preparer import PREPARE_INTERVAL_S
+from buffer_server.store.results import InstanceCounts, LeaseError, PolicyVersionError, StoreError
+from buffer_server.store.rules import GroupRules
 from krl_common import fastjson
 from slime_ext.trajectory import codec
 from slime_ext.trajectory.record import TrajectoryRecord, parse_record
@@ -400,7 +395,7 @@ def test_concurrent_puts_are_group_committed_and_stay_idempotent(open_store):
 
 
 def test_a_failed_group_commit_fails_only_the_bad_put(open_store):
-    from buffer_server.store.buffer_store import _PendingPut
+    from buffer_server.store.writes import _PendingPut
 
     store = open_store(group_size=2)
     packed = [

@@ -9,9 +9,9 @@ import pytest
 
 from buffer_server.runner.curriculum import Curriculum, CurriculumConfig, PromptSampler, episode_outcome
 from buffer_server.store.buffer_store import BufferStore
+from krl_common.settings import parse_settings
 from krl_common.validation import ValidationError
 from slime_ext.rollout.problems import PromptRecord
-from slime_ext.rollout.recipe import dataclass_from_dict
 
 pytestmark = pytest.mark.unit
 
@@ -123,7 +123,7 @@ def test_state_survives_restart_through_the_store(tmp_path) -> None:
 def test_config_errors_name_the_key() -> None:
     path = "kernel_rl.curriculum"
     with pytest.raises(ValidationError, match="unknown field"):
-        dataclass_from_dict(CurriculumConfig, {"windw": 3}, path)
+        parse_settings(CurriculumConfig, {"windw": 3}, path)
     for bad, match in (
         ({"mode": "jump"}, "mode must be one of"),
         ({"window": 0}, "window must be"),
@@ -133,8 +133,8 @@ def test_config_errors_name_the_key() -> None:
         ({"mix_new_level_weight": 0}, "mix_new_level_weight"),
     ):
         with pytest.raises(ValidationError, match=match):
-            dataclass_from_dict(CurriculumConfig, bad, path)
-    assert dataclass_from_dict(CurriculumConfig, {"levels": [1, 2]}, path).levels == (1, 2)
+            parse_settings(CurriculumConfig, bad, path)
+    assert parse_settings(CurriculumConfig, {"levels": [1, 2]}, path).levels == (1, 2)
 
 
 def test_episode_outcome() -> None:

@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
-from buffer_server.runner.agent_runner import AgentRunner, RunnerConfig, runner_config_from_dict
+from buffer_server.runner.agent_runner import AgentRunner
+from buffer_server.runner.config import RunnerConfig, runner_config_from_dict, runner_settings
 from buffer_server.runner.curriculum import CurriculumConfig
-from buffer_server.store.buffer_store import BufferStore, GroupRules
+from buffer_server.store.buffer_store import BufferStore
+from buffer_server.store.rules import GroupRules
 from krl_common.validation import ValidationError
 from slime_ext.clients.sglang_client import SGLangUnavailableError
 from slime_ext.rollout.episode import Episode, EpisodeConfig, Turn
@@ -315,3 +317,37 @@ def test_config_errors_name_the_setting(tmp_path: Path) -> None:
             runner_config_from_dict({**base, **bad})
     with pytest.raises(ValidationError, match=r"missing required setting\(s\) \['tokenizer'\]"):
         runner_config_from_dict({k: v for k, v in base.items() if k != "tokenizer"})
+
+
+def test_settings_from_the_recipe_and_the_flags_in_one_call() -> None:
+    """What `python -m buffer_server --recipe ... --flags` reads: the runner, episode and
+    curriculum sections typed in one call, a flag (not None) winning over the recipe's key."""
+    assert runner_settings(None, {"concurrency": None}) is None  # no recipe, no runner flag: no runner
+    recipe = {
+        "runner": {"prompt_data": "x.jsonl", "sglang_url": "h:1", "eval_urls": "h:2", "tokenizer": "t"},
+        "episode": {"max_turns": 2, "reward": {"credit": "per_turn"}},
+        "curriculum": {"enabled": True, "levels": [1, 2]},
+    }
+    settings = runner_settings(recipe, {"concurrency": 3, "epochs": None, "eval_urls": "h:4,h:5"})
+    assert settings is not None
+    assert settings.runner.concurrency == 3 and settings.runner.epochs == 1
+    assert settings.runner.eval_urls == ("http://h:4", "http://h:5")
+    assert settings.episode.max_turns == 2 and settings.episode.reward.credit == "per_turn"
+    assert settings.curriculum.enabled and settings.curriculum.levels == (1, 2)
+    only_flags = runner_settings(
+        None, {"prompt_data": "p", "sglang_url": "s", "eval_urls": "e", "tokenizer": "t"}
+    )
+    assert only_flags is not None and only_flags.episode.max_turns == 3 and not only_flags.curriculum.enabled
+    for section, bad, match in (
+        ("curriculum", {"window": "8"}, r"kernel_rl\.curriculum\.window: expected int, got str"),
+        ("curriculum", {"levels": [1, "2"]}, r"kernel_rl\.curriculum\.levels\[1\]: expected int, got str"),
+        (
+            "episode",
+            {"reward": {"gamma": "0.4"}},
+            r"kernel_rl\.episode\.reward\.gamma: expected int or float",
+        ),
+        ("runner", {"autostart": 1}, r"kernel_rl\.runner\.autostart: expected bool, got int"),
+    ):
+        broken = {**recipe, section: {**recipe[section], **bad}}
+        with pytest.raises(ValidationError, match=match):
+            runner_settings(broken, {})

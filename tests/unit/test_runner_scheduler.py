@@ -15,7 +15,8 @@ from buffer_server.runner.scheduler import (
     validate_run_id,
     written_samples,
 )
-from buffer_server.store.buffer_store import BufferStore, GroupRules
+from buffer_server.store.buffer_store import BufferStore
+from buffer_server.store.rules import GroupRules
 from slime_ext.rollout.problems import PromptRecord
 from slime_ext.trajectory.record import TrajectoryRecord
 

@@ -118,3 +118,39 @@ def test_generate_refuses_bad_setups() -> None:
         ValueError, match="custom-reward-post-process-path slime_ext.slime_plugins.reward_post"
     ):
         asyncio.run(generate(per_turn, Sample(prompt="src"), {"temperature": 1.0}))
+
+
+def test_kernel_rl_is_parsed_once_per_args(monkeypatch) -> None:
+    """slime passes the same args on every rollout step: the sections are parsed on the first
+    call only; another args object, or a new kernel_rl mapping on the same one, is parsed anew."""
+    from slime_ext.slime_plugins import config
+
+    parsed: list[str] = []
+    real_plugins, real_episode = config.parse_plugin_config, config.episode_config_from_recipe
+    monkeypatch.setattr(config, "parse_plugin_config", lambda r: parsed.append("plugins") or real_plugins(r))
+    monkeypatch.setattr(
+        config, "episode_config_from_recipe", lambda r: parsed.append("episode") or real_episode(r)
+    )
+    recipe = {"plugins": {"batch_wait_s": 5}, "episode": {"max_turns": 2}}
+    args = SimpleNamespace(kernel_rl=recipe)
+    cfg, episode = plugin_config(args), episode_config(args)
+    assert cfg.batch_wait_s == 5 and episode.max_turns == 2
+    for _ in range(3):
+        assert plugin_config(args) is cfg and episode_config(args) is episode
+    assert parsed == ["plugins", "episode"]
+
+    other = SimpleNamespace(kernel_rl=recipe)
+    assert plugin_config(other) == cfg and plugin_config(other) is not cfg
+    assert parsed == ["plugins", "episode", "plugins"]
+
+    args.kernel_rl = {"plugins": {"batch_wait_s": 7}}
+    assert plugin_config(args).batch_wait_s == 7 and episode_config(args).max_turns == 3
+    assert parsed == ["plugins", "episode", "plugins", "plugins", "episode"]
+
+
+def test_eval_urls_are_read_by_parse_urls() -> None:
+    cfg = plugin_config(SimpleNamespace(kernel_rl={"plugins": {"eval_urls": ["a:1/", "http://a:1", "b:2"]}}))
+    assert cfg.eval_urls == ("http://a:1", "http://b:2")
+    assert plugin_config(SimpleNamespace(kernel_rl={"plugins": {"eval_urls": " , "}})).eval_urls == ()
+    with pytest.raises(ValidationError, match=r"kernel_rl\.plugins\.eval_urls: .*scheme must be http"):
+        plugin_config(SimpleNamespace(kernel_rl={"plugins": {"eval_urls": "ftp://x"}}))
