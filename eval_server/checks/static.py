@@ -103,10 +103,6 @@ TORCH_COMPUTE_CALLS = frozenset(
 TORCH_COMPUTE_MODULES = frozenset({"compile"})
 
 
-
-
-
-
 def _jit_functions(tree: ast.Module) -> list[str]:
     return [
         n.name
@@ -147,7 +143,6 @@ def _line_key(evidence: str) -> tuple[int, str]:
     """Sort 'line 9: ...' before 'line 10: ...'."""
     num = evidence.removeprefix("line ").split(":", 1)[0]
     return (int(num) if num.isdigit() else 0, evidence)
-
 
 
 _COMPUTE_NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.fft")
@@ -266,7 +261,9 @@ def _dynamic_access(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | Non
         if node.attr in DYNAMIC_ATTRS:
             return f".{node.attr} (reaches modules, namespaces or frames by name)"
         if _is_modules_table(node, parents):
-            return f"{dotted_name(node) or '.modules'} (the module table: reaches any module without an import)"
+            return (
+                f"{dotted_name(node) or '.modules'} (the module table: reaches any module without an import)"
+            )
     if (
         isinstance(node, ast.alias)
         and isinstance(parents.get(node), ast.ImportFrom)  # `from os import sys`; `import sys` is fine

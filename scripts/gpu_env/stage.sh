@@ -11,6 +11,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "${here}/../.." && pwd)"
 cmd="${1:-}"
 lock="${2:-${here}/eval-tests.lock}"
 dir="${3:-.whl}"
@@ -41,7 +42,9 @@ case "${cmd}" in
     else
       echo "nothing missing" >&2
     fi
-    echo "export PYTHONPATH=${target}\${PYTHONPATH:+:\${PYTHONPATH}}"
+    # The checkout on the path too, as the image's editable install does: the eval workers and
+    # the servers start from other working directories.
+    echo "export PYTHONPATH=${target}:${repo}\${PYTHONPATH:+:\${PYTHONPATH}}"
     ;;
   *)
     sed -n '2,9p' "$0" >&2

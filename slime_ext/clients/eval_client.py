@@ -79,12 +79,8 @@ class EvalTimeoutError(EvalClientError):
     and sending it again would double the load exactly when the evaluators are slowest."""
 
 
-
-
 # Sleep used between attempts; a module-level name so tests can observe the waits.
 _sleep = asyncio.sleep
-
-
 
 
 def with_backend(body: dict[str, Any], backend: str) -> dict[str, Any]:

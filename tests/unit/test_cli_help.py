@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,16 @@ def test_formatter_shows_defaults_but_not_empty_ones() -> None:
     assert "a number (default: 3)" in text
     assert "a switch\n" in text and "every one\n" in text
     assert "(default: two)\n" in text and text.count("(default:") == 2
+
+
+@pytest.mark.parametrize("old", ["slime_ext.tiny_engine", "slime_ext.tiny_model"])
+def test_old_engine_paths_still_run(old: str) -> None:
+    """`python -m slime_ext.tiny_engine` / `tiny_model` (the paths before the layout step, in users'
+    scripts) run the moved modules' CLIs."""
+    proc = subprocess.run([sys.executable, "-m", old, "--help"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    moved = {
+        "slime_ext.tiny_engine": "slime_ext.dev_engine.engine",
+        "slime_ext.tiny_model": "slime_ext.dev_engine.tiny_model",
+    }
+    assert f"python -m {moved[old]}" in proc.stdout
