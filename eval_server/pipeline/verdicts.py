@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import torch
 
+from eval_server.isolation.audit import interpreter_hooks
 from eval_server.pipeline import loader
 from eval_server.pipeline.context import EvalContext
 from eval_server.schema import (
@@ -114,6 +115,7 @@ def error_info(exc: BaseException, ctx: EvalContext) -> dict[str, str]:
 def candidate_code(result: EvalResult, ctx: EvalContext) -> Iterator[None]:
     """Run candidate code: an exception it raises ends the evaluation with its classified status
     (verdicts of the evaluator's own checks, `Stop`, pass through)."""
+    hooks = interpreter_hooks()
     try:
         yield
     except Stop:
@@ -124,6 +126,13 @@ def candidate_code(result: EvalResult, ctx: EvalContext) -> Iterator[None]:
         result.correct = False
         result.error = error_info(exc, ctx)
         raise Stop from None
+    if interpreter_hooks() != hooks:
+        reject(
+            result,
+            "runtime.interpreter_hooks",
+            "The candidate left a trace, profile or monitoring hook installed. Do not hook the "
+            "interpreter: write the kernel and call it.",
+        )
 
 
 @contextmanager

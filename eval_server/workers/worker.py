@@ -39,11 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from eval_server.feedback import build_feedback, failure_result
-from eval_server.isolation import sandbox
+from eval_server.isolation import audit, sandbox
 from eval_server.schema import (
     STATUS_CRASHED,
+    STATUS_REJECTED,
     STATUS_SERVER_ERROR,
     STATUS_TIMEOUT,
+    Check,
     EvalRequest,
     EvalResult,
     parse_request,
@@ -315,7 +317,12 @@ class Worker:
             os.close(read_fd)
 
         result: EvalResult | None = None
-        if verdict is None:
+        refused = self._audit_refusal(exit_status, spare.evaldir)
+        if refused is not None:  # whatever the process wrote before: its exit decides
+            result = failure_result(request, STATUS_REJECTED, refused, device=self.device_label)
+            result.checks.append(Check(audit.CHECK_ID, refused))
+            result.feedback = build_feedback(result)
+        elif verdict is None:
             payload = b"".join(chunks)
             if payload:
                 try:
@@ -342,6 +349,23 @@ class Worker:
         if child_exit_s is not None:
             result.phases["child_exit"] = round(child_exit_s, 6)
         return result
+
+    @staticmethod
+    def _audit_refusal(status: int | None, evaldir: Path) -> str | None:
+        """The message of an evaluation ended by the audit hook (exit status AUDIT_EXIT), else None."""
+        if status is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != audit.AUDIT_EXIT:
+            return None
+        output = ""
+        log = evaldir / "output.log"
+        with contextlib.suppress(OSError):
+            output = log.read_bytes()[-(64 << 10) :].decode(errors="replace")
+        what = audit.refusal_reason(output) or "an operation the evaluator refuses"
+        return (
+            f"The candidate's code was stopped by the evaluator: {what}. Tracing, profiling or "
+            "inspecting the interpreter, reaching the garbage collector, native memory (ctypes), "
+            "processes, signals, code objects or files outside the evaluation directory is not "
+            "allowed; write the kernel and call it."
+        )
 
     @staticmethod
     def _describe_exit(status: int | None) -> str:
@@ -458,6 +482,8 @@ class Worker:
             gpu_busy_at=gpu_busy_at,
             build_cache=self.workdir / "cuda-ext",  # outlives evaluations; removed with the worker dir
         )
+        # Irreversible, and after every import of the evaluator's own: the candidate comes next.
+        audit.install(evaldir)
         return evaluate(request, ctx)
 
 
