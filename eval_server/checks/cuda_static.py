@@ -6,7 +6,10 @@ The Python rules of static_checks.py apply unchanged, except that the Triton-ker
 expressions (comments removed); they run twice on the same rule ids: in the static phase on every
 string constant of the candidate (what is visible before anything runs), and in the compile phase
 on the exact sources load_inline received (cuda_backend.py), so sources assembled at run time
-("cuda" + "StreamCreate") are judged too, before anything is compiled.
+("cuda" + "StreamCreate") are judged too, before anything is compiled. Names assembled by the
+source's own macros (token pasting: `#define CAT(a, b) a##b` ... `CAT(cuda, StreamCreate)`) are
+judged after expansion: the rules read the text as written and as the C preprocessor expands it
+(its `#include` lines dropped, once as nvcc's host pass and once as its device pass see it).
 
 What the source rules cover (a first pass; the runtime checks of the pipeline are the backstop):
 torch/ATen compute called from C++, vendor libraries (cuBLAS, cuDNN, cuFFT, ..., thrust, CUB
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
 from collections.abc import Callable
 
 from eval_server.checks.source_ast import calls, canonical_name, dotted_name, import_aliases
@@ -198,10 +203,49 @@ SOURCE_RULES: dict[str, tuple[str, Callable[[str], list[str]]]] = {
 
 
 def source_checks(source: str) -> list[Check]:
-    """Apply every source rule to CUDA/C++ text; one Check per fired rule, evidence cited."""
-    clean = strip_comments(source)
-    found = ((rule_id, message, find(clean)) for rule_id, (message, find) in SOURCE_RULES.items())
+    """Apply every source rule to CUDA/C++ text, as written and with its own macros expanded; one
+    Check per fired rule, evidence cited."""
+    texts = [strip_comments(source), *expand_macros(source)]
+    found = (
+        (rule_id, message, [hit for text in texts for hit in find(text)])
+        for rule_id, (message, find) in SOURCE_RULES.items()
+    )
     return [_check(rule_id, message, evidence) for rule_id, message, evidence in found if evidence]
+
+
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b.*$", re.M)
+# What nvcc defines in its two passes over a .cu file (the host compiler's own macros, __GNUC__,
+# __linux__ ..., come from cpp itself): a macro defined only under one of them is still expanded.
+_PASSES = (
+    ("-D__CUDACC__", "-D__NVCC__"),
+    ("-D__CUDACC__", "-D__NVCC__", "-D__CUDA_ARCH__=900"),
+)
+
+
+def expand_macros(source: str) -> list[str]:
+    """The source as the C preprocessor expands its own macros, once per nvcc pass. `#include`
+    lines are dropped first (the headers' macros are the toolchain's, and the headers declare the
+    very names the rules look for). Empty when no C preprocessor is installed; text the
+    preprocessor still prints after an error (`#error`, a bad directive) is used as is."""
+    cpp = shutil.which("cpp")
+    if cpp is None or "#" not in source:
+        return []
+    own = _INCLUDE.sub("", source)
+    out = []
+    for defines in _PASSES:
+        try:
+            proc = subprocess.run(
+                [cpp, "-P", "-w", "-x", "c++", *defines, "-"],
+                input=own,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if proc.stdout:
+            out.append(strip_comments(proc.stdout))
+    return out
 
 
 def _check(rule_id: str, message: str, evidence: list[str]) -> Check:

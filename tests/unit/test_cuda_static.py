@@ -4,11 +4,19 @@ rules, and the Python rule set for backend "cuda"."""
 from __future__ import annotations
 
 import ast
+import shutil
 
 import pytest
 
 from eval_server import samples
-from eval_server.checks.cuda_static import CUDA_RULES, SOURCE_RULES, kernel_names, namespaces, source_checks
+from eval_server.checks.cuda_static import (
+    CUDA_RULES,
+    SOURCE_RULES,
+    expand_macros,
+    kernel_names,
+    namespaces,
+    source_checks,
+)
 from eval_server.checks.static import run_static_checks
 
 pytestmark = pytest.mark.unit
@@ -126,3 +134,41 @@ def test_only_load_inline_may_build_native_code():
 def test_source_rules_read_string_constants_in_the_static_phase():
     src = HONEST.replace("auto out = torch::empty_like(xc);", "auto out = at::relu(xc);")
     assert [c.id for c in run_static_checks(ast.parse(src), CUDA_RULES)] == ["static.cuda_torch_compute"]
+
+
+PASTED = [
+    # a name assembled by token pasting in the source's own macro
+    ("#define CAT(a, b) a##b\nvoid f() { cudaStream_t s; CAT(cuda, StreamCreate)(&s); }", "static.cuda_process_escape"),
+    # nested macros, the paste one level down
+    (
+        "#define J(a, b) a##b\n#define MK(x) J(cuda, x)\nvoid f() { MK(LaunchHostFunc)(0, 0, 0); }",
+        "static.cuda_process_escape",
+    ),
+    # defined only in nvcc's device pass
+    (
+        "#ifdef __CUDA_ARCH__\n#define P(a, b) a##b\n#endif\nvoid f() { P(dl, open)(0, 0); }",
+        "static.cuda_host_escape",
+    ),
+    # defined only in the host pass (nvcc defines __CUDACC__ there, not __CUDA_ARCH__)
+    (
+        "#if defined(__CUDACC__) && !defined(__CUDA_ARCH__)\n#define P(a, b) a##b\n#endif\n"
+        "void f() { P(cublas, Sgemm)(h); }",
+        "static.cuda_library",
+    ),
+    # an object-like macro hiding a library call
+    ("#define GEMM cublasSgemm\nvoid f() { GEMM (h, 0); }", "static.cuda_library"),
+]
+
+
+@pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor (cpp) installed")
+@pytest.mark.parametrize(("snippet", "rule"), PASTED)
+def test_names_assembled_by_the_sources_own_macros_are_judged(snippet: str, rule: str):
+    assert rule not in _ids(snippet.replace("#", "//#"))  # the text alone does not show it
+    assert rule in _ids(snippet)
+
+
+@pytest.mark.skipif(shutil.which("cpp") is None, reason="no C preprocessor (cpp) installed")
+def test_macro_expansion_keeps_the_honest_sample_clean_and_drops_includes():
+    assert _ids(HONEST) == []
+    expanded = expand_macros("#include <cuda_runtime.h>\n#define N 4\nint a[N];")
+    assert expanded and all("cudaStreamCreate" not in e and "int a[4];" in e for e in expanded)
