@@ -214,6 +214,7 @@ def source_checks(source: str) -> list[Check]:
 
 
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b.*$", re.M)
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define\b", re.M)
 # What nvcc defines in its two passes over a .cu file (the host compiler's own macros, __GNUC__,
 # __linux__ ..., come from cpp itself): a macro defined only under one of them is still expanded.
 _PASSES = (
@@ -226,9 +227,10 @@ def expand_macros(source: str) -> list[str]:
     """The source as the C preprocessor expands its own macros, once per nvcc pass. `#include`
     lines are dropped first (the headers' macros are the toolchain's, and the headers declare the
     very names the rules look for). Empty when no C preprocessor is installed; text the
-    preprocessor still prints after an error (`#error`, a bad directive) is used as is."""
+    preprocessor still prints after an error (`#error`, a bad directive) is used as is. A source
+    that defines no macro of its own is not run through it: expansion could only drop text then."""
     cpp = shutil.which("cpp")
-    if cpp is None or "#" not in source:
+    if cpp is None or not _DEFINE.search(source):
         return []
     own = _INCLUDE.sub("", source)
     out = []

@@ -76,7 +76,8 @@ _INTROSPECTION_EVENTS = frozenset(
         "gc.get_referents",
     }
 )
-_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals"})
+# The frame getters CPython audits (as object.__getattr__); a frame's own f_back / f_locals are not.
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _PROCESS_EVENTS = frozenset(
     {
         "os.system",
@@ -113,12 +114,17 @@ _FILE_CHANGE_EVENTS = frozenset(
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
+def is_stdlib(filename: str) -> bool:
+    """Whether `filename` is a file of the standard library (installed packages below it are not)."""
+    path = os.path.abspath(filename)
+    return path.startswith(_STDLIB) and not any(part in _SITE for part in path.split(os.sep))
+
+
 def _transparent(filename: str) -> bool:
     """Frames that act on behalf of their caller: the standard library and generated code."""
     if not filename.startswith(os.sep):
         return True  # <string>, <frozen importlib._bootstrap>, <stdin>, ...
-    path = os.path.abspath(filename)
-    return path.startswith(_STDLIB) and not any(part in _SITE for part in path.split(os.sep))
+    return is_stdlib(filename)
 
 
 def _is_file_content(source: Any, filename: str) -> bool:

@@ -14,7 +14,6 @@ import os
 import random
 import re
 import sys
-import sysconfig
 import traceback
 import types
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 
 from eval_server.checks.static import EVALUATED_MODULE_PREFIX
+from eval_server.isolation.audit import is_stdlib
 
 _module_counter = itertools.count()
 # static_checks forbids importing modules named so (the reference): one definition, there
@@ -31,16 +31,6 @@ MODULE_PREFIX = EVALUATED_MODULE_PREFIX
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # torch.nn.Module.__call__ plumbing: two frames in every forward traceback that say nothing.
 _NOISE_FILES = (os.path.join("torch", "nn", "modules", "module.py"),)
-# The standard library's frames (ast.parse under a syntax error, importlib, contextlib) only say
-# how the evaluator reached the candidate; installed packages can live below it and are kept.
-_STDLIB_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
-
-
-def _is_stdlib(filename: str) -> bool:
-    path = os.path.abspath(filename)
-    return path.startswith(_STDLIB_DIRS) and not any(
-        part in ("site-packages", "dist-packages") for part in path.split(os.sep)
-    )
 
 
 def import_source(source: str, workdir: str | Path, stem: str) -> types.ModuleType:
@@ -138,7 +128,7 @@ def format_exception_tail(
         if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)
         and not f.filename.endswith(_NOISE_FILES)
         and not f.filename.startswith("<frozen ")
-        and not _is_stdlib(f.filename)
+        and not is_stdlib(f.filename)  # ast.parse, importlib, contextlib: how the evaluator got there
     ]
     lines = ["Traceback (most recent call last):\n"] if frames else []
     lines += traceback.format_list(frames)

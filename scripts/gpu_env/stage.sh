@@ -7,7 +7,8 @@
 #                                                     # lacks, from DIR into TARGET; prints the export
 #
 # Defaults: LOCK scripts/gpu_env/eval-tests.lock, DIR .whl (ignored by git; carry it to the
-# machine), TARGET /tmp/site. Use: eval "$(scripts/gpu_env/stage.sh install)" && pytest -m gpu ...
+# machine), TARGET $GPU_ENV_SITE, else site/ in the temporary directory ($TMPDIR).
+# Use: eval "$(scripts/gpu_env/stage.sh install)" && pytest -m gpu ...
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,7 +16,7 @@ repo="$(cd "${here}/../.." && pwd)"
 cmd="${1:-}"
 lock="${2:-${here}/eval-tests.lock}"
 dir="${3:-.whl}"
-target="${4:-/tmp/site}"
+target="${4:-${GPU_ENV_SITE:-${TMPDIR:-/tmp}/site}}"
 py="${PYTHON:-python3}"
 
 pins() { grep -Ev '^[[:space:]]*(#|$)' "${lock}"; }

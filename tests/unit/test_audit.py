@@ -5,6 +5,7 @@ must end with AUDIT_EXIT and the refusal line, or finish normally."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -63,11 +64,11 @@ REFUSED = {
     "subprocess": "import subprocess\ndef run():\n    subprocess.run(['true'])",
     "kill": "import os\ndef run():\n    os.kill(os.getpid(), 0)",
     "exec": "def run():\n    exec('x = 1')",
-    "code_replace_location": "def run():\n    run.__code__.replace(co_filename='/usr/lib/python3/site-packages/torch/x.py')",
-    "open_outside": "def run():\n    open('/etc/hostname').close()",
-    "write_outside_via_pathlib": "import pathlib, tempfile\ndef run():\n    pathlib.Path(tempfile.gettempdir(), '..', 'tmp', 'audit-test-never').write_text('x')",
+    "code_replace_location": "import os\ndef run():\n    run.__code__.replace(co_filename=os.__file__)",
+    "open_outside": "import os\ndef run():\n    open(os.__file__).close()",
+    "write_outside_via_pathlib": "import pathlib\ndef run():\n    pathlib.Path('..', 'never').write_text('x')",
     "proc_via_stdlib": "import pathlib\ndef run():\n    pathlib.Path('/proc/self/maps').read_text()",
-    "rename_outside": "import os\ndef run():\n    os.rename('nothing-here', '/tmp/audit-test-never')",
+    "rename_outside": "import os\ndef run():\n    os.rename('nothing-here', '../never')",
 }
 
 ALLOWED = {
@@ -97,7 +98,7 @@ def _run(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     driver.write_text(DRIVER.format(evaldir=str(evaldir), libdir=str(libdir)))
     return subprocess.run(
         [sys.executable, str(driver)], cwd=evaldir, capture_output=True, text=True, timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)},
     )  # fmt: skip
 
 
