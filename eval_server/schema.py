@@ -146,6 +146,9 @@ class TimingStats:
     # timing.py: wall time and calls (trials of calls_per_trial) of the warm-up before the trials
     warmup_ms: float | None = None
     warmup_calls: int | None = None
+    # timed_calls.py: timed calls whose output was copied and compared with the reference
+    # (None: the timing verified none, e.g. the reference's own)
+    verified_calls: int | None = None
 
 
 @dataclass

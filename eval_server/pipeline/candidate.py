@@ -135,8 +135,10 @@ def run_candidate(
     result: EvalResult,
     poison_bytes: int,
     profile: bool = False,
-) -> tuple[Any, TorchOpRecorder]:
-    """One forward under the recorders, into poisoned memory; errors end the evaluation."""
+) -> tuple[Any, TorchOpRecorder, int | None]:
+    """One forward under the recorders, into poisoned memory; errors end the evaluation. Returns
+    the output, the torch ops it ran and how many of the candidate's own kernels it launched
+    (Triton: counted at every launch; backend "cuda": by the profiler, None when not profiled)."""
     with ctx.phase("poison"):  # sub-phase of correctness, reported separately for tuning
         poison_free_memory(poison_bytes, ctx.device)
     ops = TorchOpRecorder()
@@ -154,10 +156,11 @@ def run_candidate(
             else:
                 out = model(*args)
         sync(ctx.device)
-    if ctx.cuda is not None and profile:
-        result.kernel_launches = ctx.cuda.count_own(device_activity)
+    launches: int | None = LAUNCHES.count
+    if ctx.cuda is not None:
+        launches = ctx.cuda.count_own(device_activity) if profile else None
     if device_activity:
-        _device_activity_checks(result, device_activity, off_stream, ctx)
+        device_activity_checks(result, device_activity, off_stream, ctx)
     new_threads = python_threads() - threads_before
     if THREADS.started or new_threads > 0:
         where = ", ".join(THREADS.started[:3]) or "a thread still running after forward returned"
@@ -167,7 +170,7 @@ def run_candidate(
             f"forward started threads ({where}). All work must happen inside forward, on the calling "
             "thread, in Triton kernels.",
         )
-    return out, ops
+    return out, ops, launches
 
 
 def own_kernels(ctx: EvalContext) -> str:
@@ -183,29 +186,45 @@ def _some(names: list[str], n: int) -> str:
     return "; ".join(sorted({name[:90] for name in names})[:n])
 
 
-def _device_activity_checks(
-    result: EvalResult, names: list[str], off_stream: list[str], ctx: EvalContext
+def own_kernel_count(names: list[str], ctx: EvalContext) -> int:
+    """How many of the recorded kernels `names` are the candidate's own (its Triton functions, or
+    its extension's __global__ kernels)."""
+    if ctx.cuda is not None:
+        return ctx.cuda.count_own(names)
+    own = tuple(n for n in LAUNCHES.launches if n)
+    return sum(1 for name in names if own and name.startswith(own))
+
+
+def device_activity_checks(
+    result: EvalResult,
+    names: list[str],
+    off_stream: list[str],
+    ctx: EvalContext,
+    when: str = "during forward",
 ) -> None:
+    """Reject device activity that is not the candidate's own kernels (copies and fills allowed),
+    work on another stream, and copies to the host, recorded `when`."""
     own = ctx.cuda.owns if ctx.cuda is not None else None
     foreign, to_host = classify_kernels(names, LAUNCHES.launches, own)
     if foreign:
         reject(
             result,
             "runtime.foreign_kernels",
-            f"GPU kernels other than your {own_kernels(ctx)} computed during forward ({len(foreign)} launches, "
+            f"GPU kernels other than your {own_kernels(ctx)} computed {when} ({len(foreign)} launches, "
             f"e.g. {_some(foreign, 5)}): torch or a library did the work. Compute everything in your own kernels.",
         )
     if off_stream:
         reject(
             result,
             "runtime.side_stream",
-            f"forward ran GPU work on another CUDA stream than the current one ({len(off_stream)} activities, "
-            f"e.g. {_some(off_stream, 3)}): timing and checks follow the current stream. Launch every kernel on it.",
+            f"forward ran GPU work on another CUDA stream than the current one {when} ({len(off_stream)} "
+            f"activities, e.g. {_some(off_stream, 3)}): timing and checks follow the current stream. "
+            "Launch every kernel on it.",
         )
     if to_host:
         reject(
             result,
             "runtime.host_roundtrip",
-            f"forward copied data from the GPU to the host ({len(to_host)} copies): computing on the CPU is not "
-            "allowed and synchronizes the device. Keep the computation in Triton kernels on the GPU.",
+            f"forward copied data from the GPU to the host {when} ({len(to_host)} copies): computing on the "
+            "CPU is not allowed and synchronizes the device. Keep the computation in Triton kernels on the GPU.",
         )

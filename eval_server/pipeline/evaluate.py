@@ -78,10 +78,10 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
         cand_model = load_candidate(request, ctx, result, ref)
 
     with ctx.phase("correctness"), ctx.gpu(), torch.no_grad():
-        correctness_phase(opts, ctx, result, ref, cand_model, guard)
+        launches_per_call = correctness_phase(opts, ctx, result, ref, cand_model, guard)
 
     if timing:
         with ctx.phase("timing"), ctx.gpu(exclusive=True):
-            timing_phase(opts, ctx, result, ref, cand_model, guard)
+            timing_phase(opts, ctx, result, ref, cand_model, guard, launches_per_call)
         persisting_l2_note(result)
     result.status = STATUS_OK

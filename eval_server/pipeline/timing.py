@@ -66,6 +66,7 @@ from typing import Any
 import torch
 
 from eval_server.checks import persisting_l2
+from eval_server.pipeline.timed_calls import FreshInputs, Verification, copy_output, secret_rng
 from eval_server.schema import TimingStats
 
 _Event = torch.cuda.Event
@@ -76,7 +77,9 @@ _gpu_sleep = getattr(torch.cuda, "_sleep", None)  # spins one GPU thread for N c
 _reset_persisting_l2 = persisting_l2.reset
 
 # Version of the implementation (part of the reference-cache key: a change makes old entries misses).
-TIMING_METHOD = "events+device-sync+lead-v3" if _gpu_sleep is not None else "events+device-sync-v3"
+TIMING_METHOD = (
+    "events+device-sync+lead+fresh-v4" if _gpu_sleep is not None else "events+device-sync+fresh-v4"
+)
 METHOD_SINGLE = "gpu-time"  # one call per trial
 METHOD_BATCHED = "gpu-time-batched"  # `calls_per_trial` back-to-back calls per trial, reported per call
 SHORT_REFERENCE_MS = 0.05  # references faster than this per call are timed batched
@@ -194,14 +197,19 @@ def method_name(calls_per_trial: int) -> str:
     return METHOD_SINGLE if calls_per_trial == 1 else METHOD_BATCHED
 
 
-def _repeated(fn: Callable[..., Any], k: int) -> Callable[..., Any]:
-    """`fn` called k times back to back on the same arguments; returns the last output."""
+def _calls(
+    fn: Callable[..., Any], calls: Sequence[Sequence[Any]], keep: int | None = None
+) -> Callable[[], Any]:
+    """One trial's work: `fn` on each argument list back to back; returns a copy of the output of
+    call `keep` (taken as soon as it returns), or None."""
 
-    def run(*args: Any) -> Any:
-        out = None
-        for _ in range(k):
+    def run() -> Any:
+        kept = None
+        for j, args in enumerate(calls):
             out = fn(*args)
-        return out
+            if j == keep:
+                kept = copy_output(out)
+        return kept
 
     return run
 
@@ -293,14 +301,13 @@ class _WarmUp:
 
 
 def _warm_up(
-    fn: Callable[..., Any],
-    input_sets: Sequence[Sequence[Any]],
+    fn: Callable[[], Any],
     device: torch.device,
     warmup: int,
     min_ms: float,
     max_ms: float,
 ) -> _WarmUp:
-    """`warmup` synchronized calls (first-call effects), then windows of back-to-back calls, each
+    """`warmup` synchronized calls of `fn` (one trial's calls; first-call effects), then windows of back-to-back calls, each
     timed by events, until the per-call GPU time has settled (`settled`) and `min_ms` have passed,
     or `max_ms` have. A GPU that just ran the evaluation's earlier phases is warm after a few
     windows; one that idled keeps warming until its clocks are up (as the fixed 200 ms did).
@@ -314,7 +321,7 @@ def _warm_up(
     def call(idle_queue: bool) -> None:
         nonlocal calls
         t1 = _perf_counter()
-        fn(*input_sets[calls % len(input_sets)])
+        fn()
         if idle_queue:
             host.append((_perf_counter() - t1) * 1e3)
         calls += 1
@@ -361,7 +368,7 @@ def time_gpu(
     warmup: int,
     device: torch.device,
     flush: torch.Tensor | None = None,
-    last_outputs: dict[int, Any] | None = None,
+    verification: Verification | None = None,
     min_warmup_ms: float = MIN_WARMUP_MS,
     max_warmup_ms: float = MAX_WARMUP_MS,
     min_trials: int | None = None,
@@ -372,6 +379,12 @@ def time_gpu(
     first discarded), with one launch-inclusive check trial per LAUNCH_EVERY - 1 of them
     interleaved (`launch_median_ms`, `escaped_ms`, and the wall clock of those trials).
 
+    Every call gets fresh input tensors holding the values of `input_sets` in a secret random
+    order (timed_calls.FreshInputs, allocated before the trial's flush). With `verification`, a
+    secret share of trials keep a copy of one call's output in `verification.kept` as (input set
+    index, copy) for the caller to compare; their times are not used, and trials are added at the
+    end until `verification.min_kept` calls were verified.
+
     Adaptive (`min_trials` set and `ci_rel` > 0): `trials` becomes the maximum, and timing stops
     as soon as at least `min_trials` kept trials give a median confidence interval within
     +-`ci_rel` (median_ci_rel); `TimingStats.trials` says how many were kept.
@@ -381,21 +394,21 @@ def time_gpu(
     process on a GPU that may have idled, and a few calls of a 100 us kernel are not enough to
     bring its clocks up (measured: 8-10 % run-to-run CV without a warm-up of 200 ms); a GPU busy
     with the evaluation's earlier phases settles at once. `min_warmup_ms == max_warmup_ms` is a
-    fixed warm-up. The result's `warmup_ms` says how long it took. The lead is twice the host's call time seen in warm-up plus 50 us, within
-    [MIN_LEAD_MS, MAX_LEAD_MS]. If `last_outputs` is given, it receives {set index: output of
-    the last timed call on that set}. With `calls_per_trial` k > 1 every trial (warm-up, lead,
-    check trials alike) is k back-to-back calls and the times returned are per call; the lead and
-    `lead_ms` are per trial. The result's `method` and `calls_per_trial` say which was used.
+    fixed warm-up. The result's `warmup_ms` says how long it took. The lead is twice the host's
+    call time seen in warm-up plus 50 us, within [MIN_LEAD_MS, MAX_LEAD_MS]. With
+    `calls_per_trial` k > 1 every trial (warm-up, lead, check trials alike) is k back-to-back
+    calls and the times returned are per call; the lead and `lead_ms` are per trial. The
+    result's `method` and `calls_per_trial` say which was used.
     """
     if calls_per_trial < 1:
         raise ValueError(f"calls_per_trial must be >= 1, got {calls_per_trial}")
-    fn = fn if calls_per_trial == 1 else _repeated(fn, calls_per_trial)
     if flush is None:
         flush = l2_flush_buffer(device)
     if min_warmup_ms > max_warmup_ms:
         raise ValueError(f"min_warmup_ms {min_warmup_ms} > max_warmup_ms {max_warmup_ms}")
+    fresh = FreshInputs(input_sets, calls_per_trial, verification.rng if verification else secret_rng())
     with _no_grad():
-        warm = _warm_up(fn, input_sets, device, warmup, min_warmup_ms, max_warmup_ms)
+        warm = _warm_up(_calls(fn, fresh.trial()[0]), device, warmup, min_warmup_ms, max_warmup_ms)
         lead = _gpu_sleep is not None
         lead_ms = 0.0
         control_cycles = 0
@@ -417,15 +430,26 @@ def time_gpu(
         i = 0
         while True:
             check = lead and i % LAUNCH_EVERY == LAUNCH_EVERY - 1
+            done = False
             if not check and _enough(times, trials, min_trials if adaptive else None, ci_rel):
                 if not lead or len(launch) >= 2:
-                    break
-                check = True  # at least two check trials, whatever the count
-            k = i % len(input_sets)
+                    done = True
+                else:
+                    check = True  # at least two check trials, whatever the count
+            if done and not (verification is not None and verification.short()):
+                break
+            keep = None if verification is None else verification.pick(calls_per_trial, force=done)
+            calls, call_sets = fresh.trial()
             _reset_persisting_l2()  # a flush cannot evict persisting lines (persisting_l2.py)
             flush.zero_()
             _synchronize(device)
-            t = _trial(fn, input_sets[k], device, 0 if check or not lead else lead_cycles)
+            t = _trial(_calls(fn, calls, keep), (), device, 0 if check or not lead else lead_cycles)
+            del calls
+            if keep is not None:  # a verification trial: the copy ran on the timed stream
+                assert verification is not None
+                verification.kept.append((call_sets[keep], t.out))
+                del t
+                continue
             if check:
                 launch.append(t.total_ms)
                 beyond_call.append(t.total_ms - t.call_ms)
@@ -434,8 +458,6 @@ def time_gpu(
                 tails.append(t.total_ms - t.stream_ms)
             if check or not lead:
                 walls.append(t.wall_ms)
-            if last_outputs is not None:
-                last_outputs[k] = t.out
             del t
             i += 1
         if lead:
@@ -470,5 +492,6 @@ def time_gpu(
         calls_per_trial=calls_per_trial,
         warmup_ms=round(warm.wall_ms, 3),
         warmup_calls=warm.calls,
+        verified_calls=len(verification.kept) if verification is not None else None,
     )
     return _per_call(stats, calls_per_trial)

@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from eval_server.checks import persisting_l2, physics_floor
+from eval_server.checks.runtime import profile_device_activity
 from eval_server.isolation.hardening import Hardening
 from eval_server.pipeline import loader
+from eval_server.pipeline.candidate import device_activity_checks, own_kernel_count, own_kernels
 from eval_server.pipeline.context import EvalContext, Reference
+from eval_server.pipeline.timed_calls import Verification
 from eval_server.pipeline.timing import TIMING_METHOD, calls_per_trial_for, time_gpu
 from eval_server.pipeline.verdicts import candidate_code, reject
-from eval_server.pipeline.verification import Guard, check_not_patched, refill_and_verify, verify
+from eval_server.pipeline.verification import Guard, check_not_patched, refill_and_verify, verify_timed_calls
 from eval_server.schema import Check, EvalOptions, EvalResult, TimingStats
 
 # ----------------------------------------------------------------------------- settings
@@ -84,16 +89,20 @@ def reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, re
     busy = gpu_recently_timed(ctx.gpu_busy_at, hard.warm_gap_s, time.monotonic())
 
     def timed(trials: int, warmup: int, calls: int, long: bool = False) -> TimingStats:
-        return time_gpu(
-            ref.model,
-            sets,
-            trials=trials,
-            warmup=warmup,
-            device=ctx.device,
-            flush=ctx.flush_buffer(),
-            calls_per_trial=calls,
-            **adaptive_settings(hard, busy=busy, long=long),
+        stats, _ = recorded_timing(
+            ctx,
+            lambda: time_gpu(
+                ref.model,
+                sets,
+                trials=trials,
+                warmup=warmup,
+                device=ctx.device,
+                flush=ctx.flush_buffer(),
+                calls_per_trial=calls,
+                **adaptive_settings(hard, busy=busy, long=long),
+            ),
         )
+        return stats
 
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None and cached.method is not None:
@@ -130,6 +139,44 @@ def reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, re
 # ----------------------------------------------------------------------------- candidate
 
 
+def recorded_timing(ctx: EvalContext, run: Callable[[], TimingStats]) -> tuple[TimingStats, Activity | None]:
+    """`run()` (a timing) with every kernel recorded by CUPTI (Hardening.profile_kernels on a
+    GPU), for reference and candidate alike: the GPU time the lead-timed trials measure is the
+    same with or without the recording (bench/timing_profile_overhead.py, docs/BENCHMARKS.md)."""
+    if not (ctx.hardening.profile_kernels and ctx.device.type == "cuda"):
+        return run(), None
+    stats, names, off_stream = profile_device_activity(run, ctx.device)
+    return stats, Activity(names, off_stream)
+
+
+@dataclass
+class Activity:
+    """The device activity of one recorded timing: kernel names, and those off the timed stream."""
+
+    names: list[str]
+    off_stream: list[str]
+
+
+def timed_kernel_checks(
+    result: EvalResult, ctx: EvalContext, activity: Activity, calls: int, launches_per_call: int
+) -> None:
+    """The first correctness call's kernel checks, on every call of a timing: no foreign kernel,
+    no other stream, no copy to the host, and at least as many of the candidate's own kernels as
+    `calls` calls need (the fewest one correctness call launched): a timed call that skips its
+    kernels, or replaces them with torch or library work, is rejected however it detected that
+    it was being timed."""
+    device_activity_checks(result, activity.names, activity.off_stream, ctx, "while being timed")
+    own = own_kernel_count(activity.names, ctx)
+    if own < calls * launches_per_call:
+        reject(
+            result,
+            "runtime.timed_launches",
+            f"While being timed your forward launched {own} of your {own_kernels(ctx)} in {calls} calls; "
+            f"each correctness call launched at least {launches_per_call}. Every call must launch the "
+            "kernels that compute its result: no skipped calls, no work done once for several calls.",
+        )
+
+
 def timing_phase(
     opts: EvalOptions,
     ctx: EvalContext,
@@ -137,39 +184,48 @@ def timing_phase(
     ref: Reference,
     model: Any,
     guard: Guard,
+    launches_per_call: int = 0,
 ) -> None:
     device = ctx.device
     hard = ctx.hardening
     sets = _timing_sets(ref, device, hard.timing_input_sets)
     assert result.reference_timing is not None
     ref_stats = result.reference_timing
-    last: dict[int, Any] = {}
 
-    def time_candidate(
-        outputs: dict[int, Any] | None = None, warmup: int = opts.warmup_trials
-    ) -> TimingStats:
-        """The candidate, timed by the problem's method (the reference's calls per trial)."""
+    def time_candidate(warmup: int = opts.warmup_trials) -> TimingStats:
+        """The candidate, timed by the problem's method (the reference's calls per trial); the
+        timed calls its verification trials kept are compared with the reference."""
+        checked = Verification.for_output(ref.output_bytes)
+        calls = 0
+
+        def counted(*args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return model(*args)
+
         with candidate_code(result, ctx):
-            stats = time_gpu(
-                model,
-                sets,
-                trials=opts.timing_trials,
-                warmup=warmup,
-                device=device,
-                flush=ctx.flush_buffer(),
-                last_outputs=outputs,
-                calls_per_trial=ref_stats.calls_per_trial,
-                **adaptive_settings(hard, busy=True, long=long_trial(ref_stats, hard)),
+            stats, activity = recorded_timing(
+                ctx,
+                lambda: time_gpu(
+                    counted,
+                    sets,
+                    trials=opts.timing_trials,
+                    warmup=warmup,
+                    device=device,
+                    flush=ctx.flush_buffer(),
+                    verification=checked,
+                    calls_per_trial=ref_stats.calls_per_trial,
+                    **adaptive_settings(hard, busy=True, long=long_trial(ref_stats, hard)),
+                ),
             )
         check_not_patched(result, guard)
+        if activity is not None:
+            timed_kernel_checks(result, ctx, activity, calls, launches_per_call)
+        verify_timed_calls(result, ctx, ref, guard, opts, checked.kept, ref.seeds, checked.rng)
         return stats
 
-    cand = time_candidate(last)
-    # What was timed must be right: the last output on every input set...
-    for k in sorted(last):
-        verify(result, ctx, ref, guard, ref.seeds[k], last.pop(k), opts, "runtime.timed_output",
-               "an output produced while being timed")  # fmt: skip
-    # ...and the same buffers refilled with fresh values must give fresh results (no caching).
+    cand = time_candidate()
+    # The same buffers refilled with fresh values must give fresh results (no caching).
     refill_and_verify(result, ctx, ref, guard, model, sets[0], ref.check_seeds[0], opts)
     if cand.escaped_ms:
         # Work may have run outside the timed stream while the lead kept it busy. The method is

@@ -25,7 +25,7 @@ from eval_server.checks.runtime import (
 )
 from eval_server.pipeline import loader
 from eval_server.pipeline.candidate import own_kernels, run_candidate
-from eval_server.pipeline.context import LAUNCHES, EvalContext, Reference, sync
+from eval_server.pipeline.context import EvalContext, Reference, sync
 from eval_server.pipeline.verdicts import Stop, candidate_code, reference_errors, reject
 from eval_server.schema import STATUS_INCORRECT, STATUS_REJECTED, Check, EvalOptions, EvalResult, TrialResult
 
@@ -76,18 +76,27 @@ def correctness_phase(
     ref: Reference,
     model: Any,
     guard: Guard,
-) -> None:
+) -> int:
+    """The correctness trials. Returns the fewest own kernels one call launched (the timing
+    phase holds every timed call to it): counted in every trial for Triton, in the profiled first
+    and last trials for backend "cuda" (the first call may also autotune or initialise)."""
     poison_bytes = ref.output_bytes + (64 << 20)
+    per_call: list[int] = []
+    last = len(ref.seeds) - 1
     for i, seed in enumerate(ref.seeds):
         args = loader.make_inputs(ref.module, seed, ctx.device)
-        # CUDA kernels are seen only by the profiler: the first trial is always profiled
-        profile = (
-            i == 0 and ctx.device.type == "cuda" and (ctx.hardening.profile_kernels or ctx.cuda is not None)
+        # CUDA kernels are seen only by the profiler: the first trial is always profiled, the
+        # last one too for a CUDA candidate (its per-call launch count)
+        profile = ctx.device.type == "cuda" and (
+            (i == 0 and (ctx.hardening.profile_kernels or ctx.cuda is not None))
+            or (i == last and ctx.cuda is not None)
         )
-        out, ops = run_candidate(model, args, ctx, result, poison_bytes, profile)
+        out, ops, launches = run_candidate(model, args, ctx, result, poison_bytes, profile)
+        if launches is not None:
+            per_call.append(launches)
         pristine = loader.make_inputs(ref.module, seed, ctx.device)
         if i == 0:
-            result.kernel_launches += LAUNCHES.count
+            result.kernel_launches = launches or 0
             _first_trial_checks(result, ops, args, pristine, ctx)
         del args
         expected = _expected(result, ctx, ref, guard, seed, pristine)
@@ -107,6 +116,7 @@ def correctness_phase(
         result.status = STATUS_INCORRECT
         raise Stop
     result.correct = True
+    return min(per_call, default=0)
 
 
 def _first_trial_checks(
@@ -219,11 +229,17 @@ def refill_and_verify(
     ref: Reference,
     guard: Guard,
     model: Any,
-    buffers: list[Any],
+    inputs: list[Any],
     seed: int,
     opts: EvalOptions,
 ) -> None:
-    """Copy inputs of `seed` into the existing input tensors (same pointers) and verify one call."""
+    """Call the candidate on a copy of `inputs`, copy the inputs of `seed` into those same tensors
+    (same pointers, same objects) and verify the second call: a result cached by tensor or address
+    is stale. The copy keeps `inputs` (a timing set, verified later by its own seed) unchanged."""
+    buffers = loader.clone_args(inputs)
+    with candidate_code(result, ctx), torch.no_grad():
+        model(*buffers)
+        sync(ctx.device)
     fresh = loader.make_inputs(ref.module, seed, ctx.device)
     for buf, new in zip(buffers, fresh, strict=True):
         if isinstance(buf, torch.Tensor):
@@ -254,6 +270,43 @@ def _expected(
             out = ref.model(*args)
             sync(ctx.device)
     return out
+
+
+def verify_timed_calls(
+    result: EvalResult,
+    ctx: EvalContext,
+    ref: Reference,
+    guard: Guard,
+    opts: EvalOptions,
+    kept: list[tuple[int, Any]],
+    set_seeds: list[int],
+    rng: Any,
+) -> None:
+    """Compare the outputs kept by a timing's verification trials (timed_calls.Verification)
+    with the reference's output for their input sets (one reference run per set), and run the
+    float64 precision check on one of them chosen by `rng`: every check of an output covers the
+    timed calls, not only the correctness trials."""
+    precision_at = rng.randrange(len(kept)) if kept else -1
+    for set_index in sorted({s for s, _ in kept}):
+        expected = _expected(result, ctx, ref, guard, set_seeds[set_index])
+        for n, (s, out) in enumerate(kept):
+            if s != set_index:
+                continue
+            cmp = _compare(ctx, expected, out, opts)
+            if not cmp.passed:
+                why = cmp.mismatch or cmp.detail or f"max abs diff {cmp.max_abs_diff}"
+                reject(
+                    result,
+                    "runtime.timed_output",
+                    f"The check of an output produced while being timed failed ({why}). Timed calls "
+                    "get fresh inputs and some of them, chosen at random, are verified: compute the "
+                    "result on every call from the current input values (no caching across calls, "
+                    "no work skipped or left unfinished when forward returns).",
+                )
+            if n == precision_at:
+                precision_check(result, ctx, ref, out, expected, cmp.max_abs_diff)
+        del expected
+    kept.clear()
 
 
 def _compare(ctx: EvalContext, expected: Any, out: Any, opts: EvalOptions) -> Any:

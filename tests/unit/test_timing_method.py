@@ -23,15 +23,17 @@ import torch
 from eval_server.checks.runtime import GlobalStateSnapshot, NamespaceSnapshot
 from eval_server.pipeline import timing_phase
 from eval_server.pipeline.context import EvalContext, Reference
+from eval_server.pipeline.loader import clone_args
 from eval_server.pipeline.ref_cache import RefTimingCache
+from eval_server.pipeline.timed_calls import copy_output
 from eval_server.pipeline.timing import (
     BATCH_TRIAL_MS,
     MAX_CALLS_PER_TRIAL,
     METHOD_BATCHED,
     METHOD_SINGLE,
     SHORT_REFERENCE_MS,
+    _calls,
     _per_call,
-    _repeated,
     calls_per_trial_for,
     method_name,
 )
@@ -108,10 +110,18 @@ def test_per_call_divides_times_not_the_cv_or_trials():
     assert _per_call(trial, 1) is trial
 
 
-def test_repeated_calls_k_times_and_returns_the_last_output():
+def test_a_trial_calls_once_per_argument_list_and_keeps_a_copy_of_the_chosen_output():
     seen: list[int] = []
-    run = _repeated(lambda x: seen.append(x) or len(seen), 5)
-    assert run(7) == 5 and seen == [7] * 5
+    out = torch.zeros(2)
+
+    def fn(x: int) -> torch.Tensor:
+        seen.append(x)
+        out.fill_(x)  # the same buffer every call: only an immediate copy keeps call 1's values
+        return out
+
+    kept = _calls(fn, [[1], [2], [3]], keep=1)()
+    assert seen == [1, 2, 3] and torch.equal(kept, torch.full((2,), 2.0)) and kept is not out
+    assert _calls(fn, [[4]])() is None  # no call kept: nothing copied
 
 
 def _stats(ms: float, calls: int = 1, escaped: float = 0.0, by_tail: bool = False) -> TimingStats:
@@ -146,7 +156,8 @@ def test_cache_round_trip_keeps_the_method(tmp_path):
 @dataclass
 class FakeTimer:
     """Stands in for time_gpu: per-call medians by scripted value, escapes by a scripted queue;
-    records (trials, calls_per_trial) of every timing and fills `last_outputs` by really calling."""
+    records (trials, calls_per_trial) of every timing and verifies one call per input set by
+    really calling (into `verification.kept`, as time_gpu's verification trials do)."""
 
     per_call_ms: float
     escapes: list[float] = field(default_factory=list)
@@ -156,9 +167,9 @@ class FakeTimer:
         self, fn: Any, sets: Any, *, trials: int, calls_per_trial: int = 1, **kw: Any
     ) -> TimingStats:
         self.calls.append((trials, calls_per_trial))
-        if kw.get("last_outputs") is not None:
+        if kw.get("verification") is not None:
             for k, args in enumerate(sets):
-                kw["last_outputs"][k] = fn(*args)
+                kw["verification"].kept.append((k, copy_output(fn(*clone_args(args)))))
         return _stats(self.per_call_ms, calls_per_trial, self.escapes.pop(0) if self.escapes else 0.0)
 
 
