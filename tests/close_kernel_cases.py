@@ -68,6 +68,8 @@ def run(device: str, dtypes: tuple[torch.dtype, ...]) -> list[dict]:
 
 if __name__ == "__main__":
     device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-    dtypes = (torch.float32, torch.float16) if device == "cpu" else (torch.float32, torch.float16, torch.bfloat16)
+    dtypes = (
+        (torch.float32, torch.float16) if device == "cpu" else (torch.float32, torch.float16, torch.bfloat16)
+    )
     for row in run(device, dtypes):
         print(json.dumps(row))

@@ -15,6 +15,12 @@ checked and skip work when timed. Two things take that signal away:
   same kind of inputs). The copy runs on the timed stream, so a verification trial's times are
   not used.
 
+CUPTI records the kernels of the verification trials (Verification.record): the launch count,
+foreign-kernel, stream and host-copy checks then cover timed calls too. Only those trials are
+recorded: a timing under the profiler lost the escape checks' calibration (a ~4 us kernel was
+rejected for escaped work in 7 of 8 evaluations on an H100, docs/BENCHMARKS.md), and a
+verification trial's times are not used anyway.
+
 The generator is seeded from the operating system per timing and lives only in the timing
 function's locals: candidate code cannot read it (frames and the garbage collector are refused
 by the audit hook, isolation/audit.py). Only copy kernels are used (the CUPTI checks count them
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,16 +129,37 @@ def copy_output(out: Any) -> Any:
     return _clone_arg(out)
 
 
+# Runs a trial and records its device activity: (the trial's result, kernel names, names of the
+# activities off the timed stream); checks/runtime.profile_device_activity is one.
+Recorder = Callable[[Callable[[], Any]], tuple[Any, list[str], list[str]]]
+
+
 @dataclass
 class Verification:
-    """Which trials of one timing verify one of their calls, and the copies they keep:
-    `kept` holds (input set index, output copy) pairs for the caller to compare."""
+    """Which trials of one timing verify one of their calls, and what they leave for the caller:
+    `kept` holds (input set index, output copy) pairs to compare; with a `record`er, every
+    verification trial's kernels are recorded too (`names`, `off_stream`, over `recorded_calls`
+    calls), so the kernel checks cover timed calls that cannot know they are checked."""
 
     rng: random.Random
     share: float = VERIFY_SHARE
     min_kept: int = MIN_VERIFIED
     max_kept: int = MAX_VERIFIED
     kept: list[tuple[int, Any]] = field(default_factory=list)
+    record: Recorder | None = None
+    names: list[str] = field(default_factory=list)
+    off_stream: list[str] = field(default_factory=list)
+    recorded_calls: int = 0
+
+    def run(self, trial: Callable[[], Any], calls: int) -> Any:
+        """Run a verification trial of `calls` calls, recording its kernels when asked to."""
+        if self.record is None:
+            return trial()
+        out, names, off_stream = self.record(trial)
+        self.names += names
+        self.off_stream += off_stream
+        self.recorded_calls += calls
+        return out
 
     @classmethod
     def for_output(cls, output_bytes: int, rng: random.Random | None = None) -> Verification:

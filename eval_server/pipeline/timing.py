@@ -57,6 +57,7 @@ The torch entry points are bound at import (before any candidate exists in the p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 import time
@@ -443,13 +444,16 @@ def time_gpu(
             _reset_persisting_l2()  # a flush cannot evict persisting lines (persisting_l2.py)
             flush.zero_()
             _synchronize(device)
-            t = _trial(_calls(fn, calls, keep), (), device, 0 if check or not lead else lead_cycles)
-            del calls
+            trial = _calls(fn, calls, keep)
+            cycles = 0 if check or not lead else lead_cycles
             if keep is not None:  # a verification trial: the copy ran on the timed stream
                 assert verification is not None
+                t = verification.run(functools.partial(_trial, trial, (), device, cycles), calls_per_trial)
                 verification.kept.append((call_sets[keep], t.out))
-                del t
+                del t, calls, trial
                 continue
+            t = _trial(trial, (), device, cycles)
+            del calls, trial
             if check:
                 launch.append(t.total_ms)
                 beyond_call.append(t.total_ms - t.call_ms)

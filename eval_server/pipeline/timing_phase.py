@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -89,20 +87,16 @@ def reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, re
     busy = gpu_recently_timed(ctx.gpu_busy_at, hard.warm_gap_s, time.monotonic())
 
     def timed(trials: int, warmup: int, calls: int, long: bool = False) -> TimingStats:
-        stats, _ = recorded_timing(
-            ctx,
-            lambda: time_gpu(
-                ref.model,
-                sets,
-                trials=trials,
-                warmup=warmup,
-                device=ctx.device,
-                flush=ctx.flush_buffer(),
-                calls_per_trial=calls,
-                **adaptive_settings(hard, busy=busy, long=long),
-            ),
+        return time_gpu(
+            ref.model,
+            sets,
+            trials=trials,
+            warmup=warmup,
+            device=ctx.device,
+            flush=ctx.flush_buffer(),
+            calls_per_trial=calls,
+            **adaptive_settings(hard, busy=busy, long=long),
         )
-        return stats
 
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None and cached.method is not None:
@@ -139,34 +133,19 @@ def reference_timing(opts: EvalOptions, ctx: EvalContext, result: EvalResult, re
 # ----------------------------------------------------------------------------- candidate
 
 
-def recorded_timing(ctx: EvalContext, run: Callable[[], TimingStats]) -> tuple[TimingStats, Activity | None]:
-    """`run()` (a timing) with every kernel recorded by CUPTI (Hardening.profile_kernels on a
-    GPU), for reference and candidate alike: the GPU time the lead-timed trials measure is the
-    same with or without the recording (bench/timing_profile_overhead.py, docs/BENCHMARKS.md)."""
-    if not (ctx.hardening.profile_kernels and ctx.device.type == "cuda"):
-        return run(), None
-    stats, names, off_stream = profile_device_activity(run, ctx.device)
-    return stats, Activity(names, off_stream)
-
-
-@dataclass
-class Activity:
-    """The device activity of one recorded timing: kernel names, and those off the timed stream."""
-
-    names: list[str]
-    off_stream: list[str]
-
-
 def timed_kernel_checks(
-    result: EvalResult, ctx: EvalContext, activity: Activity, calls: int, launches_per_call: int
+    result: EvalResult, ctx: EvalContext, checked: Verification, launches_per_call: int
 ) -> None:
-    """The first correctness call's kernel checks, on every call of a timing: no foreign kernel,
-    no other stream, no copy to the host, and at least as many of the candidate's own kernels as
-    `calls` calls need (the fewest one correctness call launched): a timed call that skips its
-    kernels, or replaces them with torch or library work, is rejected however it detected that
-    it was being timed."""
-    device_activity_checks(result, activity.names, activity.off_stream, ctx, "while being timed")
-    own = own_kernel_count(activity.names, ctx)
+    """The first correctness call's kernel checks, on the recorded verification trials of a
+    timing (timed calls that cannot know they are checked): no foreign kernel, no other stream,
+    no copy to the host, and at least as many of the candidate's own kernels as their calls need
+    (the fewest one correctness call launched): a timed call that skips its kernels, or replaces
+    them with torch or library work, is rejected however it detected that it was being timed."""
+    calls = checked.recorded_calls
+    if not calls:
+        return
+    device_activity_checks(result, checked.names, checked.off_stream, ctx, "while being timed")
+    own = own_kernel_count(checked.names, ctx)
     if own < calls * launches_per_call:
         reject(
             result,
@@ -196,31 +175,22 @@ def timing_phase(
         """The candidate, timed by the problem's method (the reference's calls per trial); the
         timed calls its verification trials kept are compared with the reference."""
         checked = Verification.for_output(ref.output_bytes)
-        calls = 0
-
-        def counted(*args: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return model(*args)
-
+        if hard.profile_kernels and device.type == "cuda":
+            checked.record = lambda trial: profile_device_activity(trial, device)
         with candidate_code(result, ctx):
-            stats, activity = recorded_timing(
-                ctx,
-                lambda: time_gpu(
-                    counted,
-                    sets,
-                    trials=opts.timing_trials,
-                    warmup=warmup,
-                    device=device,
-                    flush=ctx.flush_buffer(),
-                    verification=checked,
-                    calls_per_trial=ref_stats.calls_per_trial,
-                    **adaptive_settings(hard, busy=True, long=long_trial(ref_stats, hard)),
-                ),
+            stats = time_gpu(
+                model,
+                sets,
+                trials=opts.timing_trials,
+                warmup=warmup,
+                device=device,
+                flush=ctx.flush_buffer(),
+                verification=checked,
+                calls_per_trial=ref_stats.calls_per_trial,
+                **adaptive_settings(hard, busy=True, long=long_trial(ref_stats, hard)),
             )
         check_not_patched(result, guard)
-        if activity is not None:
-            timed_kernel_checks(result, ctx, activity, calls, launches_per_call)
+        timed_kernel_checks(result, ctx, checked, launches_per_call)
         verify_timed_calls(result, ctx, ref, guard, opts, checked.kept, ref.seeds, checked.rng)
         return stats
 

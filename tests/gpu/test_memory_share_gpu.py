@@ -26,7 +26,9 @@ def _greedy_candidate() -> str:
     source = samples.load_candidate("relu__correct")
     line = "        x = x.contiguous()\n"
     assert line in source
-    return source.replace(line, f"        scratch = torch.empty({scratch}, dtype=torch.uint8, device=x.device)\n" + line)
+    return source.replace(
+        line, f"        scratch = torch.empty({scratch}, dtype=torch.uint8, device=x.device)\n" + line
+    )
 
 
 def _eval(url: str, candidate: str) -> dict:
@@ -42,7 +44,10 @@ def test_a_candidate_over_its_share_fails_alone_on_the_gpu_it_runs(tmp_path) -> 
     with running_server(tmp_path / "two", [*args, "--workers-per-device", "2"]) as url:
         shared = _eval(url, greedy)
     assert shared["status"] == "runtime_error", shared["feedback"]
-    assert "OutOfMemoryError" in shared["feedback"] and "may allocate 48% of the GPU's memory" in shared["feedback"]
+    assert (
+        "OutOfMemoryError" in shared["feedback"]
+        and "may allocate 48% of the GPU's memory" in shared["feedback"]
+    )
     with running_server(tmp_path / "one", [*args, "--workers-per-device", "1"]) as url:
         alone = _eval(url, greedy)
     assert alone["status"] == "ok", alone["feedback"]

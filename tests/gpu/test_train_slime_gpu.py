@@ -99,8 +99,20 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
     hf = root / "Qwen3-tiny"
     _run([sys.executable, "-m", "slime_ext.dev_engine.tiny_model", "--out", str(hf)], env)
-    _run([sys.executable, "-m", "tools.convert_hf_to_megatron", "--hf-dir", str(hf),
-          "--out", f"{hf}_torch_dist", "--dtype", "bf16"], env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "tools.convert_hf_to_megatron",
+            "--hf-dir",
+            str(hf),
+            "--out",
+            f"{hf}_torch_dist",
+            "--dtype",
+            "bf16",
+        ],
+        env,
+    )
     prompts = root / "sample_prompts.jsonl"
     _run([sys.executable, "-m", "tools.sample_prompts", "--out", str(prompts)], env)
     env.update(
@@ -125,8 +137,15 @@ def _slime_args(log: str) -> dict[str, str]:
 def _train(base: dict[str, Any], credit: str, layout: str) -> dict[str, Any]:
     tp, cp = LAYOUTS[layout]
     name = f"{credit}-{layout}"
-    env = dict(base["env"], CREDIT=credit, RUN_NAME=f"train-{name}", TMUX_SESSION=f"krl-gpu-{name}",
-               TP=str(tp), CP=str(cp), TRAIN_GPUS=str(tp * cp))
+    env = dict(
+        base["env"],
+        CREDIT=credit,
+        RUN_NAME=f"train-{name}",
+        TMUX_SESSION=f"krl-gpu-{name}",
+        TP=str(tp),
+        CP=str(cp),
+        TRAIN_GPUS=str(tp * cp),
+    )
     run_dir = Path(env["RUNS_ROOT"]) / env["RUN_NAME"]
     t0 = time.monotonic()
     try:
@@ -136,7 +155,9 @@ def _train(base: dict[str, Any], credit: str, layout: str) -> dict[str, Any]:
             time.sleep(5)
         rc = rc_file.read_text().strip() if rc_file.exists() else None
     finally:
-        subprocess.run(["bash", "scripts/stop.sh", str(run_dir)], cwd=REPO, env=env, capture_output=True, timeout=300)
+        subprocess.run(
+            ["bash", "scripts/stop.sh", str(run_dir)], cwd=REPO, env=env, capture_output=True, timeout=300
+        )
         artifacts = os.environ.get("KRL_GPU_ARTIFACTS")
         if artifacts:
             shutil.copytree(run_dir / "logs", Path(artifacts) / f"logs-{name}", dirs_exist_ok=True)
@@ -155,8 +176,20 @@ def _convert_and_check(base: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     it_dir = ckpt / f"iter_{int(it):07d}"
     assert it_dir.is_dir(), f"no {it_dir}"
     out = run_dir / "hf_out"
-    _run([sys.executable, "-m", "tools.convert_megatron_to_hf", "--input", str(it_dir),
-          "--hf-config-dir", str(base["hf"]), "--out", str(out)], base["env"])
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "tools.convert_megatron_to_hf",
+            "--input",
+            str(it_dir),
+            "--hf-config-dir",
+            str(base["hf"]),
+            "--out",
+            str(out),
+        ],
+        base["env"],
+    )
     model = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
     # REF_LOAD holds the initial weights rounded to bf16 (--dtype bf16): compare with those.
     before = {k: v.bfloat16().float() for k, v in load_file(str(base["hf"] / "model.safetensors")).items()}
@@ -179,7 +212,13 @@ def _convert_and_check(base: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)
 @pytest.mark.parametrize(
     "credit,layout",
-    [("trajectory", "tp1"), ("per_turn", "tp1"), ("per_turn", "tp2"), ("per_turn", "cp2"), ("per_turn", "tp2cp2")],
+    [
+        ("trajectory", "tp1"),
+        ("per_turn", "tp1"),
+        ("per_turn", "tp2"),
+        ("per_turn", "cp2"),
+        ("per_turn", "tp2cp2"),
+    ],
 )
 def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str, layout: str) -> None:
     import torch
@@ -189,10 +228,21 @@ def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str, layout:
         pytest.skip(f"layout {layout} needs {tp * cp} GPUs, {torch.cuda.device_count()} visible")
     run = _train(base, credit, layout)
     args = _slime_args(run["log"])
-    layout_seen = {k: args.get(k) for k in ("tensor_model_parallel_size", "context_parallel_size",
-                                             "sequence_parallel", "use_dynamic_batch_size")}
-    assert layout_seen == {"tensor_model_parallel_size": str(tp), "context_parallel_size": str(cp),
-                           "sequence_parallel": str(tp > 1), "use_dynamic_batch_size": "True"}, layout_seen
+    layout_seen = {
+        k: args.get(k)
+        for k in (
+            "tensor_model_parallel_size",
+            "context_parallel_size",
+            "sequence_parallel",
+            "use_dynamic_batch_size",
+        )
+    }
+    assert layout_seen == {
+        "tensor_model_parallel_size": str(tp),
+        "context_parallel_size": str(cp),
+        "sequence_parallel": str(tp > 1),
+        "use_dynamic_batch_size": "True",
+    }, layout_seen
     steps = _dicts(STEP_RE, run["log"])
     rollouts = _dicts(ROLLOUT_RE, run["log"])
     num_rollout = 3  # the preset's NUM_ROLLOUT, one optimizer step per rollout (global batch = all)
@@ -211,7 +261,16 @@ def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str, layout:
     assert result["logits_finite"], result
     artifacts = os.environ.get("KRL_GPU_ARTIFACTS")
     if artifacts:
-        summary = dict(result, credit=credit, layout=layout, slime_layout=layout_seen,
-                       step0_logprob_abs_diff=step0_diff, wall_s=round(run["wall_s"], 1), steps=steps,
-                       correct_rate=correct)
-        (Path(artifacts) / f"summary-{credit}-{layout}.json").write_text(json.dumps(summary, indent=1, default=str))
+        summary = dict(
+            result,
+            credit=credit,
+            layout=layout,
+            slime_layout=layout_seen,
+            step0_logprob_abs_diff=step0_diff,
+            wall_s=round(run["wall_s"], 1),
+            steps=steps,
+            correct_rate=correct,
+        )
+        (Path(artifacts) / f"summary-{credit}-{layout}.json").write_text(
+            json.dumps(summary, indent=1, default=str)
+        )

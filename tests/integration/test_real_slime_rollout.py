@@ -119,7 +119,8 @@ def test_trajectory_groups_through_slime(buffer_url: str, tmp_path: Path, logged
     version = next(_versions)
     rewards = {"a": [0.0, 0.1, 0.3, 0.3], "b": [1.3, 0.3, 0.3, 0.3]}
     post_trajectories(
-        buffer_url, [trajectory_dict(f"{g}{i}", g, r, version) for g, rs in rewards.items() for i, r in enumerate(rs)]
+        buffer_url,
+        [trajectory_dict(f"{g}{i}", g, r, version) for g, rs in rewards.items() for i, r in enumerate(rs)],
     )
     args = _args(tmp_path, buffer_url, credit="trajectory", batch=2, n=4, gbs=8)
     mgr = rollout_manager(args)
@@ -178,7 +179,9 @@ def test_per_turn_fan_out_through_slime(buffer_url: str, tmp_path: Path, logged:
         ("q", "e3"): [0.0, 0.0],
         ("q", "e4"): [1.3, 1.3],
     }
-    post_trajectories(buffer_url, [turn(iid, ep, k, r) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)])
+    post_trajectories(
+        buffer_url, [turn(iid, ep, k, r) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)]
+    )
     args = _args(tmp_path, buffer_url, credit="per_turn", batch=2, n=2, gbs=4)
     mgr = rollout_manager(args)
     data, metrics = mgr._get_rollout_data(rollout_id=version)

@@ -69,7 +69,15 @@ def _server_cmd(name: str, port: int, tmp_path: Path, tiny_model: Path | None) -
             str(port),
         ]
     assert tiny_model is not None
-    return [sys.executable, "-m", "slime_ext.dev_engine.engine", "--model", str(tiny_model), "--port", str(port)]
+    return [
+        sys.executable,
+        "-m",
+        "slime_ext.dev_engine.engine",
+        "--model",
+        str(tiny_model),
+        "--port",
+        str(port),
+    ]
 
 
 @pytest.mark.parametrize(

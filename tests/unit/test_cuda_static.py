@@ -138,7 +138,10 @@ def test_source_rules_read_string_constants_in_the_static_phase():
 
 PASTED = [
     # a name assembled by token pasting in the source's own macro
-    ("#define CAT(a, b) a##b\nvoid f() { cudaStream_t s; CAT(cuda, StreamCreate)(&s); }", "static.cuda_process_escape"),
+    (
+        "#define CAT(a, b) a##b\nvoid f() { cudaStream_t s; CAT(cuda, StreamCreate)(&s); }",
+        "static.cuda_process_escape",
+    ),
     # nested macros, the paste one level down
     (
         "#define J(a, b) a##b\n#define MK(x) J(cuda, x)\nvoid f() { MK(LaunchHostFunc)(0, 0, 0); }",

@@ -61,7 +61,9 @@ def test_every_installed_package_reaches_the_image() -> None:
     build-context allowlist must name it."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     packages = [p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
-    copied = {src.strip("./") for word, rest in _instructions() if word == "COPY" for src in rest.split()[:-1]}
+    copied = {
+        src.strip("./") for word, rest in _instructions() if word == "COPY" for src in rest.split()[:-1]
+    }
     allowed = (REPO / "docker" / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
     for package in packages:
         assert package in copied, f"Dockerfile does not COPY {package}"

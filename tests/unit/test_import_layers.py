@@ -27,7 +27,12 @@ LEVELS = {"krl_common": 0, "eval_server": 1, "slime_ext": 2, "buffer_server": 3,
 PACKAGES = ("krl_common", "eval_server", "slime_ext", "buffer_server")
 PROJECT = set(LEVELS) | {"tests"}
 # Candidate sources: code the evaluator runs as data, not part of the import graph.
-DATA_DIRS = ("eval_server/samples/candidates", "eval_server/samples/problems", "bench/candidates", "bench/problems")
+DATA_DIRS = (
+    "eval_server/samples/candidates",
+    "eval_server/samples/problems",
+    "bench/candidates",
+    "bench/problems",
+)
 MAY_IMPORT = re.compile(r"^May import:\s*(.+?)\s*(?:\n\s*\n|\Z)", re.M | re.S)
 
 

@@ -55,7 +55,10 @@ def test_compute_floor_wins_for_a_large_matmul() -> None:
 
 def test_describe_names_every_number_behind_the_floor() -> None:
     text = floor_for(100_000_000, 0, 0, 2_000_000_000, PEAK).describe()
-    assert "100 MB must move through memory, at most 1250 GB/s (test peak 1000 GB/s x 1.25 headroom): 80 us" in text
+    assert (
+        "100 MB must move through memory, at most 1250 GB/s (test peak 1000 GB/s x 1.25 headroom): 80 us"
+        in text
+    )
     assert "2 GFLOP at most 125 TFLOP/s (peak 100 x 1.25): 16 us" in text
 
 

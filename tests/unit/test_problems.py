@@ -27,7 +27,10 @@ def _rec(**kw):
 
 
 def test_round_trip(tmp_path):
-    recs = [parse_prompt_record(_rec()), parse_prompt_record(_rec(instance_id="kb_L2_2", level=2, split="holdout"))]
+    recs = [
+        parse_prompt_record(_rec()),
+        parse_prompt_record(_rec(instance_id="kb_L2_2", level=2, split="holdout")),
+    ]
     path = tmp_path / "prompts.jsonl"
     assert write_prompt_records(path, recs) == 2
     back = load_prompt_records(path)

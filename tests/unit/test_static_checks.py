@@ -342,7 +342,7 @@ def test_forbidden_api_allows_plain_math_and_os():
     [
         ('import sys\ng = sys.modules["g" + "c"]', "sys.modules (the module table"),
         ('import sys\ng = sys.modules.get("gc")', "sys.modules (the module table"),
-        ('import sys as s\nt = s.modules', "s.modules (the module table"),
+        ("import sys as s\nt = s.modules", "s.modules (the module table"),
         ("from sys import modules", "import of modules"),
         ("from os import sys", "import of sys"),
         ('g = torch.sys.modules["gc"]', ".sys (reaches"),

@@ -144,3 +144,54 @@ def test_a_cache_used_only_in_back_to_back_calls_is_caught(monkeypatch) -> None:
         v = _timed(monkeypatch, cheat, clock, 8, seed)
         caught += any(not torch.equal(out, torch.full((8,), 2.0 * s)) for s, out in v.kept)
     assert caught >= 8  # each kept call of a cheating trial is wrong with probability ~2/3 * 7/8
+
+
+def test_verification_trials_alone_are_recorded(monkeypatch) -> None:
+    clock = _Clock(kernel_ms=0.01, noise=0.0)
+    recorded: list[int] = []
+
+    def record(trial: Any) -> tuple[Any, list[str], list[str]]:
+        before = clock.kernel_calls
+        out = trial()
+        recorded.append(clock.kernel_calls - before)
+        return out, ["own_kernel"] * (clock.kernel_calls - before), []
+
+    def honest(x: torch.Tensor) -> torch.Tensor:
+        clock.kernel()
+        return x * 2
+
+    clock.install(monkeypatch)
+    v = Verification(rng=random.Random(3), record=record)
+    sets = [[torch.full((8,), float(s))] for s in range(3)]
+    timing.time_gpu(honest, sets, trials=40, warmup=1, device=torch.device("cuda", 0), flush=torch.empty(4),
+                    verification=v, calls_per_trial=4, min_warmup_ms=0.0)  # fmt: skip
+    assert len(recorded) == len(v.kept) >= MIN_VERIFIED  # one recording per verification trial
+    assert v.recorded_calls == 4 * len(v.kept) and len(v.names) == sum(recorded) == v.recorded_calls
+
+
+def _checked(names: list[str], calls: int) -> Verification:
+    return Verification(rng=random.Random(0), names=names, recorded_calls=calls)
+
+
+def test_timed_kernel_checks_reject_skipped_launches_and_foreign_kernels(monkeypatch, tmp_path) -> None:
+    from eval_server.pipeline import timing_phase
+    from eval_server.pipeline.context import LAUNCHES, EvalContext
+    from eval_server.pipeline.verdicts import Stop
+    from eval_server.schema import STATUS_OK, EvalResult
+
+    monkeypatch.setattr(LAUNCHES, "launches", __import__("collections").Counter({"relu_kernel": 1}))
+    ctx = EvalContext(device=torch.device("cpu"), device_label="cpu", workdir=tmp_path, timing_enabled=True)
+
+    def verdict(names: list[str], calls: int) -> list[str]:
+        result = EvalResult(status=STATUS_OK)
+        try:
+            timing_phase.timed_kernel_checks(result, ctx, _checked(names, calls), launches_per_call=1)
+        except Stop:
+            pass
+        return [c.id for c in result.checks]
+
+    assert verdict(["relu_kernel"] * 8 + ["void at::native::direct_copy_kernel_cuda"], 8) == []
+    assert verdict(["relu_kernel"] * 7, 8) == ["runtime.timed_launches"]
+    mul = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor>>"
+    assert verdict(["relu_kernel"] * 8 + [mul], 8) == ["runtime.foreign_kernels"]
+    assert verdict([], 0) == []  # nothing recorded (CPU, or the profiler switched off): nothing to hold
