@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from eval_server.checks import cuda_symbols
 from eval_server.checks.cuda_static import CUDA_RULES
 from eval_server.checks.runtime import (
     TorchOpRecorder,
@@ -94,7 +95,14 @@ def cuda_compile_phase(request: EvalRequest, ctx: EvalContext, result: EvalResul
             "traceback": "",
         }
         raise Stop
-    ctx.cuda = cuda_backend.Extensions(cache).install()
+    for key in report.keys:  # before anything of them is loaded: their constructors are native code
+        for library in cuda_backend.libraries(cache / key):
+            check = cuda_symbols.check_library(library)
+            if check is not None:
+                result.checks.append(check)
+                result.status = STATUS_REJECTED
+                raise Stop
+    ctx.cuda = cuda_backend.Extensions(cache, checked=report.keys).install()
 
 
 def load_candidate(request: EvalRequest, ctx: EvalContext, result: EvalResult, ref: Reference) -> Any:

@@ -188,6 +188,8 @@ def toolchain_problem(build: bool) -> str | None:
         return "this worker's torch is a CPU build: it cannot build CUDA extensions"
     if build and shutil.which("ninja") is None:
         return "ninja is not installed on this worker (torch builds extensions with it)"
+    if build and shutil.which("nm") is None:
+        return "nm (binutils) is not installed on this worker (built extensions' symbols are checked with it)"
     return None
 
 
@@ -387,6 +389,7 @@ class BuildReport:
     compiled: int = 0
     calls: int = 0
     cached: int = 0  # builds found in the cache (not rebuilt)
+    keys: list[str] = field(default_factory=list)  # build directories of the extensions built (or found)
     import_error: str | None = None  # the import failed for another reason (traceback tail)
 
 
@@ -525,7 +528,13 @@ def _compile_one(
         raise _Refused from None
     marker.unlink()
     report.compiled += 1
+    report.keys.append(call.key())
     return module
+
+
+def libraries(build_dir: Path) -> list[Path]:
+    """The shared libraries a build left in `build_dir`."""
+    return sorted(build_dir.glob("*.so"))
 
 
 def built(build_dir: Path) -> bool:
@@ -538,10 +547,13 @@ def built(build_dir: Path) -> bool:
 
 class Extensions:
     """The candidate's extensions in the evaluation process: load_inline loads what the compile
-    process built, and the kernels they define are the candidate's own for the runtime checks."""
+    process built and the evaluation process checked (`checked`: their libraries' symbols,
+    checks/cuda_symbols.py), and the kernels they define are the candidate's own for the runtime
+    checks."""
 
-    def __init__(self, cache_root: Path) -> None:
+    def __init__(self, cache_root: Path, checked: Iterable[str] = ()) -> None:
         self.cache_root = cache_root
+        self.checked = frozenset(checked)  # build keys whose libraries passed the symbol check
         self.calls: list[InlineCall] = []
         self._index_of: tuple[int, ...] = ()  # the calls the index below was built from
         self._kernels: set[str] = set()
@@ -555,7 +567,7 @@ class Extensions:
 
     def _load(self, call: InlineCall) -> Any:
         build_dir = self.cache_root / call.key()
-        if not built(build_dir):
+        if not built(build_dir) or call.key() not in self.checked:
             raise CudaBuildMissingError(
                 f"load_inline(name={call.name!r}) was called with sources the compile phase did not build. "
                 "Call load_inline at module level, with the same sources on every import."

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from eval_server.checks import cuda_symbols
 from eval_server.pipeline import cuda_backend
 from eval_server.pipeline.cuda_backend import Extensions, InlineCall
 
@@ -52,7 +53,34 @@ def test_a_build_from_another_process_is_loaded_without_rebuilding(tmp_path: Pat
     library = build_dir / "cache_probe.so"
     stamp = library.stat().st_mtime_ns
     t0 = time.perf_counter()
-    module = Extensions(tmp_path)._load(call)
+    assert cuda_symbols.check_library(library) is None  # what a real extension links: all allowed
+    module = Extensions(tmp_path, checked=[call.key()])._load(call)
     assert module.twice(21) == 42
     assert library.stat().st_mtime_ns == stamp, "the extension was rebuilt"
     assert time.perf_counter() - t0 < 5.0
+
+
+def test_a_built_extension_that_calls_interpreter_internals_is_refused_by_its_symbols(tmp_path: Path):
+    """Whatever the source looks like (the rules are not run here: this is the layer behind them),
+    the built library's undefined symbols name what it calls, and only those the allowlist
+    refuses are reported."""
+    cpp = (
+        "#include <dlfcn.h>\n"
+        "int64_t probe(int64_t x) {\n"
+        "  if (x == 12345) { PyEval_SetProfile(nullptr, nullptr); dlopen(nullptr, 0); return (int64_t)PyEval_GetFrame(); }\n"
+        "  return x + at::zeros({1}).numel() + at::relu(at::ones({1})).numel();\n"
+        "}\n"
+    )
+    call = InlineCall.bind((), {"name": "symbols_probe", "cpp_sources": cpp, "functions": ["probe"]})
+    build_dir = tmp_path / call.key()
+    _build_in_child(call, build_dir)
+    (library,) = cuda_backend.libraries(build_dir)
+    refused = cuda_symbols.refused_symbols(cuda_symbols.undefined_symbols(library))
+    names = [r.split(" (")[0] for r in refused]
+    assert "PyEval_SetProfile" in names and "PyEval_GetFrame" in names and "dlopen" in names, refused
+    assert any(n.startswith("at::_ops::relu") for n in names), refused  # ATen compute
+    assert not any("zeros" in n or "ones" in n for n in names), refused  # allocation is fine
+    check = cuda_symbols.check_library(library)
+    assert check is not None and check.id == "static.cuda_symbols" and "PyEval_SetProfile" in check.message
+    with pytest.raises(cuda_backend.CudaBuildMissingError):  # never loaded unless checked
+        Extensions(tmp_path)._load(call)

@@ -155,6 +155,8 @@ def test_only_finished_builds_are_loaded(tmp_path: Path):
         ext._load(call)
     (build_dir / "building").unlink()
     assert cuda_backend.built(build_dir) and ext.calls == []
+    with pytest.raises(cuda_backend.CudaBuildMissingError):  # built, but its symbols were not checked
+        ext._load(call)
 
 
 def test_the_worker_never_imports_cpp_extension() -> None:

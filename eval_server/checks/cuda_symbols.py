@@ -1,0 +1,126 @@
+"""What a built CUDA extension links against, held to an allowlist (issue 30, item 5).
+
+The source rules (cuda_static.py) read what the C++ says; the dynamic symbols the built
+extension leaves undefined say what it *calls* outside itself, however the source spelled it
+(macros, token pasting, templates, headers): `nm -D --undefined-only` lists every function the
+dynamic loader must find in torch, pybind11, CPython, the CUDA runtime or libc. A load_inline
+extension needs a small, known set of those; everything else is refused before the extension is
+loaded (its constructors are native code: the check runs before `dlopen`, in the evaluation
+process, on the file the compile process built).
+
+Allowed: C++ symbols of c10 / ATen / torch / pybind11 / the C++ runtime (except the entries below),
+the CPython C API (except frames, tracing, profiling, thread states, the garbage collector, audit
+hooks and running code from strings or marshalled data; pybind11's own error formatting needs
+`PyFrame_GetBack`, `PyFrame_GetCode` and `PyFrame_GetLineNumber` on traceback frames, so those
+three are allowed, and generic attribute access cannot be refused by symbol at all: the threat
+model says what stands there), the CUDA runtime (except stream, graph and driver-entry-point creation, callbacks,
+device limits and persisting-L2 attributes), the registration stubs nvcc emits, and the libc and
+libm functions host code uses (memory, strings, printing, math, mutexes, errno, thread-local keys).
+Refused: everything else, and within the allowed families: ATen operators that compute (only
+the allocation, view and copy operators of runtime.ALLOWED_ATEN_OPS are allowed), ATen's BLAS and
+vendor-library handles (cuBLAS, cuDNN, ...), streams from the pool or from outside, `std::thread`.
+Native code can still do anything it can reach without a symbol (raw system calls, inline
+assembly, computed addresses): that is what the process sandbox is for (docs/EVAL_SERVER.md,
+threat model).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from eval_server.checks.runtime import ALLOWED_ATEN_OPS
+from eval_server.schema import Check
+
+CHECK_ID = "static.cuda_symbols"
+
+# Inside the allowed families: refused first (demangled names).
+_REFUSED = re.compile(
+    r"""^(?:
+        _?Py(?:Eval_(?:Set|Get)(?:Trace|Profile|Frame|Locals|Globals)\w*|Frame_(?!GetBack$|GetCode$|GetLineNumber$)\w*|ThreadState_(?:GetFrame|Next|SetAsyncExc)\w*
+            |InterpreterState_(?:ThreadHead|Next|Head)\w*|GC_\w*|Unstable_GC_\w*|Sys_AddAuditHook|Monitoring_\w*|Gen_GetCode
+            |Run_\w*|_CompileString\w*|Eval_EvalCode\w*|Import_ExecCode\w*|Marshal_\w*|Code_New\w*|Unstable_Code\w*)
+        |_PyFrame\w*|_PyThreadState_GetFrame\w*|_PyEval_(?:SetTrace|SetProfile|GetFrame)\w*
+        |cuda(?:StreamCreate|StreamBeginCapture|Graph|GetDriverEntryPoint|StreamSetAttribute|DeviceSetLimit
+            |CtxResetPersistingL2Cache|LaunchHostFunc|StreamAddCallback|ThreadSetLimit|DeviceSetCacheConfig)\w*
+        |cu(?:StreamCreate|Graph|GetProcAddress|StreamSetAttribute|CtxSetLimit|LaunchHostFunc)\w*
+    )$""",
+    re.VERBOSE,
+)
+_REFUSED_CPP = re.compile(
+    r"getStreamFromPool|getStreamFromExternal|setCurrentCUDAStream|CUDABlas|CUDASolver|CUDASparse|Cudnn|cudnn"
+    r"|cublas|cusparse|cusolver|cufft|nccl|at::cuda::blas|at::native::|std::thread::"
+)
+_OPS = re.compile(r"^at::_ops::(\w+?)::")
+
+_CPP_FAMILIES = (
+    "c10::", "at::", "torch::", "caffe2::", "pybind11::", "std::", "__gnu_cxx::", "operator new", "operator delete",
+    "typeinfo for ", "vtable for ", "VTT for ", "THP",
+)  # fmt: skip
+_C_PREFIXES = ("Py", "_Py", "cuda", "__cuda", "__cxa_", "_Unwind_", "__gxx_personality", "_ITM_", "THP")
+_LIBC = frozenset(
+    ["memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "strnlen", "strcmp", "strncmp", "strcpy", "strncpy", "strcat", "strchr", "strrchr", "strstr", "strdup", "strtol", "strtoul", "strtoll", "strtoull", "strtod", "strtof", "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "abort", "printf", "fprintf", "sprintf", "snprintf", "vsnprintf", "vfprintf", "puts", "fputs", "fputc", "putchar", "fwrite", "fflush", "stderr", "stdout", "__printf_chk", "__fprintf_chk", "__sprintf_chk", "__snprintf_chk", "__vsnprintf_chk", "__vfprintf_chk", "__memcpy_chk", "__memmove_chk", "__memset_chk", "__strcpy_chk", "__strcat_chk", "__stack_chk_fail", "__assert_fail", "__errno_location", "__tls_get_addr", "__gmon_start__", "__dso_handle", "__cxa_finalize", "pthread_once", "pthread_mutex_lock", "pthread_mutex_unlock", "pthread_key_create", "pthread_key_delete", "pthread_getspecific", "pthread_setspecific", "pthread_self", "__pthread_key_create", "getenv", "__dynamic_cast", "__libc_single_threaded", "__once_proxy", "__once_callable", "__once_call"]
+)  # fmt: skip
+_LIBM = re.compile(
+    r"^(?:sqrt|cbrt|exp|exp2|expm1|log|log2|log10|log1p|pow|sin|cos|tan|asin|acos|atan|atan2|sinh|cosh|tanh|erf|erfc"
+    r"|fabs|floor|ceil|round|lround|trunc|fmod|fmax|fmin|frexp|ldexp|modf|hypot|lgamma|tgamma|nearbyint|rint)[fl]?$"
+)
+
+
+def undefined_symbols(library: Path) -> list[str]:
+    """The undefined dynamic symbols of `library`, demangled, without version suffixes."""
+    nm = shutil.which("nm")
+    if nm is None:
+        raise FileNotFoundError("nm (binutils) is needed to check a built extension's symbols")
+    out = subprocess.run(
+        [nm, "-D", "--undefined-only", "-C", str(library)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    names = []
+    for line in out.splitlines():
+        parts = line.split(maxsplit=1)
+        if len(parts) == 2 and len(parts[0]) == 1:
+            names.append(parts[1].split("@", 1)[0].strip())
+    return names
+
+
+def why_refused(symbol: str) -> str | None:
+    """Why an extension may not call `symbol` (None: allowed)."""
+    if _REFUSED.match(symbol) or _REFUSED_CPP.search(symbol):
+        return "refused"
+    op = _OPS.match(symbol)
+    if op:
+        name = op.group(1)
+        allowed = name in ALLOWED_ATEN_OPS or any(name.startswith(a + "_") for a in ALLOWED_ATEN_OPS)
+        return None if allowed else "an ATen operator that computes"
+    if symbol.startswith(_CPP_FAMILIES) or symbol.startswith(_C_PREFIXES):
+        return None
+    if symbol in _LIBC or _LIBM.match(symbol):
+        return None
+    return "not on the allowlist"
+
+
+def refused_symbols(symbols: Iterable[str]) -> list[str]:
+    """`symbol (why)` for every refused symbol, sorted."""
+    return sorted({f"{s} ({why})" for s in symbols if (why := why_refused(s)) is not None})
+
+
+def check_library(library: Path) -> Check | None:
+    """A rejecting Check naming the refused symbols of a built extension, or None."""
+    refused = refused_symbols(undefined_symbols(library))
+    if not refused:
+        return None
+    shown = "; ".join(refused[:8]) + (f"; and {len(refused) - 8} more" if len(refused) > 8 else "")
+    return Check(
+        CHECK_ID,
+        "Your built extension calls functions outside what a kernel extension may use (torch/ATen "
+        "allocation and views, pybind11, the CUDA runtime's memory and launch API, libc): "
+        f"{shown}. Compute in your own __global__ kernels on the current stream; no CPython "
+        "internals, vendor libraries, other streams, threads, processes or dynamic loading.",
+    )
