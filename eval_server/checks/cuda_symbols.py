@@ -62,7 +62,7 @@ _CPP_FAMILIES = (
 )  # fmt: skip
 _C_PREFIXES = ("Py", "_Py", "cuda", "__cuda", "__cxa_", "_Unwind_", "__gxx_personality", "_ITM_", "THP")
 _LIBC = frozenset(
-    ["memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "strnlen", "strcmp", "strncmp", "strcpy", "strncpy", "strcat", "strchr", "strrchr", "strstr", "strdup", "strtol", "strtoul", "strtoll", "strtoull", "strtod", "strtof", "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "abort", "printf", "fprintf", "sprintf", "snprintf", "vsnprintf", "vfprintf", "puts", "fputs", "fputc", "putchar", "fwrite", "fflush", "stderr", "stdout", "__printf_chk", "__fprintf_chk", "__sprintf_chk", "__snprintf_chk", "__vsnprintf_chk", "__vfprintf_chk", "__memcpy_chk", "__memmove_chk", "__memset_chk", "__strcpy_chk", "__strcat_chk", "__stack_chk_fail", "__assert_fail", "__errno_location", "__tls_get_addr", "__gmon_start__", "__dso_handle", "__cxa_finalize", "pthread_once", "pthread_mutex_lock", "pthread_mutex_unlock", "pthread_key_create", "pthread_key_delete", "pthread_getspecific", "pthread_setspecific", "pthread_self", "__pthread_key_create", "getenv", "__dynamic_cast", "__libc_single_threaded", "__once_proxy", "__once_callable", "__once_call"]
+    ["memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "strnlen", "strcmp", "strncmp", "strcpy", "strncpy", "strcat", "strchr", "strrchr", "strstr", "strdup", "strtol", "strtoul", "strtoll", "strtoull", "strtod", "strtof", "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "abort", "printf", "fprintf", "sprintf", "snprintf", "vsnprintf", "vfprintf", "puts", "fputs", "fputc", "putchar", "fwrite", "fflush", "stderr", "stdout", "__printf_chk", "__fprintf_chk", "__sprintf_chk", "__snprintf_chk", "__vsnprintf_chk", "__vfprintf_chk", "__memcpy_chk", "__memmove_chk", "__memset_chk", "__strcpy_chk", "__strcat_chk", "__stack_chk_fail", "__assert_fail", "__errno_location", "__tls_get_addr", "__gmon_start__", "__dso_handle", "__cxa_finalize", "pthread_once", "pthread_mutex_lock", "pthread_mutex_unlock", "pthread_key_create", "pthread_key_delete", "pthread_getspecific", "pthread_setspecific", "pthread_self", "__pthread_key_create", "getenv", "__dynamic_cast", "__libc_single_threaded", "__once_proxy", "__once_callable", "__once_call", "atexit", "_GLOBAL_OFFSET_TABLE_"]
 )  # fmt: skip
 _LIBM = re.compile(
     r"^(?:sqrt|cbrt|exp|exp2|expm1|log|log2|log10|log1p|pow|sin|cos|tan|asin|acos|atan|atan2|sinh|cosh|tanh|erf|erfc"
@@ -90,18 +90,40 @@ def undefined_symbols(library: Path) -> list[str]:
     return names
 
 
+def _qualified_name(symbol: str) -> str:
+    """The function's qualified name in a demangled symbol: template arguments and a template's
+    return type dropped (`float* at::TensorBase::data_ptr<float>() const` -> `at::TensorBase::data_ptr`)."""
+    if "operator" in symbol and not symbol.startswith("operator"):  # `ret ns::operator<< <T>(...)`
+        return _qualified_name(symbol.split("operator", 1)[0]).rstrip(":") + "::operator"
+    depth, kept = 0, []
+    for ch in symbol:
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif not depth:
+            kept.append(ch)
+    head = "".join(kept)
+    if head.startswith(("operator", "typeinfo for ", "vtable for ", "VTT for ")):
+        return head
+    return head.split("(", 1)[0].strip().split(" ")[-1]
+
+
 def why_refused(symbol: str) -> str | None:
     """Why an extension may not call `symbol` (None: allowed)."""
     if _REFUSED.match(symbol) or _REFUSED_CPP.search(symbol):
         return "refused"
-    op = _OPS.match(symbol)
+    name = _qualified_name(symbol)
+    if _REFUSED.match(name):
+        return "refused"
+    op = _OPS.match(name)
     if op:
         name = op.group(1)
         allowed = name in ALLOWED_ATEN_OPS or any(name.startswith(a + "_") for a in ALLOWED_ATEN_OPS)
         return None if allowed else "an ATen operator that computes"
-    if symbol.startswith(_CPP_FAMILIES) or symbol.startswith(_C_PREFIXES):
+    if name.startswith(_CPP_FAMILIES) or name.startswith(_C_PREFIXES):
         return None
-    if symbol in _LIBC or _LIBM.match(symbol):
+    if name in _LIBC or _LIBM.match(name):
         return None
     return "not on the allowlist"
 

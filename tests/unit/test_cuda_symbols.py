@@ -18,7 +18,13 @@ ALLOWED = [
     "pybind11::detail::get_internals()", "std::__throw_length_error(char const*)", "operator delete(void*, unsigned long)",
     "typeinfo for c10::Error", "THPVariable_Wrap(at::TensorBase const&)", "PyObject_GetAttrString", "PyErr_SetString",
     "PyFrame_GetBack", "PyFrame_GetLineNumber", "Py_IncRef", "_Py_Dealloc", "memcpy", "expf", "__cxa_begin_catch",
-    "__dynamic_cast", "pthread_mutex_lock",
+    "__dynamic_cast", "pthread_mutex_lock", "atexit",
+    # a template instantiation's demangled name starts with its return type
+    "float* at::TensorBase::data_ptr<float>() const",
+    "std::basic_ostream<char, std::char_traits<char> >& std::operator<< <std::char_traits<char> >"
+    "(std::basic_ostream<char, std::char_traits<char> >&, char const*)",
+    "void pybind11::cpp_function::initialize<at::Tensor (*&)(at::Tensor), at::Tensor, at::Tensor, pybind11::name>"
+    "(at::Tensor (*&)(at::Tensor), at::Tensor (*)(at::Tensor), pybind11::name const&)",
 ]  # fmt: skip
 REFUSED = [
     "PyEval_SetProfile", "PyEval_SetTraceAllThreads", "PyEval_GetFrame", "PyThreadState_GetFrame", "PyFrame_GetLocals",
@@ -32,6 +38,8 @@ REFUSED = [
     "at::native::relu(at::Tensor const&)", "std::thread::_M_start_thread(std::unique_ptr<std::thread::_State>, void (*)())",
     "dlopen", "dlsym", "fork", "execve", "system", "popen", "pthread_create", "syscall", "mmap", "mprotect", "fopen",
     "open64", "ptrace", "kill",
+    # the same behind a template's return type
+    "cublasStatus_t* foo<int>(int)", "c10::cuda::CUDAStream c10::cuda::getStreamFromPool<int>(int)",
 ]  # fmt: skip
 
 
