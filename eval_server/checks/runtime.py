@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -442,21 +443,37 @@ _ALLOWED_KERNEL_PATTERNS = (
 )  # fmt: skip
 
 
+# What older Triton versions append to a kernel's name (`relu_kernel_0d1d2de`): argument specialisations.
+_TRITON_SUFFIX = re.compile(r"(?:_[0-9][0-9a-z]*)?")
+# Newer Triton names the kernel `module.qualname`, which the PTX backend spells `module_$_qualname`.
+_MODULE_PATH = re.compile(r"\.|_\$_")
+
+
+def is_triton_kernel(name: str, triton_names: Iterable[str]) -> bool:
+    """Whether the device activity `name` is one of the @triton.jit functions `triton_names`: the
+    function's name exactly (after a module path), or with Triton's specialisation suffix. Not a
+    prefix match: a kernel
+    named `sm90` or `void` would otherwise claim cuBLAS's `sm90_xmma_gemm_...` or ATen's
+    `void at::native::...` as its own."""
+    base = name if (" " in name or "(" in name) else _MODULE_PATH.split(name)[-1]
+    return any(n and base.startswith(n) and _TRITON_SUFFIX.fullmatch(base, len(n)) for n in triton_names)
+
+
 def classify_kernels(
     names: Iterable[str], triton_names: Iterable[str], is_own: Callable[[str], bool] | None = None
 ) -> tuple[list[str], list[str]]:
     """Split device activity recorded during forward into (foreign compute kernels, device->host copies).
 
-    A name counts as the candidate's when it starts with one of its launched @triton.jit function
-    names (Triton names the CUDA kernel after the function) or when `is_own` says so (backend
-    "cuda": its extension's __global__ kernels); copies and fills are allowed; any other kernel
-    (ATen, cuBLAS, cuDNN, ...) is torch or a library doing the work.
+    A name counts as the candidate's when it is one of its launched @triton.jit functions
+    (`is_triton_kernel`: Triton names the CUDA kernel after the function) or when `is_own` says so
+    (backend "cuda": its extension's __global__ kernels); copies and fills are allowed; any other
+    kernel (ATen, cuBLAS, cuDNN, ...) is torch or a library doing the work.
     """
     own = tuple(n for n in triton_names if n)
     foreign: list[str] = []
     to_host: list[str] = []
     for name in names:
-        if (own and name.startswith(own)) or (is_own is not None and is_own(name)):
+        if is_triton_kernel(name, own) or (is_own is not None and is_own(name)):
             continue
         if "Memcpy DtoH" in name:
             to_host.append(name)

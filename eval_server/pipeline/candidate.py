@@ -19,6 +19,7 @@ from eval_server.checks.cuda_static import CUDA_RULES
 from eval_server.checks.runtime import (
     TorchOpRecorder,
     classify_kernels,
+    is_triton_kernel,
     poison_free_memory,
     profile_device_activity,
     python_threads,
@@ -48,6 +49,9 @@ def static_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> 
             "traceback": loader.format_exception_tail(exc, ctx.workdir),
         }
         raise Stop from None
+    ctx.candidate_functions = frozenset(
+        n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    )
     result.checks.extend(run_static_checks(tree, CUDA_RULES if request.options.backend == "cuda" else RULES))
     if any(c.severity == "reject" for c in result.checks):
         result.status = STATUS_REJECTED
@@ -146,7 +150,7 @@ def run_candidate(
 ) -> tuple[Any, TorchOpRecorder, int | None]:
     """One forward under the recorders, into poisoned memory; errors end the evaluation. Returns
     the output, the torch ops it ran and how many of the candidate's own kernels it launched
-    (Triton: counted at every launch; backend "cuda": by the profiler, None when not profiled)."""
+    (profiled: as CUPTI saw them; otherwise Triton's launch recorder, None for backend "cuda")."""
     with ctx.phase("poison"):  # sub-phase of correctness, reported separately for tuning
         poison_free_memory(poison_bytes, ctx.device)
     ops = TorchOpRecorder()
@@ -164,9 +168,11 @@ def run_candidate(
             else:
                 out = model(*args)
         sync(ctx.device)
-    launches: int | None = LAUNCHES.count
-    if ctx.cuda is not None:
-        launches = ctx.cuda.count_own(device_activity) if profile else None
+    # CUPTI's count when profiled (the launch recorder lives where candidate code can reach it),
+    # else the recorder's (Triton)
+    launches = own_kernel_count(result, device_activity, ctx) if profile else None
+    if launches is None and ctx.cuda is None:
+        launches = LAUNCHES.count
     if device_activity:
         device_activity_checks(result, device_activity, off_stream, ctx)
     new_threads = python_threads() - threads_before
@@ -194,13 +200,30 @@ def _some(names: list[str], n: int) -> str:
     return "; ".join(sorted({name[:90] for name in names})[:n])
 
 
-def own_kernel_count(names: list[str], ctx: EvalContext) -> int:
+def triton_kernel_names(result: EvalResult, ctx: EvalContext) -> tuple[str, ...]:
+    """The Triton functions the launch recorder saw, each one a function the candidate's source
+    defines: the recorder lives in the evaluation process, where candidate code could add names
+    to it (a library kernel's name would make that kernel the candidate's own)."""
+    names = tuple(n for n in LAUNCHES.launches if n)
+    defined = ctx.candidate_functions
+    forged = sorted(set(names) - defined) if defined is not None else []
+    if forged:
+        reject(
+            result,
+            "runtime.evaluator_state",
+            f"The evaluator's record of your kernel launches names functions your source does not define "
+            f"({', '.join(repr(n[:60]) for n in forged[:3])}): it was modified. Leave the evaluator's objects alone.",
+        )
+    return names
+
+
+def own_kernel_count(result: EvalResult, names: list[str], ctx: EvalContext) -> int:
     """How many of the recorded kernels `names` are the candidate's own (its Triton functions, or
     its extension's __global__ kernels)."""
     if ctx.cuda is not None:
         return ctx.cuda.count_own(names)
-    own = tuple(n for n in LAUNCHES.launches if n)
-    return sum(1 for name in names if own and name.startswith(own))
+    triton = triton_kernel_names(result, ctx)
+    return sum(1 for name in names if is_triton_kernel(name, triton))
 
 
 def device_activity_checks(
@@ -213,7 +236,7 @@ def device_activity_checks(
     """Reject device activity that is not the candidate's own kernels (copies and fills allowed),
     work on another stream, and copies to the host, recorded `when`."""
     own = ctx.cuda.owns if ctx.cuda is not None else None
-    foreign, to_host = classify_kernels(names, LAUNCHES.launches, own)
+    foreign, to_host = classify_kernels(names, triton_kernel_names(result, ctx), own)
     if foreign:
         reject(
             result,

@@ -47,6 +47,8 @@ class EvalContext:
     build_cache: Path | None = None  # backend "cuda": built extensions, kept across evaluations
     cuda: cuda_backend.Extensions | None = None  # backend "cuda": the candidate's loaded extensions
     phases: dict[str, float] = field(default_factory=dict)
+    # names of the functions the candidate's source defines (static phase); None: not parsed
+    candidate_functions: frozenset[str] | None = None
     _flush: torch.Tensor | None = None
 
     def flush_buffer(self) -> torch.Tensor:

@@ -145,7 +145,7 @@ def timed_kernel_checks(
     if not calls:
         return
     device_activity_checks(result, checked.names, checked.off_stream, ctx, "while being timed")
-    own = own_kernel_count(checked.names, ctx)
+    own = own_kernel_count(result, checked.names, ctx)
     if own < calls * launches_per_call:
         reject(
             result,

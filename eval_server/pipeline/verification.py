@@ -78,21 +78,18 @@ def correctness_phase(
     guard: Guard,
 ) -> int:
     """The correctness trials. Returns the fewest own kernels one call launched (the timing
-    phase holds every timed call to it): counted in every trial for Triton, in the profiled first
-    and last trials for backend "cuda" (the first call may also autotune or initialise)."""
+    phase holds every timed call to it): on a GPU as CUPTI saw them in the profiled first and last
+    trials (the first call may also autotune or initialise), otherwise by the launch recorder."""
     poison_bytes = ref.output_bytes + (64 << 20)
     per_call: list[int] = []
     last = len(ref.seeds) - 1
+    profiled = ctx.device.type == "cuda" and (ctx.hardening.profile_kernels or ctx.cuda is not None)
     for i, seed in enumerate(ref.seeds):
         args = loader.make_inputs(ref.module, seed, ctx.device)
-        # CUDA kernels are seen only by the profiler: the first trial is always profiled, the
-        # last one too for a CUDA candidate (its per-call launch count)
-        profile = ctx.device.type == "cuda" and (
-            (i == 0 and (ctx.hardening.profile_kernels or ctx.cuda is not None))
-            or (i == last and ctx.cuda is not None)
-        )
+        # CUDA kernels are seen only by the profiler: the first and last trials are profiled
+        profile = profiled and i in (0, last)
         out, ops, launches = run_candidate(model, args, ctx, result, poison_bytes, profile)
-        if launches is not None:
+        if launches is not None and (profile or not profiled):
             per_call.append(launches)
         pristine = loader.make_inputs(ref.module, seed, ctx.device)
         if i == 0:

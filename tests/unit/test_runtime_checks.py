@@ -254,6 +254,23 @@ def test_classify_kernels_separates_triton_copies_foreign_and_host_copies():
     assert to_host == [names[8]]
 
 
+def test_a_triton_kernel_name_claims_no_library_kernel_it_prefixes():
+    """A Triton kernel may be named anything: `sm90` or `void` must not make cuBLAS's or ATen's
+    kernels (whose names they prefix) the candidate's own."""
+    from eval_server.checks.runtime import classify_kernels, is_triton_kernel
+
+    gemm = "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1"
+    aten = "void at::native::vectorized_elementwise_kernel<4, at::native::clamp_min_scalar_kernel_impl(...)>"
+    foreign, _ = classify_kernels([gemm, aten, "sm90", "void_0d1d"], {"sm90": 1, "void": 1})
+    assert foreign == [gemm, aten]
+    assert is_triton_kernel("relu_kernel", ["relu_kernel"]) and is_triton_kernel(
+        "relu_kernel_0d1d2de", ["relu_kernel"]
+    )
+    assert not is_triton_kernel("relu_kernel_impl", ["relu_kernel"]) and not is_triton_kernel(
+        "relu", ["relu_kernel"]
+    )
+
+
 def test_classify_kernels_without_triton_launches_flags_everything_computational():
     from eval_server.checks.runtime import classify_kernels
 

@@ -197,3 +197,9 @@ def test_timed_kernel_checks_reject_skipped_launches_and_foreign_kernels(monkeyp
     mul = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor>>"
     assert verdict(["relu_kernel"] * 8 + [mul], 8) == ["runtime.foreign_kernels"]
     assert verdict([], 0) == []  # nothing recorded (CPU, or the profiler switched off): nothing to hold
+    # a launch record naming a function the candidate does not define was forged (here: `void`,
+    # which would make ATen's `void at::native::...` kernels the candidate's own)
+    ctx.candidate_functions = frozenset({"relu_kernel", "forward"})
+    assert verdict(["relu_kernel"] * 8, 8) == []
+    monkeypatch.setattr(LAUNCHES, "launches", __import__("collections").Counter({"relu_kernel": 1, "void": 1}))
+    assert verdict(["relu_kernel"] * 8 + [mul], 8) == ["runtime.evaluator_state"]
