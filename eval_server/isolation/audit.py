@@ -27,9 +27,10 @@ decides (docs/EVAL_SERVER.md, "Threat model", says what this does not cover):
 - native code and memory: every `ctypes` event;
 - processes and signals: `os.system`, `subprocess.Popen`, `os.exec*`, `os.spawn*`,
   `os.posix_spawn`, `os.fork`, `os.forkpty`, `os.kill`, `os.killpg`, `signal.pthread_kill`;
-- code with a forged location: `exec` / `compile` called directly by the candidate, and any code
+- code with a forged location: `exec` / `compile` called directly by the candidate, any code
   object compiled or built (`code.__new__`) under an absolute path outside the evaluation
-  directory;
+  directory, and unmarshalling (`marshal.loads`, also through importlib's internals) other than
+  an import reading a module's cached bytecode;
 - files: opened directly by the candidate outside the evaluation directory, or opened for writing
   outside it (also through the standard library), anything under /proc, and files changed,
   moved or linked outside it.
@@ -111,6 +112,9 @@ _FILE_CHANGE_EVENTS = frozenset(
         "shutil.copytree",
     }
 )
+# The import system's entry points (importlib's frozen bootstrap, importlib.import_module): an
+# import reads a module's cached bytecode with marshal on the importer's behalf.
+_IMPORT_ENTRIES = frozenset({"_find_and_load", "_gcd_import", "_handle_fromlist", "import_module"})
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
@@ -174,6 +178,14 @@ class _Auditor:
             frame = frame.f_back
         return direct, frame
 
+    @staticmethod
+    def _called_by_decider(frame: FrameType | None, decider: FrameType | None) -> FrameType | None:
+        """The transparent frame the decider called (None when the decider is the innermost frame)."""
+        called = None
+        while frame is not None and frame is not decider:
+            called, frame = frame, frame.f_back
+        return called
+
     # ------------------------------------------------------------------ the rules
     def refusal(self, event: str, args: tuple[Any, ...], frame: FrameType | None) -> str | None:
         """Why `event` is refused with this stack, or None when it is allowed."""
@@ -184,6 +196,7 @@ class _Auditor:
             or event in _FILE_CHANGE_EVENTS
             or event.startswith("ctypes.")
             or event in ("sys._getframe", "object.__getattr__", "exec", "compile", "code.__new__", "open")
+            or event in ("marshal.loads", "marshal.load")
         )
         if not watched:
             return None
@@ -203,6 +216,12 @@ class _Auditor:
                     return None  # the import system compiling a module's own file (a first import)
                 return f"code compiled under {args[1]!r}"
             return None
+        if event in ("marshal.loads", "marshal.load"):
+            # Code unmarshalled with any file name (a library's, to look transparent): allowed only
+            # as the import system's own reading of a module's bytecode, entered by an import.
+            called = self._called_by_decider(direct, decider)
+            entry = called is not None and called.f_code.co_name in _IMPORT_ENTRIES
+            return "code from marshalled data" if by_candidate and not entry else None
         if event == "code.__new__":
             name = args[1] if len(args) > 1 else None
             return f"code built under {name!r}" if by_candidate and self._forged_location(name) else None

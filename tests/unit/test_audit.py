@@ -65,6 +65,11 @@ REFUSED = {
     "kill": "import os\ndef run():\n    os.kill(os.getpid(), 0)",
     "exec": "def run():\n    exec('x = 1')",
     "code_replace_location": "import os\ndef run():\n    run.__code__.replace(co_filename=os.__file__)",
+    "marshal_loads": "import marshal\ndef run():\n    marshal.loads(marshal.dumps(1))",
+    "marshal_via_importlib_internals": (
+        "import importlib._bootstrap_external as b, marshal\n"
+        "def run():\n    b._compile_bytecode(marshal.dumps(run.__code__), name='x')"
+    ),
     "open_outside": "import os\ndef run():\n    open(os.__file__).close()",
     "write_outside_via_pathlib": "import pathlib\ndef run():\n    pathlib.Path('..', 'never').write_text('x')",
     "proc_via_stdlib": "import pathlib\ndef run():\n    pathlib.Path('/proc/self/maps').read_text()",
@@ -85,6 +90,10 @@ ALLOWED = {
     "files_inside": "import os\ndef run():\n    open('mine.txt', 'w').write('x'); os.rename('mine.txt', 'yours.txt'); open('yours.txt').read()",
     "read_stdlib_via_pathlib": "import pathlib, json\ndef run():\n    pathlib.Path(json.__file__).read_text()",
     "import_new_stdlib_module": "def run():\n    import fractions, decimal  # first load: importlib opens and execs their files",
+    "import_module_reads_cached_bytecode": (
+        "import importlib\n"
+        "def run():\n    importlib.import_module('fractions')  # first load: its cached bytecode is unmarshalled"
+    ),
 }
 
 

@@ -4,6 +4,7 @@ alone and inside time_gpu on the simulated device clock of test_timing_adaptive.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -181,7 +182,7 @@ def test_timed_kernel_checks_reject_skipped_launches_and_foreign_kernels(monkeyp
     from eval_server.pipeline.verdicts import Stop
     from eval_server.schema import STATUS_OK, EvalResult
 
-    monkeypatch.setattr(LAUNCHES, "launches", __import__("collections").Counter({"relu_kernel": 1}))
+    monkeypatch.setattr(LAUNCHES, "launches", Counter({"relu_kernel": 1}))
     ctx = EvalContext(device=torch.device("cpu"), device_label="cpu", workdir=tmp_path, timing_enabled=True)
 
     def verdict(names: list[str], calls: int) -> list[str]:
@@ -201,5 +202,5 @@ def test_timed_kernel_checks_reject_skipped_launches_and_foreign_kernels(monkeyp
     # which would make ATen's `void at::native::...` kernels the candidate's own)
     ctx.candidate_functions = frozenset({"relu_kernel", "forward"})
     assert verdict(["relu_kernel"] * 8, 8) == []
-    monkeypatch.setattr(LAUNCHES, "launches", __import__("collections").Counter({"relu_kernel": 1, "void": 1}))
+    monkeypatch.setattr(LAUNCHES, "launches", Counter({"relu_kernel": 1, "void": 1}))
     assert verdict(["relu_kernel"] * 8 + [mul], 8) == ["runtime.evaluator_state"]
