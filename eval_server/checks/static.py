@@ -235,12 +235,15 @@ DYNAMIC_BUILTINS = frozenset(
     {"__import__", "__builtins__", "__builtin__", "__loader__", "eval", "exec", "compile", "globals", "locals",
      "vars", "breakpoint"}
 )  # fmt: skip
-# Attributes that lead to a module table, an importer, a namespace dict or the caller's frames,
-# whatever object they are read from (`torch.sys.modules`, `f.__globals__`, `gen.gi_frame.f_back`).
+# Attributes that lead to a module table, an importer, a namespace dict, the caller's frames or a
+# function's captured variables (the evaluator's wrappers keep their state in closures), whatever
+# object they are read from (`torch.sys.modules`, `f.__globals__`, `gen.gi_frame.f_back`,
+# `JITFunction.run.__closure__[0].cell_contents`).
 DYNAMIC_ATTRS = frozenset(
     {"sys", "importlib", "import_module", "__import__", "__builtins__", "builtins", "__globals__", "__dict__",
      "__subclasses__", "__getattribute__", "__loader__", "gc", "attrgetter", "methodcaller", "f_back",
-     "f_globals", "f_locals", "f_builtins", "gi_frame", "cr_frame", "ag_frame", "tb_frame"}
+     "f_globals", "f_locals", "f_builtins", "gi_frame", "cr_frame", "ag_frame", "tb_frame", "__closure__",
+     "cell_contents"}
 )  # fmt: skip
 # Attribute-by-name builtins: with a computed name they reach anything above.
 _GETATTR_FAMILY = frozenset({"getattr", "setattr", "delattr", "hasattr"})

@@ -366,6 +366,7 @@ def test_forbidden_api_allows_plain_math_and_os():
         ('m = getattr(sys, "modules")', "getattr(..., 'modules')"),
         ("d = torch.__dict__", ".__dict__ (reaches"),
         ("g = (lambda: 0).__globals__", ".__globals__ (reaches"),
+        ("c = triton.JITFunction.run.__closure__[0].cell_contents", ".__closure__ (reaches"),
         ("s = object.__subclasses__()", ".__subclasses__ (reaches"),
         ("f = (x for x in ()).gi_frame.f_back", ".f_back (reaches"),
         ("from operator import attrgetter", "import of attrgetter"),
