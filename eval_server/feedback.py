@@ -7,6 +7,8 @@ fixes, and the speedup with both timings when measured.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from eval_server.schema import (
     STATUS_COMPILE_ERROR,
     STATUS_CRASHED,
@@ -23,26 +25,30 @@ from eval_server.schema import (
     problem_hash,
 )
 
-_HEADLINES = {
-    STATUS_OK: "Your kernel compiled and produced correct results.",
-    STATUS_COMPILE_ERROR: "Your code failed to compile or import.",
-    STATUS_RUNTIME_ERROR: "Your code raised an error while running.",
-    STATUS_INCORRECT: "Your kernel ran but its output does not match the reference.",
-    STATUS_REJECTED: "Your submission was rejected by the evaluator's checks.",
-    STATUS_TIMEOUT: "Your submission did not finish within the time limit.",
-    STATUS_CRASHED: "Your submission crashed the evaluation process.",
-    STATUS_REFERENCE_ERROR: "The reference problem itself failed to run; this is not your fault.",
-    STATUS_SERVER_ERROR: "The evaluator failed internally; this is not your fault.",
-    STATUS_UNSUPPORTED: "This evaluator cannot run your submission; this is not your fault.",
-}
+_HEADLINES = MappingProxyType(
+    {
+        STATUS_OK: "Your kernel compiled and produced correct results.",
+        STATUS_COMPILE_ERROR: "Your code failed to compile or import.",
+        STATUS_RUNTIME_ERROR: "Your code raised an error while running.",
+        STATUS_INCORRECT: "Your kernel ran but its output does not match the reference.",
+        STATUS_REJECTED: "Your submission was rejected by the evaluator's checks.",
+        STATUS_TIMEOUT: "Your submission did not finish within the time limit.",
+        STATUS_CRASHED: "Your submission crashed the evaluation process.",
+        STATUS_REFERENCE_ERROR: "The reference problem itself failed to run; this is not your fault.",
+        STATUS_SERVER_ERROR: "The evaluator failed internally; this is not your fault.",
+        STATUS_UNSUPPORTED: "This evaluator cannot run your submission; this is not your fault.",
+    }
+)
 
-_FIXES = {
-    STATUS_COMPILE_ERROR: "Fix the error above and return the complete corrected module defining ModelNew.",
-    STATUS_RUNTIME_ERROR: "Fix the error above (check shapes, strides, pointer arithmetic, masks and the launch grid).",
-    STATUS_INCORRECT: "Check indexing, masks for the tail elements, reduction order, the grid, and dtypes.",
-    STATUS_TIMEOUT: "Look for loops that never end, a huge launch grid or an expensive fallback.",
-    STATUS_CRASHED: "Look for out-of-bounds memory accesses (missing masks), wrong pointer offsets or process exits.",
-}
+_FIXES = MappingProxyType(
+    {
+        STATUS_COMPILE_ERROR: "Fix the error above and return the complete corrected module defining ModelNew.",
+        STATUS_RUNTIME_ERROR: "Fix the error above (check shapes, strides, pointer arithmetic, masks and the launch grid).",
+        STATUS_INCORRECT: "Check indexing, masks for the tail elements, reduction order, the grid, and dtypes.",
+        STATUS_TIMEOUT: "Look for loops that never end, a huge launch grid or an expensive fallback.",
+        STATUS_CRASHED: "Look for out-of-bounds memory accesses (missing masks), wrong pointer offsets or process exits.",
+    }
+)
 
 
 def _fmt(x: float | None) -> str:

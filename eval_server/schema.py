@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from krl_common.validation import ValidationError
@@ -50,12 +52,16 @@ STATUSES: tuple[str, ...] = (
 # torch.utils.cpp_extension.load_inline (KernelBench's CUDA format).
 BACKENDS: tuple[str, ...] = ("triton", "cuda")
 
-TOLERANCE_PROFILES: dict[str, dict[str, float]] = {
-    # KernelBench v0.1: atol = rtol = 1e-2 for every dtype.
-    "default": {"float32": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-2},
-    # KernelBench HEAD style: fp32 must match to 1e-4; half types keep 1e-2.
-    "strict": {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-4},
-}
+# Read-only (MappingProxyType, all the way down): the comparison reads it after candidate code
+# has run, and a module's objects are reachable from candidate code (`sys.modules`).
+TOLERANCE_PROFILES: Mapping[str, Mapping[str, float]] = MappingProxyType(
+    {
+        # KernelBench v0.1: atol = rtol = 1e-2 for every dtype.
+        "default": MappingProxyType({"float32": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-2}),
+        # KernelBench HEAD style: fp32 must match to 1e-4; half types keep 1e-2.
+        "strict": MappingProxyType({"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-4}),
+    }
+)
 
 MAX_CORRECTNESS_TRIALS = 50
 MAX_TIMING_TRIALS = 10_000

@@ -26,7 +26,8 @@ import ast
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from eval_server.checks.source_ast import calls, canonical_name, dotted_name, import_aliases
 from eval_server.checks.static import RULES, TORCH_COMPUTE_CALLS, Rule
@@ -166,40 +167,42 @@ def _find_cpp_inline_asm(src: str) -> list[str]:
 
 
 # id -> (message, finder over comment-free C++ text)
-SOURCE_RULES: dict[str, tuple[str, Callable[[str], list[str]]]] = {
-    "static.cuda_torch_compute": (
-        "The CUDA/C++ source calls torch/ATen compute (torch::/at:: math, tensor methods such as "
-        ".matmul() or .relu()): torch would do the work, not your kernel. Use torch in C++ only to "
-        "allocate outputs (torch::empty, empty_like) and compute everything in __global__ kernels.",
-        _find_cpp_torch_compute,
-    ),
-    "static.cuda_library": (
-        "The CUDA/C++ source uses a vendor library or library algorithm (cuBLAS, cuDNN, cuFFT, "
-        "cuSPARSE, cuSOLVER, NCCL, ATen's BLAS, thrust, CUB device-wide algorithms): write the "
-        "computation as your own __global__ kernels (CUB block/warp primitives inside them are fine).",
-        _find_cpp_library,
-    ),
-    "static.cuda_process_escape": (
-        "The CUDA/C++ source starts threads or processes, creates or selects other CUDA streams, "
-        "registers host callbacks, or copies device memory to the host: all work must run in "
-        "forward, on the current stream (launch with <<<grid, block, smem, "
-        "at::cuda::getCurrentCUDAStream()>>> or the default stream), on the GPU.",
-        _find_cpp_process_escape,
-    ),
-    "static.cuda_host_escape": (
-        "The CUDA/C++ source reaches outside its kernels into the evaluator's process (embedded "
-        "Python imports or eval, dlopen/dlsym, /proc, mmap/syscall, the CUDA driver memory API, "
-        "the caching allocator or memory pools, persisting-L2 access windows). Kernels may only "
-        "read their input tensors and write their outputs.",
-        _find_cpp_host_escape,
-    ),
-    "static.cuda_inline_asm": (
-        "Inline PTX that loads or stores global/generic memory is not allowed (it hides address "
-        "arithmetic from the compiler and from review). Access global memory through C++ pointers "
-        "(or __ldg); PTX for shared memory, cp.async, ldmatrix, mma and arithmetic is fine.",
-        _find_cpp_inline_asm,
-    ),
-}
+SOURCE_RULES: Mapping[str, tuple[str, Callable[[str], list[str]]]] = MappingProxyType(
+    {
+        "static.cuda_torch_compute": (
+            "The CUDA/C++ source calls torch/ATen compute (torch::/at:: math, tensor methods such as "
+            ".matmul() or .relu()): torch would do the work, not your kernel. Use torch in C++ only to "
+            "allocate outputs (torch::empty, empty_like) and compute everything in __global__ kernels.",
+            _find_cpp_torch_compute,
+        ),
+        "static.cuda_library": (
+            "The CUDA/C++ source uses a vendor library or library algorithm (cuBLAS, cuDNN, cuFFT, "
+            "cuSPARSE, cuSOLVER, NCCL, ATen's BLAS, thrust, CUB device-wide algorithms): write the "
+            "computation as your own __global__ kernels (CUB block/warp primitives inside them are fine).",
+            _find_cpp_library,
+        ),
+        "static.cuda_process_escape": (
+            "The CUDA/C++ source starts threads or processes, creates or selects other CUDA streams, "
+            "registers host callbacks, or copies device memory to the host: all work must run in "
+            "forward, on the current stream (launch with <<<grid, block, smem, "
+            "at::cuda::getCurrentCUDAStream()>>> or the default stream), on the GPU.",
+            _find_cpp_process_escape,
+        ),
+        "static.cuda_host_escape": (
+            "The CUDA/C++ source reaches outside its kernels into the evaluator's process (embedded "
+            "Python imports or eval, dlopen/dlsym, /proc, mmap/syscall, the CUDA driver memory API, "
+            "the caching allocator or memory pools, persisting-L2 access windows). Kernels may only "
+            "read their input tensors and write their outputs.",
+            _find_cpp_host_escape,
+        ),
+        "static.cuda_inline_asm": (
+            "Inline PTX that loads or stores global/generic memory is not allowed (it hides address "
+            "arithmetic from the compiler and from review). Access global memory through C++ pointers "
+            "(or __ldg); PTX for shared memory, cp.async, ldmatrix, mma and arithmetic is fine.",
+            _find_cpp_inline_asm,
+        ),
+    }
+)
 
 
 def source_checks(source: str) -> list[Check]:
