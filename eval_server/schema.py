@@ -101,7 +101,7 @@ class EvalRequest:
         return dataclasses.asdict(self)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Check:
     """An anti-cheat or sanity check that fired. `severity` reject => status rejected."""
 
@@ -110,7 +110,7 @@ class Check:
     severity: str = "reject"  # "reject" | "warn"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrialResult:
     seed: int
     passed: bool
@@ -120,7 +120,7 @@ class TrialResult:
     detail: str | None = None  # numeric failure: share of bad elements, worst index, got vs expected
 
 
-@dataclass
+@dataclass(frozen=True)
 class TimingStats:
     """Milliseconds per call over the timed trials."""
 

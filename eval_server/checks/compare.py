@@ -30,7 +30,7 @@ _stack = torch.stack
 _Tensor = torch.Tensor
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
     passed: bool
     max_abs_diff: float | None = None
