@@ -25,7 +25,7 @@ from eval_server.checks.runtime import (
 )
 from eval_server.pipeline import loader
 from eval_server.pipeline.candidate import own_kernels, run_candidate
-from eval_server.pipeline.context import EvalContext, Reference, sync
+from eval_server.pipeline.context import LAUNCHES, EvalContext, Reference, sync
 from eval_server.pipeline.verdicts import Stop, candidate_code, reference_errors, reject
 from eval_server.schema import STATUS_INCORRECT, STATUS_REJECTED, Check, EvalOptions, EvalResult, TrialResult
 
@@ -78,17 +78,24 @@ def correctness_phase(
     guard: Guard,
 ) -> int:
     """The correctness trials. Returns the fewest own kernels one call launched (the timing
-    phase holds every timed call to it): on a GPU as CUPTI saw them in the profiled first and last
-    trials (the first call may also autotune or initialise), otherwise by the launch recorder."""
+    phase holds every timed call to it): on a GPU as CUPTI saw them in the profiled trials,
+    otherwise by the launch recorder. The first trial is profiled; the last one too when the first
+    may have launched more than a call needs (autotuning, one-time work): backend "cuda" (no
+    recorder), two trials or fewer, or a recorder count of the first trial unlike the second's.
+    The recorder only decides whether to profile: a forged count can add a profiled trial, never
+    lower what CUPTI counted."""
     poison_bytes = ref.output_bytes + (64 << 20)
     per_call: list[int] = []
+    recorded: list[int] = []  # the launch recorder's count per trial (Triton)
     last = len(ref.seeds) - 1
     profiled = ctx.device.type == "cuda" and (ctx.hardening.profile_kernels or ctx.cuda is not None)
     for i, seed in enumerate(ref.seeds):
         args = loader.make_inputs(ref.module, seed, ctx.device)
-        # CUDA kernels are seen only by the profiler: the first and last trials are profiled
-        profile = profiled and i in (0, last)
+        profile = profiled and (
+            i == 0 or (i == last and (ctx.cuda is not None or last <= 1 or recorded[0] != recorded[1]))
+        )
         out, ops, launches = run_candidate(model, args, ctx, result, poison_bytes, profile)
+        recorded.append(LAUNCHES.count)
         if launches is not None and (profile or not profiled):
             per_call.append(launches)
         pristine = loader.make_inputs(ref.module, seed, ctx.device)

@@ -25,6 +25,8 @@ REVIEWED = {
     ("eval_server.pipeline.context", "LAUNCHES"): "names checked against the source's functions "
     "(runtime.evaluator_state); on a GPU, counts and kernel identity come from CUPTI",
     ("eval_server.pipeline.candidate", "LAUNCHES"): "the same object",
+    ("eval_server.pipeline.verification", "LAUNCHES"): "the same object (its count only decides whether "
+    "a trial is profiled: a forged count adds a profiled trial, never lowers CUPTI's)",
     ("eval_server.pipeline.context", "THREADS"): "first layer only: work a thread does is seen by CUPTI, "
     "the verified timed calls and the escape checks",
     ("eval_server.pipeline.candidate", "THREADS"): "the same object",
