@@ -111,10 +111,8 @@ def _qualified_name(symbol: str) -> str:
 
 def why_refused(symbol: str) -> str | None:
     """Why an extension may not call `symbol` (None: allowed)."""
-    if _REFUSED.match(symbol) or _REFUSED_CPP.search(symbol):
-        return "refused"
     name = _qualified_name(symbol)
-    if _REFUSED.match(name):
+    if _REFUSED.match(name) or _REFUSED_CPP.search(symbol):
         return "refused"
     op = _OPS.match(name)
     if op:

@@ -539,7 +539,7 @@ def libraries(build_dir: Path) -> list[Path]:
 
 def built(build_dir: Path) -> bool:
     """Whether `build_dir` holds a finished build (an extension, no build in progress)."""
-    return any(build_dir.glob("*.so")) and not (build_dir / _BUILDING).exists()
+    return bool(libraries(build_dir)) and not (build_dir / _BUILDING).exists()
 
 
 # ---------------------------------------------------------------------------- the evaluation's side

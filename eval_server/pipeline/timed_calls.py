@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from eval_server.pipeline.loader import clone_args
+
 # Share of trials that are verification trials, and the bounds on how many one timing keeps.
 VERIFY_SHARE = 1 / 8
 MIN_VERIFIED = 2
@@ -65,14 +67,6 @@ def _poolable(input_sets: Sequence[Sequence[Any]], i: int) -> bool:
         and s[i].is_contiguous()
         for s in input_sets
     )
-
-
-def _clone_arg(a: Any) -> Any:
-    if isinstance(a, torch.Tensor):
-        return a.detach().clone()
-    if isinstance(a, list | tuple):
-        return type(a)(_clone_arg(x) for x in a)
-    return a
 
 
 class FreshInputs:
@@ -114,7 +108,7 @@ class FreshInputs:
         per_arg: list[list[Any]] = []
         for i, pooled in enumerate(self.pooled):
             if not pooled:
-                per_arg.append([_clone_arg(self.sets[s][i]) for s in chosen])
+                per_arg.append([clone_args([self.sets[s][i]])[0] for s in chosen])
             elif k == 1:
                 src = self.sets[chosen[0]][i]
                 per_arg.append([torch.empty_like(src).copy_(src)])
@@ -129,7 +123,7 @@ class FreshInputs:
 
 def copy_output(out: Any) -> Any:
     """A copy of an output that later calls cannot change (tensors cloned, containers rebuilt)."""
-    return _clone_arg(out)
+    return clone_args([out])[0]
 
 
 # Runs a trial and records its device activity: (the trial's result, kernel names, names of the

@@ -191,7 +191,7 @@ def timing_phase(
             )
         check_not_patched(result, guard)
         timed_kernel_checks(result, ctx, checked, launches_per_call)
-        verify_timed_calls(result, ctx, ref, guard, opts, checked.kept, ref.seeds, checked.rng)
+        verify_timed_calls(result, ctx, ref, guard, opts, checked.kept, checked.rng)
         return stats
 
     cand = time_candidate()

@@ -283,30 +283,26 @@ def verify_timed_calls(
     guard: Guard,
     opts: EvalOptions,
     kept: list[tuple[int, Any]],
-    set_seeds: list[int],
     rng: Any,
 ) -> None:
     """Compare the outputs kept by a timing's verification trials (timed_calls.Verification)
-    with the reference's output for their input sets (one reference run per set), and run the
+    with the reference's output for their input sets (set i holds the inputs of `ref.seeds[i]`;
+    one reference run per set), and run the
     float64 precision check on one of them chosen by `rng`: every check of an output covers the
     timed calls, not only the correctness trials."""
     precision_at = rng.randrange(len(kept)) if kept else -1
     for set_index in sorted({s for s, _ in kept}):
-        expected = _expected(result, ctx, ref, guard, set_seeds[set_index])
+        expected = _expected(result, ctx, ref, guard, ref.seeds[set_index])
         for n, (s, out) in enumerate(kept):
             if s != set_index:
                 continue
             cmp = _compare(ctx, expected, out, opts)
-            if not cmp.passed:
-                why = cmp.mismatch or cmp.detail or f"max abs diff {cmp.max_abs_diff}"
-                reject(
-                    result,
-                    "runtime.timed_output",
-                    f"The check of an output produced while being timed failed ({why}). Timed calls "
-                    "get fresh inputs and some of them, chosen at random, are verified: compute the "
-                    "result on every call from the current input values (no caching across calls, "
-                    "no work skipped or left unfinished when forward returns).",
-                )
+            _reject_mismatch(
+                result, cmp, "runtime.timed_output", "an output produced while being timed",
+                "Timed calls get fresh inputs and some of them, chosen at random, are verified: compute the "
+                "result on every call from the current input values (no caching across calls, no work "
+                "skipped or left unfinished when forward returns).",
+            )  # fmt: skip
             if n == precision_at:
                 precision_check(result, ctx, ref, out, expected, cmp.max_abs_diff)
         del expected
@@ -333,11 +329,15 @@ def verify(
 ) -> None:
     """Compare `out` with the reference's output for `seed` (computed here, dropped on return)."""
     cmp = _compare(ctx, _expected(result, ctx, ref, guard, seed, args), out, opts)
+    _reject_mismatch(
+        result, cmp, check_id, what,
+        "Results must be computed on every call from the current input values: no caching across "
+        "calls, no work left unfinished when forward returns.",
+    )  # fmt: skip
+
+
+def _reject_mismatch(result: EvalResult, cmp: Any, check_id: str, what: str, advice: str) -> None:
+    """Reject with `check_id` when the comparison `cmp` of `what` failed, saying why and `advice`."""
     if not cmp.passed:
         why = cmp.mismatch or cmp.detail or f"max abs diff {cmp.max_abs_diff}"
-        reject(
-            result,
-            check_id,
-            f"The check of {what} failed ({why}). Results must be computed on every call from the "
-            "current input values: no caching across calls, no work left unfinished when forward returns.",
-        )
+        reject(result, check_id, f"The check of {what} failed ({why}). {advice}")
