@@ -22,10 +22,19 @@ vendor-library handles (cuBLAS, cuDNN, ...), streams from the pool or from outsi
 Native code can still do anything it can reach without a symbol (raw system calls, inline
 assembly, computed addresses): that is what the process sandbox is for (docs/EVAL_SERVER.md,
 threat model).
+
+Two files are read, because some toolchains link the C++ runtime into every extension
+(`-static-libstdc++`: the GCC in /opt/gcc of the lent GPU machines does): the runtime's own calls
+(locale, iconv, `open`, `syscall`, `pthread_create`, ...) then appear in the library, and the
+candidate's uses of the runtime (`std::thread`) disappear from it. So the candidate's own objects
+(the `.o` files of its translation units, every external reference they make) are held to the
+allowlist, and the library that is loaded to the allowlist plus what the toolchain's static C++
+runtime calls outside itself, when the library does not load the shared runtime.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -62,7 +71,7 @@ _CPP_FAMILIES = (
 )  # fmt: skip
 _C_PREFIXES = ("Py", "_Py", "cuda", "__cuda", "__cxa_", "_Unwind_", "__gxx_personality", "_ITM_", "THP")
 _LIBC = frozenset(
-    ["memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "strnlen", "strcmp", "strncmp", "strcpy", "strncpy", "strcat", "strchr", "strrchr", "strstr", "strdup", "strtol", "strtoul", "strtoll", "strtoull", "strtod", "strtof", "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "abort", "printf", "fprintf", "sprintf", "snprintf", "vsnprintf", "vfprintf", "puts", "fputs", "fputc", "putchar", "fwrite", "fflush", "stderr", "stdout", "__printf_chk", "__fprintf_chk", "__sprintf_chk", "__snprintf_chk", "__vsnprintf_chk", "__vfprintf_chk", "__memcpy_chk", "__memmove_chk", "__memset_chk", "__strcpy_chk", "__strcat_chk", "__stack_chk_fail", "__assert_fail", "__errno_location", "__tls_get_addr", "__gmon_start__", "__dso_handle", "__cxa_finalize", "pthread_once", "pthread_mutex_lock", "pthread_mutex_unlock", "pthread_key_create", "pthread_key_delete", "pthread_getspecific", "pthread_setspecific", "pthread_self", "__pthread_key_create", "getenv", "__dynamic_cast", "__libc_single_threaded", "__once_proxy", "__once_callable", "__once_call", "atexit", "_GLOBAL_OFFSET_TABLE_"]
+    ["memcpy", "memmove", "memset", "memcmp", "memchr", "strlen", "strnlen", "strcmp", "strncmp", "strcpy", "strncpy", "strcat", "strchr", "strrchr", "strstr", "strdup", "strtol", "strtoul", "strtoll", "strtoull", "strtod", "strtof", "malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "abort", "printf", "fprintf", "sprintf", "snprintf", "vsnprintf", "vfprintf", "puts", "fputs", "fputc", "putchar", "fwrite", "fflush", "stderr", "stdout", "__printf_chk", "__fprintf_chk", "__sprintf_chk", "__snprintf_chk", "__vsnprintf_chk", "__vfprintf_chk", "__memcpy_chk", "__memmove_chk", "__memset_chk", "__strcpy_chk", "__strcat_chk", "__stack_chk_fail", "__assert_fail", "__errno_location", "__tls_get_addr", "__gmon_start__", "__dso_handle", "__cxa_finalize", "pthread_once", "pthread_mutex_lock", "pthread_mutex_unlock", "pthread_key_create", "pthread_key_delete", "pthread_getspecific", "pthread_setspecific", "pthread_self", "__pthread_key_create", "getenv", "__dynamic_cast", "__libc_single_threaded", "__once_proxy", "__once_callable", "__once_call", "atexit", "_GLOBAL_OFFSET_TABLE_", "__isoc23_strtol", "__isoc23_strtoul", "__isoc23_strtoll", "__isoc23_strtoull"]
 )  # fmt: skip
 _LIBM = re.compile(
     r"^(?:sqrt|cbrt|exp|exp2|expm1|log|log2|log10|log1p|pow|sin|cos|tan|asin|acos|atan|atan2|sinh|cosh|tanh|erf|erfc"
@@ -70,24 +79,49 @@ _LIBM = re.compile(
 )
 
 
-def undefined_symbols(library: Path) -> list[str]:
-    """The undefined dynamic symbols of `library`, demangled, without version suffixes."""
+_NM_LINE = re.compile(r"^([0-9a-fA-F]*)\s+(\S) (.+)$")
+
+
+def _nm(path: Path, *flags: str) -> list[tuple[bool, str]]:
+    """(defined here, demangled name without version suffix) of each symbol `nm` lists."""
     nm = shutil.which("nm")
     if nm is None:
         raise FileNotFoundError("nm (binutils) is needed to check a built extension's symbols")
-    out = subprocess.run(
-        [nm, "-D", "--undefined-only", "-C", str(library)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    names = []
-    for line in out.splitlines():
-        parts = line.split(maxsplit=1)
-        if len(parts) == 2 and len(parts[0]) == 1:
-            names.append(parts[1].split("@", 1)[0].strip())
-    return names
+    out = subprocess.run([nm, *flags, "-C", str(path)], capture_output=True, text=True, timeout=60, check=True)
+    return [
+        (bool(m.group(1)), m.group(3).split("@", 1)[0].strip())
+        for m in map(_NM_LINE.match, out.stdout.splitlines())
+        if m
+    ]
+
+
+def undefined_symbols(path: Path) -> list[str]:
+    """The undefined symbols of a shared library (its dynamic ones) or of an object file."""
+    dynamic = ["-D"] if path.suffix == ".so" else []
+    return [name for _, name in _nm(path, *dynamic, "--undefined-only")]
+
+
+@functools.lru_cache(maxsize=4)
+def static_runtime_imports(cxx: str) -> frozenset[str]:
+    """What the C++ compiler's static runtime (its libstdc++.a) calls outside itself: the symbols
+    a toolchain that links the runtime into an extension leaves undefined in it."""
+    found = subprocess.run([cxx, "-print-file-name=libstdc++.a"], capture_output=True, text=True, timeout=60)
+    archive = Path(found.stdout.strip())
+    if found.returncode != 0 or not archive.is_absolute() or not archive.is_file():
+        return frozenset()
+    symbols = _nm(archive)
+    defined = {name for here, name in symbols if here}
+    return frozenset(name for here, name in symbols if not here and name not in defined)
+
+
+def loads_shared_runtime(library: Path) -> bool:
+    """Whether `library` loads the shared C++ runtime (libstdc++.so / libc++.so) rather than
+    carrying its own copy."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        raise FileNotFoundError("readelf (binutils) is needed to check a built extension's symbols")
+    out = subprocess.run([readelf, "-d", str(library)], capture_output=True, text=True, timeout=60, check=True)
+    return bool(re.search(r"\(NEEDED\).*\[lib(?:stdc|c)\+\+\.so", out.stdout))
 
 
 def _qualified_name(symbol: str) -> str:
@@ -131,12 +165,18 @@ def refused_symbols(symbols: Iterable[str]) -> list[str]:
     return sorted({f"{s} ({why})" for s in symbols if (why := why_refused(s)) is not None})
 
 
-def check_library(library: Path) -> Check | None:
-    """A rejecting Check naming the refused symbols of a built extension, or None."""
-    refused = refused_symbols(undefined_symbols(library))
+def check_build(library: Path, objects: Iterable[Path], cxx: str | None) -> Check | None:
+    """A rejecting Check naming the refused symbols of a build (its library, and the candidate's
+    objects it was linked from), or None. `cxx` is the compiler that linked it."""
+    refused = set()
+    for obj in objects:
+        refused.update(refused_symbols(undefined_symbols(obj)))
+    runtime = frozenset() if cxx is None or loads_shared_runtime(library) else static_runtime_imports(cxx)
+    refused.update(refused_symbols(s for s in undefined_symbols(library) if s not in runtime))
     if not refused:
         return None
-    shown = "; ".join(refused[:8]) + (f"; and {len(refused) - 8} more" if len(refused) > 8 else "")
+    ordered = sorted(refused)
+    shown = "; ".join(ordered[:8]) + (f"; and {len(ordered) - 8} more" if len(ordered) > 8 else "")
     return Check(
         CHECK_ID,
         "Your built extension calls functions outside what a kernel extension may use (torch/ATen "

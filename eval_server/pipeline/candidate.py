@@ -101,7 +101,7 @@ def cuda_compile_phase(request: EvalRequest, ctx: EvalContext, result: EvalResul
         raise Stop
     for key in report.keys:  # before anything of them is loaded: their constructors are native code
         for library in cuda_backend.libraries(cache / key):
-            check = cuda_symbols.check_library(library)
+            check = cuda_symbols.check_build(library, cuda_backend.objects(cache / key), cuda_backend.cxx())
             if check is not None:
                 result.checks.append(check)
                 result.status = STATUS_REJECTED

@@ -174,7 +174,8 @@ def nvcc_path() -> str | None:
     return shutil.which("nvcc")
 
 
-def _cxx() -> str | None:
+def cxx() -> str | None:
+    """The C++ compiler torch builds and links extensions with."""
     return shutil.which(os.environ.get("CXX", "c++"))
 
 
@@ -182,14 +183,14 @@ def toolchain_problem(build: bool) -> str | None:
     """Why this worker cannot compile CUDA candidates (None when it can)."""
     if nvcc_path() is None:
         return "no CUDA compiler (nvcc) on this worker"
-    if _cxx() is None:
+    if cxx() is None:
         return "no C++ host compiler on this worker"
     if build and torch.version.cuda is None:
         return "this worker's torch is a CPU build: it cannot build CUDA extensions"
     if build and shutil.which("ninja") is None:
         return "ninja is not installed on this worker (torch builds extensions with it)"
-    if build and shutil.which("nm") is None:
-        return "nm (binutils) is not installed on this worker (built extensions' symbols are checked with it)"
+    if build and not (shutil.which("nm") and shutil.which("readelf")):
+        return "binutils (nm, readelf) is not installed on this worker (built extensions' symbols are checked with it)"
     return None
 
 
@@ -323,7 +324,7 @@ def _shim_include(build_dir: Path) -> list[str]:
 
 
 def _check_commands(call: InlineCall, files: dict[str, str], build_dir: Path) -> list[list[str]]:
-    nvcc, cxx = nvcc_path(), _cxx()
+    nvcc, cxx = nvcc_path(), cxx()
     assert nvcc is not None and cxx is not None
     cuda_include = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "include")
     dirs = [*bind().include_paths(), *_shim_include(build_dir), sysconfig.get_paths()["include"]]
@@ -535,6 +536,11 @@ def _compile_one(
 def libraries(build_dir: Path) -> list[Path]:
     """The shared libraries a build left in `build_dir`."""
     return sorted(build_dir.glob("*.so"))
+
+
+def objects(build_dir: Path) -> list[Path]:
+    """The object files a build compiled the candidate's sources into (what its library links)."""
+    return sorted(build_dir.glob("*.o"))
 
 
 def built(build_dir: Path) -> bool:
