@@ -87,7 +87,9 @@ def _nm(path: Path, *flags: str) -> list[tuple[bool, str]]:
     nm = shutil.which("nm")
     if nm is None:
         raise FileNotFoundError("nm (binutils) is needed to check a built extension's symbols")
-    out = subprocess.run([nm, *flags, "-C", str(path)], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [nm, *flags, "-C", str(path)], capture_output=True, text=True, timeout=60, check=True
+    )
     return [
         (bool(m.group(1)), m.group(3).split("@", 1)[0].strip())
         for m in map(_NM_LINE.match, out.stdout.splitlines())
@@ -120,7 +122,9 @@ def loads_shared_runtime(library: Path) -> bool:
     readelf = shutil.which("readelf")
     if readelf is None:
         raise FileNotFoundError("readelf (binutils) is needed to check a built extension's symbols")
-    out = subprocess.run([readelf, "-d", str(library)], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [readelf, "-d", str(library)], capture_output=True, text=True, timeout=60, check=True
+    )
     return bool(re.search(r"\(NEEDED\).*\[lib(?:stdc|c)\+\+\.so", out.stdout))
 
 

@@ -324,8 +324,8 @@ def _shim_include(build_dir: Path) -> list[str]:
 
 
 def _check_commands(call: InlineCall, files: dict[str, str], build_dir: Path) -> list[list[str]]:
-    nvcc, cxx = nvcc_path(), cxx()
-    assert nvcc is not None and cxx is not None
+    nvcc, compiler = nvcc_path(), cxx()
+    assert nvcc is not None and compiler is not None
     cuda_include = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "include")
     dirs = [*bind().include_paths(), *_shim_include(build_dir), sysconfig.get_paths()["include"]]
     includes = [f"-I{p}" for p in [*dirs, cuda_include]]
@@ -333,7 +333,9 @@ def _check_commands(call: InlineCall, files: dict[str, str], build_dir: Path) ->
     defines = [f"-DTORCH_EXTENSION_NAME={call.name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     cflags = [str(f) for f in call.arguments.get("extra_cflags") or []]
     cuda_cflags = [str(f) for f in call.arguments.get("extra_cuda_cflags") or []]
-    commands = [[cxx, "-fsyntax-only", "-w", "-std=c++20", "-fPIC", *includes, *defines, *cflags, "main.cpp"]]
+    commands = [
+        [compiler, "-fsyntax-only", "-w", "-std=c++20", "-fPIC", *includes, *defines, *cflags, "main.cpp"]
+    ]
     if "cuda.cu" in files:
         commands.append(
             [nvcc, "-c", "cuda.cu", "-o", "cuda.o", "-w", "-std=c++20", *bind().COMMON_NVCC_FLAGS]

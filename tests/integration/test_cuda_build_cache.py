@@ -136,7 +136,9 @@ def test_what_the_static_runtime_hides_in_the_library_is_refused_in_the_candidat
     if not cuda_symbols.static_runtime_imports(cxx or ""):
         pytest.skip("this compiler has no static libstdc++.a")
     in_library = cuda_symbols.refused_symbols(
-        s for s in cuda_symbols.undefined_symbols(library) if s not in cuda_symbols.static_runtime_imports(cxx)
+        s
+        for s in cuda_symbols.undefined_symbols(library)
+        if s not in cuda_symbols.static_runtime_imports(cxx)
     )
     assert not any("thread" in r for r in in_library), in_library
     check = cuda_symbols.check_build(library, cuda_backend.objects(build_dir), cxx)
