@@ -172,9 +172,9 @@ def refused_symbols(symbols: Iterable[str]) -> list[str]:
 def check_build(library: Path, objects: Iterable[Path], cxx: str | None) -> Check | None:
     """A rejecting Check naming the refused symbols of a build (its library, and the candidate's
     objects it was linked from), or None. `cxx` is the compiler that linked it."""
-    refused = set()
-    for obj in objects:
-        refused.update(refused_symbols(undefined_symbols(obj)))
+    symbols = [entry for obj in objects for entry in _nm(obj)]
+    defined = {name for here, name in symbols if here}  # one object calls another's function
+    refused = set(refused_symbols(name for here, name in symbols if not here and name not in defined))
     runtime = frozenset() if cxx is None or loads_shared_runtime(library) else static_runtime_imports(cxx)
     refused.update(refused_symbols(s for s in undefined_symbols(library) if s not in runtime))
     if not refused:
