@@ -169,14 +169,22 @@ def refused_symbols(symbols: Iterable[str]) -> list[str]:
     return sorted({f"{s} ({why})" for s in symbols if (why := why_refused(s)) is not None})
 
 
+def _refused_in_objects(objects: Iterable[Path]) -> set[str]:
+    symbols = [entry for obj in objects for entry in _nm(obj)]
+    defined = {name for here, name in symbols if here}  # one object calls another's function
+    return set(refused_symbols(name for here, name in symbols if not here and name not in defined))
+
+
 def check_build(library: Path, objects: Iterable[Path], cxx: str | None) -> Check | None:
     """A rejecting Check naming the refused symbols of a build (its library, and the candidate's
     objects it was linked from), or None. `cxx` is the compiler that linked it."""
-    symbols = [entry for obj in objects for entry in _nm(obj)]
-    defined = {name for here, name in symbols if here}  # one object calls another's function
-    refused = set(refused_symbols(name for here, name in symbols if not here and name not in defined))
+    refused = _refused_in_objects(objects)
     runtime = frozenset() if cxx is None or loads_shared_runtime(library) else static_runtime_imports(cxx)
     refused.update(refused_symbols(s for s in undefined_symbols(library) if s not in runtime))
+    return _rejection(refused)
+
+
+def _rejection(refused: set[str]) -> Check | None:
     if not refused:
         return None
     ordered = sorted(refused)
