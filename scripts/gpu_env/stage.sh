@@ -1,54 +1,185 @@
 #!/usr/bin/env bash
 # Offline Python environment for the GPU machines (no package index there).
 #
-#   scripts/gpu_env/stage.sh download [LOCK] [DIR]   # here, with PyPI: cp312 manylinux wheels -> DIR
+#   scripts/gpu_env/stage.sh download [LOCK] [DIR]    # here, with PyPI: the lock's cp312 wheels -> DIR
+#   scripts/gpu_env/stage.sh patch    [LOCK] [DIR]    # (part of download) slime's patches into DIR's wheels
+#   scripts/gpu_env/stage.sh pack     [DIR] [PARTS]   # DIR -> PARTS/stage.tar.NN (<= 58 MB each) + SHA256SUMS
+#   scripts/gpu_env/stage.sh unpack   [PARTS] [DIR]   # there: the pieces, checked, back into DIR
 #   scripts/gpu_env/stage.sh install  [LOCK] [DIR] [TARGET]
 #                                                     # there, offline: the lock's packages the machine
 #                                                     # lacks, from DIR into TARGET; prints the export
+#   scripts/gpu_env/stage.sh check    [LOCK]          # there: imports the lock's `#import` modules
 #
 # Defaults: LOCK scripts/gpu_env/eval-tests.lock, DIR .whl (ignored by git; carry it to the
-# machine), TARGET $GPU_ENV_SITE, else site/ in the temporary directory ($TMPDIR).
+# machine), PARTS .whl-parts, TARGET $GPU_ENV_SITE, else site/ in the temporary directory ($TMPDIR).
 # Use: eval "$(scripts/gpu_env/stage.sh install)" && pytest -m gpu ...
+#
+# A lock has one `name==version` per line; a comment after the pin says how it is staged:
+#   # sdist         no wheel is published: built here into a wheel (pure Python)
+#   # build-there   built on the GPU machine against its torch and CUDA (pip wheel --no-build-isolation)
+#   # slime-patch   the wheel gets slime's patches of this package (slime's docker/patch/latest/,
+#                   in its Dockerfile's order; slime's source from $SLIME_DIR, else third_party/slime)
+# and `#import a.b c` lines name the modules `check` imports.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 cmd="${1:-}"
-lock="${2:-${here}/eval-tests.lock}"
-dir="${3:-.whl}"
-target="${4:-${GPU_ENV_SITE:-${TMPDIR:-/tmp}/site}}"
 py="${PYTHON:-python3}"
+PIECE_BYTES="${PIECE_BYTES:-58000000}"     # the device's carry limit is 64 MiB per call
+SLIME_PATCHES=(sglang.patch sglang-top_p.patch sglang-release_hicache.patch sglang-pull_weights.patch
+  sglang-deterministic.patch)               # slime's Dockerfile applies them in this order
 
-pins() { grep -Ev '^[[:space:]]*(#|$)' "${lock}"; }
+info() { printf '[stage] %s\n' "$*" >&2; }
+die() {
+  printf '[stage] ERROR: %s\n' "$*" >&2
+  exit 1
+}
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# `name==version marker` for each pin of the lock (marker empty, sdist, build-there or slime-patch).
+pins() {
+  grep -Ev '^[[:space:]]*(#|$)' "${lock}" | while read -r pin rest; do
+    marker="$(sed -nE 's/^#[[:space:]]*(sdist|build-there|slime-patch).*/\1/p' <<<"${rest}")"
+    printf '%s %s\n' "${pin}" "${marker:-wheel}"
+  done
+}
+check_lock() {  # in this shell: a bad line stops the command (pins runs in a subshell)
+  [[ -f "${lock}" ]] || die "no lock file ${lock}"
+  local bad
+  bad="$(grep -Ev '^[[:space:]]*(#|$)' "${lock}" | grep -Ev '^[A-Za-z0-9][A-Za-z0-9._-]*(\[[a-z,]+\])?==[^[:space:]]+([[:space:]]+#[[:space:]]*(sdist|build-there|slime-patch)\b.*)?[[:space:]]*$' || true)"
+  [[ -z "${bad}" ]] || die "${lock}: cannot read: ${bad}"
+}
+pins_with() { pins | awk -v m="$1" '$2 == m {print $1}'; }
+name_of() { local n="${1%%==*}"; tr 'A-Z_.' 'a-z--' <<<"${n}"; }
+# The distribution's file-name form (PEP 427/625: lower case, runs of -_. as _).
+file_name_of() { sed -E 's/[-_.]+/_/g' <<<"$(name_of "$1")"; }
+
+# Apply slime's patches to a downloaded wheel of `pin`, repacked with a build tag (same version,
+# so pins on it still match) in place of the original.
+slime_patch() {
+  local pin="$1" wheel src work unpacked applied=0
+  src="${SLIME_DIR:-${repo}/third_party/slime}/docker/patch/latest"
+  [[ -d "${src}" ]] || die "slime's patches are not at ${src}: set SLIME_DIR (scripts/fetch_upstream.sh fetches slime)"
+  wheel="$(find "${dir}" -maxdepth 1 -iname "$(file_name_of "${pin}")-${pin##*==}-*.whl" ! -name '*-1slime-*' | head -1)"
+  [[ -n "${wheel}" ]] || { info "${pin}: already patched"; return; }
+  work="$(mktemp -d)"
+  "${py}" -m wheel unpack -d "${work}" "${wheel}" >/dev/null
+  unpacked="$(find "${work}" -mindepth 1 -maxdepth 1 -type d | head -1)"
+  for patch in "${SLIME_PATCHES[@]}"; do
+    [[ -f "${src}/${patch}" ]] || continue
+    # The patches are against the repository; the wheel holds its python/ directory.
+    git -C "${unpacked}" apply -p2 --include='sglang/*' "${src}/${patch}" \
+      || die "slime's ${patch} does not apply to ${wheel##*/}"
+    applied=$((applied + 1))
+  done
+  ((applied)) || die "none of slime's ${SLIME_PATCHES[*]} is in ${src}"
+  "${py}" -m wheel pack --build-number 1slime -d "${dir}" "${unpacked}" >/dev/null
+  rm -rf "${work}" "${wheel}"
+  info "${pin}: ${applied} of slime's patches applied"
+}
 
 case "${cmd}" in
   download)
+    lock="${2:-${here}/eval-tests.lock}"
+    dir="${3:-.whl}"
+    check_lock
     mkdir -p "${dir}"
-    # --platform is matched exactly: the list covers the manylinux tags these wheels use.
-    # shellcheck disable=SC2046
-    "${py}" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-      --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 -d "${dir}" $(pins)
-    echo "wheels in ${dir}: $(find "${dir}" -name '*.whl' | wc -l)" >&2
+    mapfile -t wheels < <(pins_with wheel; pins_with slime-patch)
+    mapfile -t sdists < <(pins_with sdist; pins_with build-there)
+    if ((${#wheels[@]})); then
+      # --platform is matched exactly: the list covers the manylinux tags these wheels use.
+      "${py}" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
+        --platform linux_x86_64 -d "${dir}" "${wheels[@]}"
+    fi
+    for pin in $(pins_with sdist); do  # pure Python: a wheel built here installs there
+      "${py}" -m pip wheel -q --no-deps --no-binary=:all: -w "${dir}" "${pin}"
+    done
+    for pin in $(pins_with build-there); do
+      "${py}" -m pip download -q --no-deps --no-binary=:all: -d "${dir}" "${pin}"
+    done
+    for pin in $(pins_with slime-patch); do slime_patch "${pin}"; done
+    info "in ${dir}: $(find "${dir}" -name '*.whl' | wc -l) wheels, ${#sdists[@]} source distributions"
+    ;;
+  patch)
+    lock="${2:-${here}/eval-tests.lock}"
+    dir="${3:-.whl}"
+    check_lock
+    for pin in $(pins_with slime-patch); do slime_patch "${pin}"; done
+    ;;
+  pack)
+    dir="${2:-.whl}"
+    parts="${3:-.whl-parts}"
+    [[ -d "${dir}" ]] || die "no ${dir}: run download first"
+    mkdir -p "${parts}"
+    rm -f "${parts}"/stage.tar.* "${parts}/SHA256SUMS"
+    tar -C "${dir}" -cf - . | split -b "${PIECE_BYTES}" -d -a 2 - "${parts}/stage.tar."
+    (cd "${parts}" && sha256sum stage.tar.* >SHA256SUMS)
+    info "${parts}: $(find "${parts}" -name 'stage.tar.*' | wc -l) pieces of at most ${PIECE_BYTES} bytes"
+    ;;
+  unpack)
+    parts="${2:-.whl-parts}"
+    dir="${3:-.whl}"
+    [[ -f "${parts}/SHA256SUMS" ]] || die "no ${parts}/SHA256SUMS: carry the pieces and their SHA256SUMS"
+    (cd "${parts}" && sha256sum --quiet -c SHA256SUMS) || die "a piece in ${parts} is missing or damaged"
+    mkdir -p "${dir}"
+    cat "${parts}"/stage.tar.* | tar -C "${dir}" -xf -
+    info "${dir}: $(find "${dir}" -name '*.whl' | wc -l) wheels"
     ;;
   install)
-    missing=()
-    while read -r pin; do
-      "${py}" -m pip show -q "${pin%%==*}" >/dev/null 2>&1 || missing+=("${pin}")
+    lock="${2:-${here}/eval-tests.lock}"
+    dir="${3:-.whl}"
+    target="${4:-${GPU_ENV_SITE:-${TMPDIR:-/tmp}/site}}"
+    check_lock
+    present() { "${py}" -m pip show -q "$1" >/dev/null 2>&1 || PYTHONPATH="${target}" "${py}" -m pip show -q "$1" >/dev/null 2>&1; }
+    put() { "${py}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --find-links "${dir}" "$@" \
+      --target "${target}" >&2; }
+    wheels=() sources=()
+    while read -r pin marker; do
+      present "${pin%%==*}" && continue
+      if [[ "${marker}" == build-there ]]; then sources+=("${pin}"); else wheels+=("${pin}"); fi
     done < <(pins)
-    if ((${#missing[@]})); then
-      "${py}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --find-links "${dir}" \
-        --target "${target}" "${missing[@]}" >&2
-      echo "installed to ${target}: ${missing[*]}" >&2
+    ((${#wheels[@]})) && put "${wheels[@]}"
+    for pin in "${sources[@]}"; do  # after the wheels: built against the machine's torch and them
+      sdist="$(find "${dir}" -maxdepth 1 -iname "$(file_name_of "${pin}")-${pin##*==}.tar.gz" | head -1)"
+      [[ -n "${sdist}" ]] || die "no source distribution of ${pin} in ${dir}"
+      info "building ${pin} on this machine (minutes)"
+      built="$(mktemp -d)"
+      PYTHONPATH="${target}${PYTHONPATH:+:${PYTHONPATH}}" "${py}" -m pip wheel -q --no-deps --no-index \
+        --no-build-isolation -w "${built}" "${sdist}" >&2
+      put --find-links "${built}" "${pin}"
+      rm -rf "${built}"
+    done
+    if ((${#wheels[@]} + ${#sources[@]})); then
+      info "installed to ${target}: ${wheels[*]} ${sources[*]}"
     else
-      echo "nothing missing" >&2
+      info "nothing missing"
     fi
     # The checkout on the path too, as the image's editable install does: the eval workers and
     # the servers start from other working directories.
     echo "export PYTHONPATH=${target}:${repo}\${PYTHONPATH:+:\${PYTHONPATH}}"
     ;;
-  *)
-    sed -n '2,9p' "$0" >&2
-    exit 2
+  check)
+    lock="${2:-${here}/eval-tests.lock}"
+    read -ra modules <<<"$(sed -nE 's/^#import[[:space:]]+//p' "${lock}" | tr -s ' \n' ' ')"
+    ((${#modules[@]})) || die "${lock} names no #import modules"
+    "${py}" - "${modules[@]}" <<'EOF'
+import importlib, sys, time
+failed = []
+for name in sys.argv[1:]:
+    t0 = time.perf_counter()
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # each failure reported, all modules tried
+        failed.append(f"{name}: {type(exc).__name__}: {exc}")
+print(("import check: all %d modules import" % (len(sys.argv) - 1)) if not failed else "import check FAILED:\n  " + "\n  ".join(failed))
+sys.exit(1 if failed else 0)
+EOF
     ;;
+  *) usage ;;
 esac
