@@ -136,14 +136,24 @@ case "${cmd}" in
     dir="${3:-.whl}"
     target="${4:-${GPU_ENV_SITE:-${TMPDIR:-/tmp}/site}}"
     check_lock
-    present() { "${py}" -m pip show -q "$1" >/dev/null 2>&1 || PYTHONPATH="${target}" "${py}" -m pip show -q "$1" >/dev/null 2>&1; }
     put() { "${py}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --find-links "${dir}" "$@" \
       --target "${target}" >&2; }
     wheels=() sources=()
-    while read -r pin marker; do
-      present "${pin%%==*}" && continue
+    while read -r pin marker; do  # pins whose version neither the machine nor TARGET has
       if [[ "${marker}" == build-there ]]; then sources+=("${pin}"); else wheels+=("${pin}"); fi
-    done < <(pins)
+    done < <(pins | PYTHONPATH="${target}${PYTHONPATH:+:${PYTHONPATH}}" "${py}" -c '
+import sys
+from importlib import metadata
+for line in sys.stdin:
+    pin, marker = line.split()
+    name, version = pin.split("==")
+    try:
+        have = metadata.version(name.split("[")[0])
+    except metadata.PackageNotFoundError:
+        have = None
+    if have != version:
+        print(pin, marker)
+')
     ((${#wheels[@]})) && put "${wheels[@]}"
     for pin in "${sources[@]}"; do  # after the wheels: built against the machine's torch and them
       sdist="$(find "${dir}" -maxdepth 1 -iname "$(file_name_of "${pin}")-${pin##*==}.tar.gz" | head -1)"

@@ -136,3 +136,19 @@ def test_the_import_check_names_every_module_that_fails(tmp_path: Path) -> None:
     res = _stage("check", lock)
     assert res.returncode == 1
     assert "no_such_module_here" in res.stdout and "also_missing" in res.stdout and "json:" not in res.stdout
+
+
+def test_install_takes_only_the_pins_whose_version_is_not_there(tmp_path: Path) -> None:
+    from importlib import metadata
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _tiny_wheel(wheels, name="pytest", version="0.0.1")  # another version than the one running this
+    lock = tmp_path / "t.lock"
+    lock.write_text(f"pytest=={metadata.version('pytest')}\n")
+    res = _stage("install", lock, wheels, tmp_path / "site")
+    assert res.returncode == 0 and "nothing missing" in res.stderr, res.stderr
+    lock.write_text("pytest==0.0.1\n")
+    res = _stage("install", lock, wheels, tmp_path / "site")
+    assert res.returncode == 0 and "installed to" in res.stderr, res.stderr
+    assert (tmp_path / "site" / "pytest-0.0.1.dist-info").is_dir()
