@@ -58,12 +58,41 @@ name_of() { local n="${1%%==*}"; tr 'A-Z_.' 'a-z--' <<<"${n}"; }
 # The distribution's file-name form (PEP 427/625: lower case, runs of -_. as _).
 file_name_of() { sed -E 's/[-_.]+/_/g' <<<"$(name_of "$1")"; }
 
+# The source distribution of `pin` into DIR as published (pip download would build its metadata,
+# which for a torch extension means torch and its build requirements here).
+fetch_sdist() {
+  "${py}" - "$1" "${dir}" "${PIP_INDEX_URL:-https://pypi.org/simple}" <<'EOF'
+import hashlib, json, sys, urllib.request
+from pathlib import Path
+pin, dest, index = sys.argv[1:]
+name, version = pin.split("==")
+norm = name.lower().replace("_", "-").replace(".", "-")
+req = urllib.request.Request(f"{index.rstrip('/')}/{norm}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+files = json.load(urllib.request.urlopen(req, timeout=120))["files"]
+names = {f"{norm}-{version}.tar.gz", f"{norm.replace('-', '_')}-{version}.tar.gz"}
+wanted = min(names)
+found = [f for f in files if f["filename"].lower() in names]
+if not found:
+    sys.exit(f"[stage] ERROR: no source distribution {wanted} at {index}")
+data = urllib.request.urlopen(found[0]["url"], timeout=600).read()
+want = found[0].get("hashes", {}).get("sha256")
+if want and hashlib.sha256(data).hexdigest() != want:
+    sys.exit(f"[stage] ERROR: {found[0]['filename']} does not match its published sha256")
+out = Path(dest) / found[0]["filename"]
+part = out.with_name(out.name + ".part")
+part.write_bytes(data)
+part.rename(out)
+print(f"[stage] {pin}: source distribution {out.name}", file=sys.stderr)
+EOF
+}
+
 # Apply slime's patches to a downloaded wheel of `pin`, repacked with a build tag (same version,
 # so pins on it still match) in place of the original.
 slime_patch() {
   local pin="$1" wheel src work unpacked applied=0
   src="${SLIME_DIR:-${repo}/third_party/slime}/docker/patch/latest"
   [[ -d "${src}" ]] || die "slime's patches are not at ${src}: set SLIME_DIR (scripts/fetch_upstream.sh fetches slime)"
+  src="$(cd "${src}" && pwd)"  # git -C below runs elsewhere
   wheel="$(find "${dir}" -maxdepth 1 -iname "$(file_name_of "${pin}")-${pin##*==}-*.whl" ! -name '*-1slime-*' | head -1)"
   [[ -n "${wheel}" ]] || { info "${pin}: already patched"; return; }
   work="$(mktemp -d)"
@@ -100,9 +129,7 @@ case "${cmd}" in
     for pin in $(pins_with sdist); do  # pure Python: a wheel built here installs there
       "${py}" -m pip wheel -q --no-deps --no-binary=:all: -w "${dir}" "${pin}"
     done
-    for pin in $(pins_with build-there); do
-      "${py}" -m pip download -q --no-deps --no-binary=:all: -d "${dir}" "${pin}"
-    done
+    for pin in $(pins_with build-there); do fetch_sdist "${pin}"; done
     for pin in $(pins_with slime-patch); do slime_patch "${pin}"; done
     info "in ${dir}: $(find "${dir}" -name '*.whl' | wc -l) wheels, ${#sdists[@]} source distributions"
     ;;
