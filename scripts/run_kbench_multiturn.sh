@@ -47,7 +47,7 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${TRAIN_ENTRY:=train.py}"   # train_async.py overlaps rollout and training (not with COLOCATE=1)
 : "${MODE:=buffer}"            # buffer | in_slime (docs/SLIME_PLUGINS.md)
 : "${TRAIN_ONLY:=0}"           # 1: slime --debug-train-only
-: "${CREDIT:=}"                # trajectory | per_turn: the run recipe's episode.reward.credit
+: "${CREDIT:=}"                # trajectory | per_turn | trloo: the run recipe's episode.reward.credit
 : "${RECIPE_SET:=}"            # more KEY=VALUE words for the run recipe (tools.run_recipe --set)
 # Weights that sampled rollout N: N with train.py, N-1 with train_async.py (one step behind).
 if [[ "${TRAIN_ENTRY}" == train_async.py ]]; then POLICY_VERSION_LAG=1; else POLICY_VERSION_LAG=0; fi

@@ -51,6 +51,7 @@ from slime_ext.clients.sglang_client import SGLangClient, SGLangError
 from slime_ext.rollout.chat import ChatRenderer
 from slime_ext.rollout.episode import Episode, EpisodeConfig, episode_to_samples_per_turn, run_episode
 from slime_ext.rollout.problems import PromptRecord, load_prompt_records
+from slime_ext.rollout.rewards import per_turn_samples
 from slime_ext.trajectory.record import STATUS_ABORTED, STATUS_COMPLETED, TrajectoryRecord
 
 __all__ = ["AgentRunner", "EpisodeFn", "RunnerError", "episode_records", "load_tokenizer"]
@@ -106,7 +107,7 @@ def episode_records(
         "timing": {k: round(v, 4) for k, v in ep.timing.items()},
         **extra,
     }
-    if ep.credit != "per_turn":
+    if not per_turn_samples(ep.credit):
         record = TrajectoryRecord(
             uid=record_uid(run_id, task.epoch, iid, sample, None),
             instance_id=iid,

@@ -19,6 +19,9 @@ default the warning changes nothing; lower it, e.g. to 0, to distrust such speed
 Returns with discount `gamma` (default 0.4, the Kevin-32B value):
 - `trajectory` credit: one number per episode, R = sum_t gamma^t r_t (= G_0).
 - `per_turn` credit: every turn is its own sample with G_t = sum_{k>=t} gamma^(k-t) r_k.
+- `trloo` credit: the samples of `per_turn`; the advantage of turn t is G_t minus the mean G_t of
+  the prompt's other trajectories at turn t (turn-level REINFORCE leave-one-out, Dr. Kernel,
+  arXiv 2602.05885), computed by the reward post-process (slime_plugins/reward_post.py).
 
 Early stop (default): stop the episode after a turn that is correct with speedup >= 2.0. On CPU
 (no timing, speedup null) it never triggers unless `early_stop_min_speedup` is None, which stops
@@ -37,6 +40,7 @@ __all__ = [
     "EXCESSIVE_SPEEDUP_CHECK",
     "RewardConfig",
     "discounted_returns",
+    "per_turn_samples",
     "episode_returns",
     "is_rejected",
     "should_stop",
@@ -45,7 +49,7 @@ __all__ = [
 ]
 
 EXCESSIVE_SPEEDUP_CHECK = "runtime.excessive_speedup"
-CREDIT_MODES = ("trajectory", "per_turn")
+CREDIT_MODES = ("trajectory", "per_turn", "trloo")
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class RewardConfig:
     # Statuses that earn `compiled` when result.compiled is true and the result is not correct.
     compiled_statuses: tuple[str, ...] = (STATUS_INCORRECT, STATUS_RUNTIME_ERROR)
     gamma: float = 0.4
-    credit: str = "trajectory"  # "trajectory" | "per_turn"
+    credit: str = "trajectory"  # "trajectory" | "per_turn" | "trloo"
     early_stop_on_correct: bool = True
     early_stop_min_speedup: float | None = 2.0  # None: any correct turn stops the episode
 
@@ -70,6 +74,11 @@ class RewardConfig:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if self.max_speedup_bonus < 0 or self.excessive_speedup_bonus_cap < 0:
             raise ValueError("speedup bonus caps must be >= 0")
+
+
+def per_turn_samples(credit: str) -> bool:
+    """Whether a credit mode trains one sample per turn (per_turn, trloo) rather than one per episode."""
+    return credit != "trajectory"
 
 
 def is_rejected(result: EvalResult) -> bool:
@@ -128,7 +137,7 @@ def trajectory_return(rewards: Sequence[float], gamma: float) -> float:
 
 
 def episode_returns(rewards: Sequence[float], config: RewardConfig | None = None) -> list[float]:
-    """What each training sample gets: [R] in trajectory mode, [G_0, ..., G_{T-1}] in per_turn."""
+    """What each training sample gets: [R] in trajectory mode, [G_0, ..., G_{T-1}] per turn."""
     config = config or RewardConfig()
     if config.credit == "trajectory":
         return [trajectory_return(rewards, config.gamma)]

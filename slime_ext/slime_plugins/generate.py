@@ -23,6 +23,7 @@ import asyncio
 import logging
 from typing import Any
 
+from slime_ext.rollout.rewards import per_turn_samples
 from slime_ext.slime_plugins.config import episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, problem_index, problem_info, run_problem
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
@@ -60,9 +61,9 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
         )
     cfg = plugin_config(args)
     episode = episode_config(args)
-    if not evaluation and episode.reward.credit == "per_turn" and needs_group_hook(args):
+    if not evaluation and per_turn_samples(episode.reward.credit) and needs_group_hook(args):
         raise ValueError(
-            "per_turn credit returns several samples per prompt sample; slime's default reward "
+            f"{episode.reward.credit} credit returns several samples per prompt sample; slime's default reward "
             f"normalisation would then treat the whole batch as one group: add --custom-reward-post-process-path "
             f"{HOOK_PATH}"
         )

@@ -19,6 +19,17 @@ trajectories of one prompt form one group) and otherwise applies slime's arithme
 One deliberate difference: samples marked `remove_sample` (aborted episodes) are left out of their
 group's mean and std and get 0.0; slime would count their placeholder reward 0 in the statistics.
 On uniform groups without removed samples the result equals slime's (tested).
+
+With `trloo` credit (the run recipe's `episode.reward.credit`) the same estimators get turn-level
+REINFORCE leave-one-out advantages instead (Dr. Kernel, arXiv 2602.05885): a turn sample's
+reward G_t minus the mean G_t of the *other* trajectories of its prompt that reached turn t. The
+group mean of GRPO includes the sample itself, which shrinks every advantage by (n-1)/n and
+couples it to its own return; leave-one-out does not, and comparing at the same turn keeps an
+episode that stopped early (early stop, max turns) out of the later turns' baselines. A turn
+that no other trajectory of the prompt reached has no baseline and gets 0.0, as a group of one
+does above; no std division (RLOO's estimator is unscaled, so the std flags do not apply).
+The trajectory of a sample is its `index` (fan-out siblings share it), its turn
+`metadata["kernel_rl"]["turn"]` (slime_plugins/samples.py).
 """
 
 from __future__ import annotations
@@ -27,8 +38,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from slime_ext.slime_plugins.config import episode_config
+from slime_ext.slime_plugins.samples import METADATA_KEY
+
 __all__ = [
     "HOOK_PATH",
+    "leave_one_out_by_turn",
     "NORMALISED_ESTIMATORS",
     "STD_ESTIMATORS",
     "needs_group_hook",
@@ -71,6 +86,36 @@ def normalise_groups(
     return out
 
 
+def leave_one_out_by_turn(
+    rewards: Sequence[float], groups: Sequence[Any], turns: Sequence[int], keep: Sequence[bool]
+) -> list[float]:
+    """TRLOO advantages: r_i - mean(r_j : j != i kept, same group, same turn); 0.0 where no other
+    sample of the group has that turn, and for samples not kept."""
+    members: dict[tuple[Any, int], list[int]] = {}
+    for i, (g, t, k) in enumerate(zip(groups, turns, keep, strict=True)):
+        if k:
+            members.setdefault((g, t), []).append(i)
+    out = [0.0] * len(rewards)
+    for idx in members.values():
+        if len(idx) < 2:
+            continue
+        total = sum(float(rewards[i]) for i in idx)
+        for i in idx:
+            out[i] = float(rewards[i]) - (total - float(rewards[i])) / (len(idx) - 1)
+    return out
+
+
+def _turn(sample: Any) -> int:
+    summary = (sample.metadata or {}).get(METADATA_KEY) or {}
+    turn = summary.get("turn")
+    if not isinstance(turn, int):
+        raise ValueError(
+            f"sample {sample.index} has no metadata[{METADATA_KEY!r}]['turn']: trloo credit needs the turn "
+            "samples of slime_ext's rollout (buffer or in-slime mode)"
+        )
+    return turn
+
+
 def post_process(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
     """slime's hook: (raw_rewards, rewards) for the flat list of samples."""
     raw = [float(s.get_reward_value(args)) for s in samples]
@@ -82,6 +127,10 @@ def post_process(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[f
         raise ValueError(
             f"samples at positions {missing[:10]} have no group_index: cannot normalise by prompt group"
         )
-    divide = estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True)
     keep = [not s.remove_sample for s in samples]
-    return raw, normalise_groups(raw, [s.group_index for s in samples], keep, divide_by_std=divide)
+    groups = [s.group_index for s in samples]
+    if episode_config(args).reward.credit == "trloo":
+        turns = [_turn(s) if k else -1 for s, k in zip(samples, keep, strict=True)]  # removed: no turn needed
+        return raw, leave_one_out_by_turn(raw, groups, turns, keep)
+    divide = estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True)
+    return raw, normalise_groups(raw, groups, keep, divide_by_std=divide)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slime_ext.rollout.problems import PromptRecord, load_prompt_records
+from slime_ext.rollout.rewards import per_turn_samples
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
 from slime_ext.slime_plugins.config import PluginConfig, episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, run_problem
@@ -107,7 +108,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     if evaluation:
         return evaluate(args, rollout_id, cfg)
     credit = episode_config(args).reward.credit
-    per_turn = credit == "per_turn"
+    per_turn = per_turn_samples(credit)
     if per_turn:
         _check_group_shape(args, "", 0, per_turn=True)
     need = int(args.rollout_batch_size)
@@ -163,7 +164,9 @@ def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: 
                 samples, index = group_to_samples(
                     recs, credit=credit, group_index=st.next_group_index + g, first_index=index
                 )
-                _check_group_shape(args, group["instance_id"], len(samples), per_turn=credit == "per_turn")
+                _check_group_shape(
+                    args, group["instance_id"], len(samples), per_turn=per_turn_samples(credit)
+                )
                 converted.append(samples)
                 staleness += [version - r.policy_version for r in recs]
                 records += len(recs)

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slime_ext.rollout.episode import Episode, episode_to_samples_per_turn
+from slime_ext.rollout.rewards import per_turn_samples
 from slime_ext.slime_plugins.slime_api import sample_class
 from slime_ext.trajectory.record import STATUS_ABORTED, STATUS_COMPLETED, STATUS_TRUNCATED, TrajectoryRecord
 
@@ -242,7 +243,7 @@ def group_to_samples(
     out: list[Any] = []
     index = first_index
     for key, recs in trajectories.items():
-        if credit == "per_turn":
+        if per_turn_samples(credit):
             recs = sorted(recs, key=lambda r: r.sample_index)
             out.append(
                 [
@@ -292,7 +293,7 @@ def episode_samples(
     """
     if base_sample.rollout_id is None:
         base_sample.rollout_id = base_sample.index
-    if credit != "per_turn" or ep.status == STATUS_ABORTED or not ep.turns:
+    if not per_turn_samples(credit) or ep.status == STATUS_ABORTED or not ep.turns:
         sample = fill_sample(
             base_sample,
             prompt_ids=ep.prompt_ids,
@@ -305,7 +306,7 @@ def episode_samples(
             metadata=_episode_metadata(ep, info, None),
             evaluation=evaluation,
         )
-        return [sample] if credit == "per_turn" else sample
+        return [sample] if per_turn_samples(credit) else sample
     per_turn = episode_to_samples_per_turn(ep)
     # copies before the base is filled: siblings keep its identity (index, group, rollout_id, ...)
     targets = [base_sample] + [copy.deepcopy(base_sample) for _ in per_turn[1:]]

@@ -208,3 +208,49 @@ def test_per_turn_fan_out_through_slime(buffer_url: str, tmp_path: Path, logged:
     assert sorted(part) == list(range(8))  # all four rollouts in the one step of global batch 4
     for j, adv in zip(part, advantages, strict=True):
         assert torch.allclose(adv, torch.full((5,), expected[j]), atol=1e-6)
+
+
+def test_trloo_through_slime(buffer_url: str, tmp_path: Path, logged: list) -> None:
+    """trloo credit (Dr. Kernel's turn-level leave-one-out): the same fan-out as per_turn, and our
+    post-process gives each turn the return minus the other trajectory's return at that turn; a
+    trajectory that stopped after its first turn leaves the later turns without a baseline (0).
+    slime's compute_advantages_and_returns hands exactly that to every response token."""
+    version = next(_versions)
+
+    def turn(iid: str, ep: str, k: int, ret: float) -> dict[str, Any]:
+        meta = {"level": 2, TRAJECTORY_KEY: ep}
+        return trajectory_dict(f"{ep}-t{k}", iid, ret, version, sample_index=k, metadata=meta)
+
+    returns = {
+        ("u", "r1"): [0.2, 0.5, 0.3],
+        ("u", "r2"): [2.3],  # correct and fast at once: early stop
+        ("v", "r3"): [0.1, 0.3],
+        ("v", "r4"): [0.0, 1.3],
+    }
+    post_trajectories(
+        buffer_url, [turn(iid, ep, k, r) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)]
+    )
+    args = _args(tmp_path, buffer_url, credit="trloo", batch=2, n=2, gbs=4)
+    mgr = rollout_manager(args)
+    data, _ = mgr._get_rollout_data(rollout_id=version)
+    assert len(data) == 8
+
+    train = mgr._convert_samples_to_train_data(data)
+    by_turn = {(s.label, s.metadata["kernel_rl"]["turn"], s.index): s.reward for s in data}
+    expected = []
+    for s in data:
+        t = s.metadata["kernel_rl"]["turn"]
+        others = [
+            r for (label, tt, idx), r in by_turn.items() if label == s.label and tt == t and idx != s.index
+        ]
+        expected.append(s.reward - sum(others) / len(others) if others else 0.0)
+    assert sorted(round(e, 6) for e in expected) == sorted(
+        round(e, 6) for e in [0.2 - 2.3, 0.0, 0.0, 2.3 - 0.2, 0.1 - 0.0, 0.3 - 1.3, 0.0 - 0.1, 1.3 - 0.3]
+    )
+    assert train["rewards"] == pytest.approx(expected, abs=1e-6)
+    assert train["raw_reward"] == [s.reward for s in data]
+
+    (part,), advantages = _advantages(args, train)
+    assert sorted(part) == list(range(8))
+    for j, adv in zip(part, advantages, strict=True):
+        assert torch.allclose(adv, torch.full((5,), expected[j]), atol=1e-6)

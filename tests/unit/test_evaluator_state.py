@@ -38,6 +38,8 @@ REVIEWED = {
     "setting a persisting window needs ctypes or cuda-python (static rules, audit hook)",
     ("eval_server.pipeline.cuda_backend", "_BOUND"): "the real load_inline, bound before the candidate's "
     "import; what it loads is a build whose symbols were checked before (static.cuda_symbols)",
+    ("eval_server.checks.cuda_symbols", "static_runtime_imports"): "a cache of the compiler's runtime "
+    "archive; the symbol check runs in the evaluation process before the candidate is imported there",
     ("eval_server.pipeline.timing", "_cycles_per_ms"): "sizes the GPU delay before each trial: a wrong "
     "value lengthens or shortens the lead, which the escape checks bound",
     ("eval_server.pipeline.loader", "_module_counter"): "unique module names only",

@@ -97,3 +97,72 @@ def test_missing_group_index_is_an_error() -> None:
     flat[1].group_index = None
     with pytest.raises(ValueError, match="group_index"):
         post_process(args(), flat)
+
+
+def trloo_args(**kw) -> SimpleNamespace:
+    return args(kernel_rl={"episode": {"reward": {"credit": "trloo"}}}, **kw)
+
+
+def turn_samples(
+    groups: list[list[list[float]]], removed: frozenset[tuple[int, int]] = frozenset()
+) -> list[Sample]:
+    """groups[g][k] = the returns G_0.. of trajectory k of prompt g, one Sample per turn (fan-out:
+    the siblings share index); `removed` = (g, k) of aborted trajectories (one removed sample)."""
+    out, index = [], 0
+    for g, trajectories in enumerate(groups):
+        for k, returns in enumerate(trajectories):
+            if (g, k) in removed:
+                out.append(Sample(group_index=g, index=index, reward=0.0, remove_sample=True, metadata={}))
+            for t, r in enumerate(returns if (g, k) not in removed else []):
+                out.append(Sample(group_index=g, index=index, reward=r, metadata={"kernel_rl": {"turn": t}}))
+            index += 1
+    return out
+
+
+def test_trloo_is_leave_one_out_per_turn_by_hand() -> None:
+    # prompt 0: three trajectories; the second stopped early after turn 0 (no turn 1, 2), the third after turn 1
+    groups = [[[1.0, 0.5, 0.3], [0.3], [0.1, 0.9]], [[2.0, 1.0], [0.0, 0.0]]]
+    raw, adv = post_process(trloo_args(), turn_samples(groups))
+    assert raw == [1.0, 0.5, 0.3, 0.3, 0.1, 0.9, 2.0, 1.0, 0.0, 0.0]
+    expected = [
+        1.0 - (0.3 + 0.1) / 2,  # turn 0 of prompt 0: the other two trajectories' G_0
+        0.5 - 0.9,  # turn 1: only the third trajectory also reached it
+        0.0,  # turn 2: no other trajectory got there, no baseline
+        0.3 - (1.0 + 0.1) / 2,
+        0.1 - (1.0 + 0.3) / 2,
+        0.9 - 0.5,
+        2.0 - 0.0,  # prompt 1 never mixes with prompt 0
+        1.0 - 0.0,
+        0.0 - 2.0,
+        0.0 - 1.0,
+    ]
+    assert adv == pytest.approx(expected)
+
+
+def test_trloo_differs_from_grpo_by_the_self_inclusion() -> None:
+    """On one turn, RLOO's advantage is n/(n-1) times GRPO's mean-centred one (no std division)."""
+    returns = [[0.3], [0.1], [0.0], [2.3]]
+    _, loo = post_process(trloo_args(), turn_samples([returns]))
+    _, centred = post_process(args(grpo_std_normalization=False), samples([[r[0] for r in returns]]))
+    assert loo == pytest.approx([c * 4 / 3 for c in centred])
+    assert sum(loo) == pytest.approx(0.0)
+
+
+def test_trloo_leaves_removed_trajectories_out() -> None:
+    groups = [[[1.0, 0.2], [9.0, 9.0], [0.4, 0.6]]]
+    _, adv = post_process(trloo_args(), turn_samples(groups, removed=frozenset({(0, 1)})))
+    # samples: traj0 t0, t1; traj1 removed (one sample); traj2 t0, t1
+    assert adv == pytest.approx([1.0 - 0.4, 0.2 - 0.6, 0.0, 0.4 - 1.0, 0.6 - 0.2])
+
+
+def test_trloo_ignores_the_std_flags_and_needs_turns() -> None:
+    groups = [[[1.0], [0.0]]]
+    for std in (True, False):
+        _, adv = post_process(trloo_args(grpo_std_normalization=std), turn_samples(groups))
+        assert adv == pytest.approx([1.0, -1.0])
+    plain = samples([[1.0, 0.0]])  # no turn metadata: not from our rollout
+    with pytest.raises(ValueError, match="turn"):
+        post_process(trloo_args(), plain)
+    # an estimator that does not normalise gets the raw returns, as with the other credit modes
+    raw, out = post_process(trloo_args(advantage_estimator="ppo"), turn_samples(groups))
+    assert out == raw == [1.0, 0.0]

@@ -55,6 +55,6 @@ fi
 : "${PROMPT_DATA:=${DATA_DIR:-${KRL_REPO_ROOT}/data}/sample_prompts.jsonl}"  # python -m tools.sample_prompts --out "$PROMPT_DATA"
 : "${KL_LOSS_COEF:=0.01}"       # non-zero KL to the reference model (REF_LOAD)
 : "${BUFFER_DROP_ZERO_VARIANCE:=0}"  # a random model's group rewards are usually all equal
-: "${CREDIT:=trajectory}"       # episode.reward.credit of the run recipe: trajectory | per_turn
+: "${CREDIT:=trajectory}"       # episode.reward.credit of the run recipe: trajectory | per_turn | trloo
 # The agent runner's budgets follow slime's lengths; the caller's RECIPE_SET words come last (win).
 RECIPE_SET="runner.max_new_tokens=${MAX_RESPONSE_LEN} episode.max_new_tokens_per_turn=${MAX_RESPONSE_LEN} runner.max_context_tokens=${MAX_CONTEXT_LEN} runner.concurrency=8 ${RECIPE_SET:-}"
