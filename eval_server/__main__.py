@@ -175,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
         "timing ended at most this long ago (back-to-back evaluations); 0 = never",
     )
     dev.add_argument(
+        "--cuda-compile-timeout",
+        type=float,
+        default=120.0,
+        help="seconds a CUDA candidate's load_inline builds may take (backend cuda); raise it on slow "
+        "or shared build machines",
+    )
+    dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
     )
     p.add_argument("--log-level", default="INFO", help="logging level")
@@ -198,6 +205,7 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "warmup_ms": args.warmup_ms,
         "warmup_busy_ms": args.warmup_busy_ms,
         "warm_gap_s": args.warm_gap_s,
+        "cuda_compile_timeout_s": args.cuda_compile_timeout,
     }
     if args.workers_per_device > 1:
         overrides["gpu_memory_fraction"] = gpu_memory_share(args.workers_per_device)

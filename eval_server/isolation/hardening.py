@@ -61,6 +61,10 @@ class Hardening:
                 "need long_trial_trials >= 2 and long_trial_ms > 0, "
                 f"got {self.long_trial_trials} and {self.long_trial_ms}"
             )
+        if self.cuda_compile_timeout_s <= 0:
+            raise ValueError(
+                f"cuda_compile_timeout_s (--cuda-compile-timeout) must be > 0, got {self.cuda_compile_timeout_s}"
+            )
         if self.warm_gap_s < 0:
             raise ValueError(f"warm_gap_s (--warm-gap-s) must be >= 0, got {self.warm_gap_s}")
         if not 0 <= self.warmup_busy_ms <= self.warmup_ms:

@@ -34,3 +34,13 @@ def test_candidate_warm_up_is_the_busy_one_and_reference_the_full_one() -> None:
     full, busy = adaptive_settings(hard), adaptive_settings(hard, busy=True)
     assert (full["min_warmup_ms"], full["max_warmup_ms"]) == (200.0, 200.0)
     assert (busy["min_warmup_ms"], busy["max_warmup_ms"]) == (20.0, 200.0)
+
+
+def test_the_cuda_compile_limit_is_a_server_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    args = server_main.build_parser().parse_args(["--cuda-compile-timeout", "900"])
+    assert Hardening(**server_main.hardening_overrides(args)).cuda_compile_timeout_s == 900.0
+    assert Hardening().cuda_compile_timeout_s == 120.0
+    with pytest.raises(SystemExit) as exc:
+        server_main.main(["--devices", "cpu", "--cuda-compile-timeout", "0"])
+    assert exc.value.code == 2
+    assert "--cuda-compile-timeout" in capsys.readouterr().err
