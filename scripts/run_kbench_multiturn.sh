@@ -64,7 +64,9 @@ fi
 # --- the recipe: one source for the multi-turn settings and the rollout temperature ----------
 [[ -f "${RECIPE}" ]] || krl_die "recipe not found: ${RECIPE} (set RECIPE=...)"
 if [[ -z "${ROLLOUT_TEMPERATURE:-}" ]]; then
-  ROLLOUT_TEMPERATURE="$(krl_py -m tools.run_recipe get "${RECIPE}" runner.temperature)" ||
+  ROLLOUT_TEMPERATURE="$(krl_py -m tools.run_recipe get "${RECIPE}" runner.temperature --default '')" ||
+    krl_die "${RECIPE} cannot be used (the line above says why)"
+  [[ -n "${ROLLOUT_TEMPERATURE}" ]] ||
     krl_die "set kernel_rl.runner.temperature in ${RECIPE} (or ROLLOUT_TEMPERATURE): slime's --rollout-temperature must equal it"
 fi
 : "${N_SAMPLES_PER_PROMPT:=8}"  # episodes per prompt: the GRPO group (buffer --group-size, slime n)

@@ -9,8 +9,10 @@ The file has one top-level key, `kernel_rl`, so the same file can be given to sl
   `max_new_tokens_per_turn`, `enable_thinking`, `end_of_turn`, `chat_template_kwargs`, the nested `prompt`
   (`PromptConfig`), `reward` (`RewardConfig`: rewards, `gamma`, `credit`, early stop) and
   `eval_options` (the eval request's options) sections.
-- Other sections (`runner`, `buffer`, `eval`, `curriculum`, ...) belong to the component that
-  reads them; each component validates its own section (unknown keys are errors there too).
+- `runner` and `curriculum` (the buffer's agent runner) and `plugins` (the slime plug-ins) belong
+  to the component that reads them; each validates its own section (unknown keys are errors
+  there too). Any other section name is an error here (`check_sections`), so a misspelled
+  section is not silently ignored.
 
 Unknown keys are errors that name the key, so a typo never silently falls back to a default.
 Each section is read once per process into its typed dataclass (`krl_common/settings.py`: the
@@ -20,6 +22,7 @@ types come from the dataclass annotations); `episode_config_from_recipe` is the 
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,6 +39,8 @@ from slime_ext.rollout.prompts import PromptConfig, default_prompt
 
 __all__ = [
     "ROOT_KEY",
+    "SECTIONS",
+    "check_sections",
     "episode_config_from_dict",
     "episode_config_from_recipe",
     "load_recipe",
@@ -43,6 +48,21 @@ __all__ = [
 ]
 
 ROOT_KEY = "kernel_rl"
+SECTIONS = ("episode", "runner", "curriculum", "plugins")
+
+
+def check_sections(recipe: Mapping[str, Any]) -> None:
+    """A ValidationError naming each section of `kernel_rl` no component reads (with the closest
+    known name)."""
+    unknown = [k for k in recipe if k not in SECTIONS]
+    if unknown:
+        hints = []
+        for k in unknown:
+            close = difflib.get_close_matches(str(k), SECTIONS, n=1)
+            hints.append(f"{ROOT_KEY}.{k}" + (f" (did you mean {ROOT_KEY}.{close[0]}?)" if close else ""))
+        raise ValidationError(
+            f"unknown recipe section {', '.join(hints)}; the sections are {', '.join(SECTIONS)}"
+        )
 
 
 def load_recipe(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -58,6 +78,10 @@ def load_recipe(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValidationError(f"{p}: expected a mapping with a top-level {ROOT_KEY!r} key")
     section = data[ROOT_KEY]
     check_type(ROOT_KEY, section, dict)
+    try:
+        check_sections(section)
+    except ValidationError as exc:
+        raise ValidationError(f"{p}: {exc}") from None
     return section
 
 

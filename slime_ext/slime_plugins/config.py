@@ -27,7 +27,7 @@ from krl_common.settings import parse_settings
 from krl_common.urls import parse_urls, url_list_setting
 from krl_common.validation import check_type
 from slime_ext.rollout.episode import EpisodeConfig
-from slime_ext.rollout.recipe import ROOT_KEY, episode_config_from_recipe, recipe_section
+from slime_ext.rollout.recipe import ROOT_KEY, check_sections, episode_config_from_recipe, recipe_section
 
 __all__ = [
     "DEFAULT_BUFFER_URL",
@@ -144,6 +144,7 @@ def _entry(args: Any) -> _Parsed:
     recipe = getattr(args, ROOT_KEY, None)
     if recipe is not None:
         check_type(ROOT_KEY, recipe, dict)
+        check_sections(recipe)
     entry = _parsed.get(id(args))
     if entry is not None and entry.args is args and entry.recipe is recipe:
         _parsed.move_to_end(id(args))

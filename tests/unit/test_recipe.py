@@ -76,3 +76,22 @@ def test_backend_picks_the_prompt_wording_and_the_prompt_section_edits_it():
     assert edited.prompt.one_shot is True and edited.prompt.system is None
     assert edited.prompt.instructions == default_prompt("cuda").instructions  # the rest stays CUDA's
     assert "load_inline" in edited.prompt.example
+
+
+def test_a_misspelled_section_is_an_error_naming_it(tmp_path):
+    from types import SimpleNamespace
+
+    from slime_ext.slime_plugins.config import episode_config
+
+    path = tmp_path / "r.yaml"
+    path.write_text("kernel_rl:\n  episod: {max_turns: 3}\n  runner: {concurrency: 8}\n")
+    with pytest.raises(ValidationError, match=r"kernel_rl\.episod \(did you mean kernel_rl\.episode\?\)"):
+        load_recipe(path)
+    # the same mapping handed to slime's plug-ins through --custom-config-path
+    with pytest.raises(ValidationError, match="unknown recipe section kernel_rl.episod"):
+        episode_config(SimpleNamespace(kernel_rl={"episod": {"max_turns": 3}}))
+
+
+def test_a_value_of_the_wrong_type_names_the_key():
+    with pytest.raises(ValidationError, match=r"kernel_rl\.episode\.max_turns: expected int, got str"):
+        episode_config_from_dict({"max_turns": "three"})
