@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
+import socket
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
 from krl_common.validation import ValidationError
 
-__all__ = ["parse_urls", "url_list_setting"]
+__all__ = ["parse_urls", "unreachable", "url_list_setting"]
 
 
 def parse_urls(
@@ -52,3 +54,20 @@ def url_list_setting(value: Any, path: str, *, allow_empty: bool = False) -> Any
         return tuple(parse_urls(value, allow_empty=allow_empty))
     except ValueError as exc:
         raise ValidationError(f"{path}: {exc}") from None
+
+
+def unreachable(url: str, timeout_s: float = 5.0) -> str | None:
+    """Why nothing accepts a connection at `url`'s host and port (None: something does), so a tool
+    can say so in one line before it starts anything that would wait on it."""
+    parts = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    if not parts.hostname:
+        return "no host in the URL"
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"nothing answers at {parts.hostname}:{port} ({exc.strerror or type(exc).__name__})"

@@ -40,6 +40,7 @@ from eval_server.launch import running_server
 from eval_server.schema import parse_options
 from krl_common.cli import EXIT_USAGE, make_parser
 from krl_common.shutdown import interrupt_on_termination, interrupted_exit_code
+from krl_common.urls import parse_urls, unreachable
 from krl_common.validation import ValidationError
 from slime_ext.clients.backends import BACKENDS
 from slime_ext.clients.eval_client import EvalClient
@@ -266,6 +267,13 @@ def _check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
         p.error("--backend sglang needs --tokenizer (the served model's tokenizer path)")
     if args.samples < 1 or args.concurrency < 1:
         p.error("-k and --concurrency must be >= 1")
+    # Before any eval server starts or any row is written: one line naming the flag and the URL.
+    endpoints = [("--url", args.url)] + [
+        ("--eval-url", u) for u in parse_urls(args.eval_url or "", allow_empty=True)
+    ]
+    for flag, url in endpoints:
+        if (why := unreachable(url)) is not None:
+            raise ValueError(f"{flag} {url}: {why}")
 
 
 def main(argv: list[str] | None = None) -> int:

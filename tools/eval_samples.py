@@ -24,6 +24,7 @@ from eval_server.launch import running_server
 from eval_server.schema import EvalOptions, EvalResult
 from krl_common.cli import make_parser
 from krl_common.shutdown import interrupt_on_termination, interrupted_exit_code
+from krl_common.urls import unreachable
 from slime_ext.clients.eval_client import EvalClient
 
 # Cases that would otherwise wait for the full default limit.
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM/SIGHUP take the Ctrl-C path, so the started eval server and its workers are stopped.
     interrupt_on_termination()
 
+    if args.url and (why := unreachable(args.url)) is not None:
+        print(f"error: --url {args.url}: {why}", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     try:
         if args.url:

@@ -288,7 +288,9 @@ def check_prompt_data(s: Mapping[str, str]) -> Check:
     try:
         records = load_prompt_records(path)
     except (ValidationError, ValueError) as exc:
-        return Check("prompt data", FAIL, str(exc)[:300], "fix the file (slime_ext/rollout/problems.py defines it)")
+        return Check(
+            "prompt data", FAIL, str(exc)[:300], "fix the file (slime_ext/rollout/problems.py defines it)"
+        )
     train = sum(r.split == "train" for r in records)
     status = PASS if train else FAIL
     return Check(
