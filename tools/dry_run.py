@@ -294,6 +294,14 @@ def stop(run_dir: Path, env: dict[str, str]) -> None:
             subprocess.run(["bash", str(STOPPER), str(run_dir)], env=env, cwd=REPO, stdout=log, stderr=log)
 
 
+def _say(message: str) -> None:
+    """A line on stderr that never raises: the reader may be gone (Ctrl-C ended `| tee` too)."""
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     p = make_parser("tools.dry_run", __doc__)
     p.add_argument("--engine-url", help="use this SGLang /generate server instead of the embedded CPU engine")
@@ -394,12 +402,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         summary = wait_for_step(run_dir, args.timeout_s + 60, env, args.outage_warn_s)
     except DryRunError as exc:
-        print(f"dry run FAILED: {exc}", file=sys.stderr)
         stop(run_dir, env)
+        _say(f"dry run FAILED: {exc}")
         return 1
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (interrupt_on_termination)
-        print("dry run interrupted: stopping the session and its processes ...", file=sys.stderr, flush=True)
+        # Stop first: the terminal's Ctrl-C also ended whatever reads our output (`| tee log`), so
+        # a message before the stop would raise BrokenPipeError and leave the session running.
+        _say("dry run interrupted: stopping the session and its processes ...")
         stop(run_dir, env)
+        _say("stopped.")
         return interrupted_exit_code()
     stop(run_dir, env)
 

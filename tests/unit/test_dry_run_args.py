@@ -26,3 +26,35 @@ def test_unknown_problem_is_refused_before_anything_is_built(
     err = capsys.readouterr().err
     assert "unknown sample problem(s) nosuch; bundled: " in err and "relu" in err
     assert not run_dir.exists()
+
+
+class _GoneReader:
+    """stderr whose reader is gone: Ctrl-C in a terminal also ends `| tee log`."""
+
+    def write(self, _text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_ctrl_c_stops_the_run_even_when_its_output_pipe_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from slime_ext.dev_engine import tiny_model
+
+    stopped: list[Path] = []
+
+    def interrupted_launch(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the launcher starts the session (step 3/4)
+
+    monkeypatch.setattr(dry_run, "ensure_requirements", lambda install: None)
+    monkeypatch.setattr(tiny_model, "write_model_dir", lambda path: path)
+    monkeypatch.setattr(dry_run, "launch", interrupted_launch)
+    monkeypatch.setattr(dry_run, "stop", lambda run_dir, env: stopped.append(run_dir))
+    monkeypatch.setattr(sys, "stderr", _GoneReader())
+    run_dir = tmp_path / "run"
+    assert dry_run.main(["--no-install", "--problems", "relu", "--run-dir", str(run_dir)]) == 130
+    assert stopped == [run_dir.resolve()]
