@@ -314,6 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--health-timeout-s", type=float, default=300.0, help="limit for each service to start")
     p.add_argument("--no-install", action="store_true", help="do not pip install missing packages")
     p.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the session (engine, eval server, buffer) running after the step, to attach to "
+        "and look around; stop it with scripts/stop.sh RUN_DIR",
+    )
+    p.add_argument(
         "--outage-warn-s",
         type=float,
         default=30.0,
@@ -412,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         stop(run_dir, env)
         _say("stopped.")
         return interrupted_exit_code()
-    stop(run_dir, env)
+    if not args.keep:
+        stop(run_dir, env)
 
     from tools.rollout_step import format_summary
 
@@ -424,7 +431,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trajectories: {run_dir / 'trajectories.jsonl'}")
     print(f"logs:         {run_dir / 'logs'}/ (engine, eval, buffer, trainer)")
     print(f"run dir:      {run_dir} (model, prompts, recipe, buffer database)")
-    print(f"dry run done in {time.monotonic() - t0:.0f} s; the session and its processes are stopped.")
+    if args.keep:
+        session, socket = env.get("TMUX_SESSION", run_dir.name), env.get("TMUX_SOCKET", "")
+        flag = f" -S {socket}" if "/" in socket else f" -L {socket}" if socket else ""
+        print(f"dry run done in {time.monotonic() - t0:.0f} s; the session is kept (--keep):")
+        print(f"  attach: tmux{flag} attach -t {session}")
+        print(f"  stop:   scripts/stop.sh {run_dir}")
+    else:
+        print(f"dry run done in {time.monotonic() - t0:.0f} s; the session and its processes are stopped.")
     print("Training itself needs the slime Docker image and GPUs: see docs/LAUNCH.md.")
     return 0
 

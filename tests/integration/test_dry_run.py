@@ -142,7 +142,9 @@ def test_dry_run_with_the_embedded_engine(tmp_path: Path) -> None:
 
 def test_dry_run_with_an_external_scripted_engine(tmp_path: Path) -> None:
     """--engine-url with an external engine in SCRIPTED mode (the rules `--scripted` writes): the
-    bundled correct candidate comes back for each turn, so the eval server path runs for real."""
+    bundled correct candidate comes back for each turn, so the eval server path runs for real.
+    With --keep the session stays up after the step (named, with how to attach and stop it) until
+    scripts/stop.sh stops it."""
     from slime_ext.dev_engine.engine import load_engine
     from slime_ext.dev_engine.tiny_model import write_model_dir
     from tools.dry_run import write_scripted_rules
@@ -153,7 +155,7 @@ def test_dry_run_with_an_external_scripted_engine(tmp_path: Path) -> None:
     url = engine.start()
     try:
         # Room for the whole candidate in one turn (what the dry run's --scripted sets too).
-        res, run_dir, _ = _dry_run(
+        res, run_dir, env = _dry_run(
             tmp_path,
             "--engine-url",
             url,
@@ -163,10 +165,20 @@ def test_dry_run_with_an_external_scripted_engine(tmp_path: Path) -> None:
             "1",
             "--max-new-tokens",
             "2048",
+            "--keep",
         )
+        assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
+        socket = env["TMUX_SOCKET"]
+        assert f"attach: tmux -S {socket} attach -t run" in res.stdout
+        assert f"stop:   scripts/stop.sh {run_dir}" in res.stdout
+        assert subprocess.run(["tmux", "-S", socket, "has-session", "-t", "run"]).returncode == 0
+        assert _run_processes(run_dir), "--keep: the eval server and the buffer still run"
+        subprocess.run(
+            ["bash", "scripts/stop.sh", str(run_dir)], cwd=REPO, env=env, check=True, capture_output=True
+        )
+        assert subprocess.run(["tmux", "-S", socket, "has-session", "-t", "run"]).returncode != 0
     finally:
         engine.stop()
-    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
     assert "windows: eval buffer trainer" in res.stdout  # no embedded engine window
     assert engine.served >= 1 and not (run_dir / "logs" / "engine.log").exists()
     _check_trajectories(run_dir, 1)
