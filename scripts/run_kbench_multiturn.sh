@@ -5,6 +5,8 @@
 #   eval     kernel eval server on the EVAL_GPUS (python -m eval_server)
 #   buffer   (MODE=buffer only) rollout buffer server + agent runner (python -m buffer_server)
 #   trainer  Ray head + `ray job submit ... python3 train.py` of slime with this project's plug-ins
+#   status   the run on one screen, refreshed (python -m tools.status RUN_DIR); with ON_EXIT=stop
+#            (default) it stops the run when any window's command ends; ON_EXIT=wait only shows it
 #
 # Usage: scripts/run_kbench_multiturn.sh            (settings from env vars, see docs/LAUNCH.md)
 #        PRINT_ONLY=1 scripts/run_kbench_multiturn.sh   (write and print the window commands only)
@@ -49,6 +51,8 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${TRAIN_ONLY:=0}"           # 1: slime --debug-train-only
 : "${CREDIT:=}"                # trajectory | per_turn | trloo: the run recipe's episode.reward.credit
 : "${RECIPE_SET:=}"            # more KEY=VALUE words for the run recipe (tools.run_recipe --set)
+: "${ON_EXIT:=stop}"           # stop | wait: what the status window does when a window's command ends
+[[ "${ON_EXIT}" == stop || "${ON_EXIT}" == wait ]] || krl_die "ON_EXIT=${ON_EXIT}: use ON_EXIT=stop or ON_EXIT=wait"
 # Weights that sampled rollout N: N with train.py, N-1 with train_async.py (one step behind).
 if [[ "${TRAIN_ENTRY}" == train_async.py ]]; then POLICY_VERSION_LAG=1; else POLICY_VERSION_LAG=0; fi
 [[ "${TRAIN_ENTRY}" == train_async.py && "${COLOCATE}" == 1 ]] && krl_die "train_async.py cannot run with COLOCATE=1 (slime forbids it)"
@@ -230,6 +234,8 @@ if [[ "${MODE}" == buffer ]]; then
 fi
 krl_write_trainer_cmd "${TRAIN_ENTRY}" "${TRAIN_ARGS[@]}"
 windows+=(trainer)
+krl_write_window status "" "${PYTHON}" -m tools.status "${RUN_DIR}" --on-exit "${ON_EXIT}"
+windows+=(status)
 
 if [[ "${PRINT_ONLY}" == 1 ]]; then
   krl_print_windows "${windows[@]}"

@@ -159,6 +159,7 @@ def launch(
         BUFFER_DROP_ZERO_VARIANCE="0",  # a random model's group rewards are usually all equal
         BUFFER_GROUP_TIMEOUT_S="0",
         HEALTH_TIMEOUT_S=str(int(args.health_timeout_s)),
+        ON_EXIT="wait",  # the dry run stops the session itself (or keeps it: --keep)
         TRAINER_CMD=shlex.join(
             [
                 py,

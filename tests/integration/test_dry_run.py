@@ -8,6 +8,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -125,7 +126,7 @@ def test_dry_run_with_the_embedded_engine(tmp_path: Path) -> None:
     res, run_dir, env = _dry_run(tmp_path, "--problems", "relu", "softmax", "--group-size", "2")
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
     out = res.stdout
-    assert "windows: engine eval buffer trainer" in out
+    assert "windows: engine eval buffer trainer status" in out
     assert "turn  episodes  code evaluated  compiled  correct  mean reward" in out
     assert "4 trajectories" in out
     assert f"trajectories: {run_dir / 'trajectories.jsonl'}" in out
@@ -173,13 +174,21 @@ def test_dry_run_with_an_external_scripted_engine(tmp_path: Path) -> None:
         assert f"stop:   scripts/stop.sh {run_dir}" in res.stdout
         assert subprocess.run(["tmux", "-S", socket, "has-session", "-t", "run"]).returncode == 0
         assert _run_processes(run_dir), "--keep: the eval server and the buffer still run"
+        shown = subprocess.run(
+            [sys.executable, "-m", "tools.status", str(run_dir), "--once"],
+            cwd=REPO, env={**env, "COLUMNS": "250"}, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        assert "exited (0)" in shown.stdout  # the trainer window (tools.rollout_step) finished
+        assert re.search(r"\b[1-9]\d* evaluations \(", shown.stdout), shown.stdout
+        assert "unreachable" not in shown.stdout
         subprocess.run(
             ["bash", "scripts/stop.sh", str(run_dir)], cwd=REPO, env=env, check=True, capture_output=True
         )
         assert subprocess.run(["tmux", "-S", socket, "has-session", "-t", "run"]).returncode != 0
     finally:
         engine.stop()
-    assert "windows: eval buffer trainer" in res.stdout  # no embedded engine window
+    assert "windows: eval buffer trainer status" in res.stdout  # no embedded engine window
     assert engine.served >= 1 and not (run_dir / "logs" / "engine.log").exists()
     _check_trajectories(run_dir, 1)
     summary = json.loads((run_dir / "rollout_step.json").read_text())

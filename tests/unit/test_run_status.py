@@ -1,0 +1,94 @@
+"""The run status snapshot (slime_ext/reports/run_status.py) and tools/status.py, on a run
+directory built here as the launcher and scripts/lib/window.sh write it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from slime_ext.reports import run_status
+from tools import status
+
+pytestmark = pytest.mark.unit
+
+SLIME_LOG = (
+    "(MegatronTrainRayActor) model.py:918 - step 0: {'train/loss': -0.0777, 'train/grad_norm': 0.2067, "
+    "'train/kl_loss': 0.0}\n"
+    "(RolloutManager) rollout_metrics.py:268 - perf 0: {'rollout/kernel/correct_rate': 0.875, "
+    "'rollout/kernel/reward_mean': 0.41}\n"
+    "noise - step 1: {'train/loss': broken\n"
+    "(MegatronTrainRayActor) model.py:918 - step 1: {'train/loss': -0.0801, 'train/grad_norm': 0.3117}\n"
+)
+
+
+def _run_dir(tmp_path: Path, *, trainer_rc: int | None = None) -> Path:
+    run = tmp_path / "run"
+    for sub in ("cmd", "pids", "logs"):
+        (run / sub).mkdir(parents=True)
+    (run / "run.env").write_text("export RUN_NAME=demo\nexport TMUX_SESSION=demo\nexport EVAL_PORT=9\n")
+    for name in ("eval", "trainer", "status"):
+        (run / "cmd" / f"{name}.sh").write_text("true\n")
+        (run / "pids" / f"{name}.pid").write_text("123 456\n")
+    (run / "logs" / "eval.log").write_text("starting\nworker 0 ready\n\n")
+    (run / "logs" / "trainer.log").write_text(SLIME_LOG)
+    if trainer_rc is not None:
+        (run / "pids" / "trainer.rc").write_text(f"{trainer_rc}\n")
+        with open(run / "logs" / "trainer.log", "a") as f:
+            f.write("Traceback ... CUDA out of memory\n")
+    return run
+
+
+def test_slimes_step_lines_are_parsed_and_broken_ones_skipped() -> None:
+    train, rollout = run_status.parse_slime_log(SLIME_LOG)
+    assert train == {0: {"train/loss": -0.0777, "train/grad_norm": 0.2067, "train/kl_loss": 0.0},
+                     1: {"train/loss": -0.0801, "train/grad_norm": 0.3117}}  # fmt: skip
+    assert rollout == {0: {"rollout/kernel/correct_rate": 0.875, "rollout/kernel/reward_mean": 0.41}}
+
+
+def test_windows_say_running_or_exited_with_code_and_last_line(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, trainer_rc=1)
+    states = {w.name: w for w in run_status.window_states(run)}
+    assert set(states) == {"eval", "trainer"}  # the status window does not watch itself
+    assert (states["eval"].state, states["eval"].last_line) == ("running", "worker 0 ready")
+    assert (states["trainer"].state, states["trainer"].exit_code) == ("exited", 1)
+    assert "out of memory" in states["trainer"].last_line
+
+
+def test_snapshot_and_history_keep_one_line_per_step(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    snap = run_status.snapshot(run, now=1000.0)
+    assert snap["run"] == "demo" and snap["train_step"] == 1 and snap["rollout_step"] == 0
+    assert snap["train"]["train/loss"] == -0.0801
+    assert snap["eval"] is None and snap["buffer"] is None  # nothing listens on port 9; no buffer
+    assert run_status.append_history(run, snap) is True
+    assert run_status.append_history(run, snap) is False  # the same step again
+    with open(run / "logs" / "trainer.log", "a") as f:
+        f.write("x - step 2: {'train/loss': -0.1}\n")
+    assert run_status.append_history(run, run_status.snapshot(run)) is True
+    rows = [json.loads(line) for line in (run / run_status.HISTORY_NAME).read_text().splitlines()]
+    assert [r["train_step"] for r in rows] == [1, 2]
+
+
+def test_status_once_renders_and_on_exit_stop_stops_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _run_dir(tmp_path, trainer_rc=1)
+    assert status.main([str(run), "--once"]) == 0
+    out = capsys.readouterr().out
+    assert "exited (1)" in out and "unreachable" in out and "-0.0801" in out
+    stopped: list[Path] = []
+    monkeypatch.setattr(status, "_stop_run", stopped.append)
+    assert status.main([str(run), "--on-exit", "stop", "--interval", "0.01"]) == 0
+    assert stopped == [run]
+    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", capsys.readouterr().out)  # drawn for a pane: colours
+    assert "window trainer exited with code 1" in shown and "out of memory" in shown
+
+
+def test_status_refuses_a_directory_that_is_not_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert status.main([str(tmp_path), "--once"]) == 2
+    assert "not a run directory" in capsys.readouterr().err

@@ -1,0 +1,181 @@
+"""The run's status on one screen, refreshed: windows (running, or exited with code and last log
+line), the trainer's last step (loss, grad norm, KL, step time) and rollout (reward, correct and
+compile rates), the eval server (evaluations/min, queue, statuses, p50), the buffer (groups ready,
+policy version, runner counters) and GPU use.
+
+  python -m tools.status RUN_DIR                  # live, every 5 s (the launcher's `status` window)
+  python -m tools.status RUN_DIR --once           # one snapshot, then exit
+  python -m tools.status RUN_DIR --on-exit stop   # when a window's command ends: stop the run
+
+`--on-exit stop` (the launcher's default, ON_EXIT=stop) runs scripts/stop.sh RUN_DIR as soon as
+any window's command has ended (the trainer finishing or crashing, a server dying), after saying
+which one, its exit code and its last log line; `wait` (the default here) only shows it. Every
+new trainer step is also appended to RUN_DIR/status.jsonl (tools/plot_run.py plots it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from krl_common.cli import EXIT_USAGE, make_parser
+from slime_ext.reports.run_status import append_history, snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+_TRAIN_KEYS = (("loss", "train/loss"), ("grad norm", "train/grad_norm"), ("KL", "train/kl_loss"),
+               ("ppo KL", "train/ppo_kl"), ("logprob diff", "train/train_rollout_logprob_abs_diff"),
+               ("step s", "perf/step_time"), ("train s", "perf/train_time"))  # fmt: skip
+_ROLLOUT_PREFIX = "rollout/kernel/"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def render(snap: dict[str, Any]) -> Any:
+    """The snapshot as rich tables (imported here: the library side needs no terminal UI)."""
+    from rich.console import Group
+    from rich.table import Table
+
+    parts: list[Any] = []
+    head = Table.grid(padding=(0, 2))
+    head.add_row(
+        f"[bold]run[/] {snap['run']}",
+        f"session {snap.get('session') or '-'}",
+        time.strftime("%H:%M:%S", time.localtime(snap["time"])),
+    )
+    parts.append(head)
+
+    windows = Table(title="windows", title_justify="left", expand=True)
+    for col in ("window", "state", "last log line"):
+        windows.add_column(col, overflow="fold" if col == "last log line" else None)
+    for w in snap["windows"]:
+        state = w["state"] if w["state"] != "exited" else f"[red]exited ({_fmt(w['exit_code'])})[/]"
+        windows.add_row(w["name"], state, w["last_line"])
+    parts.append(windows)
+
+    trainer = Table(title=f"trainer: step {_fmt(snap['train_step'])}", title_justify="left")
+    for name, _ in _TRAIN_KEYS:
+        trainer.add_column(name)
+    trainer.add_row(*[_fmt(snap["train"].get(key)) for _, key in _TRAIN_KEYS])
+    parts.append(trainer)
+
+    rollout = {
+        k[len(_ROLLOUT_PREFIX) :]: v for k, v in snap["rollout"].items() if k.startswith(_ROLLOUT_PREFIX)
+    }
+    if rollout:
+        table = Table(title=f"rollout: step {_fmt(snap['rollout_step'])}", title_justify="left")
+        shown = sorted(rollout)[:12]
+        for key in shown:
+            table.add_column(key)
+        table.add_row(*[_fmt(rollout[k]) for k in shown])
+        parts.append(table)
+
+    services = Table(title="services", title_justify="left")
+    services.add_column("service")
+    services.add_column("state")
+    ev = snap.get("eval")
+    services.add_row(
+        "eval",
+        "unreachable"
+        if ev is None
+        else f"{ev['evaluations']} evaluations ({_fmt(ev['per_min'])}/min), in flight {_fmt(ev['in_flight'])}, "
+        f"queued {_fmt(ev['queued'])}, p50 {_fmt(ev['p50_s'])} s, "
+        + ", ".join(f"{k} {v}" for k, v in sorted(ev["by_status"].items())),
+    )
+    buf = snap.get("buffer")
+    services.add_row(
+        "buffer",
+        "unreachable"
+        if buf is None
+        else f"groups ready {_fmt(buf['groups_ready'])}, consumed {_fmt(buf['groups_consumed'])}, "
+        f"records {_fmt(buf['records'])}, policy version {_fmt(buf['policy_version'])}, dropped "
+        + ", ".join(f"{k} {v}" for k, v in sorted(buf["dropped_groups"].items())),
+    )
+    runner = (buf or {}).get("runner")
+    if runner:
+        services.add_row(
+            "runner",
+            f"{runner['state']}, epoch {_fmt(runner['epoch'])}, episodes {runner['episodes_done']}"
+            f"/{_fmt(runner['episodes_expected'])} ({_fmt(runner['episodes_per_s'])}/s), in flight "
+            f"{_fmt(runner['in_flight'])}, aborted {_fmt(runner['aborted'])}"
+            + (f", outage pause {runner['outage_pause_s']} s" if runner["outage_pause_s"] else "")
+            + (f", last error: {runner['last_error']}" if runner["last_error"] else ""),
+        )
+    for gpu in snap.get("gpus") or []:
+        services.add_row(
+            f"GPU {gpu['index']}",
+            f"{gpu['util_pct']:.0f} % busy, {gpu['mem_used_mib'] / 1024:.1f} / {gpu['mem_total_mib'] / 1024:.1f} GiB",
+        )
+    parts.append(services)
+    return Group(*parts)
+
+
+def _stop_run(run_dir: Path) -> None:
+    """scripts/stop.sh in its own session: it stops this window's process group too, and must
+    outlive it."""
+    log = run_dir / "logs" / "stop.log"
+    log.parent.mkdir(exist_ok=True)
+    with open(log, "ab") as out:
+        subprocess.Popen(
+            ["bash", str(REPO / "scripts" / "stop.sh"), str(run_dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = make_parser("tools.status", __doc__)
+    p.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR of the launcher)")
+    p.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between refreshes")
+    p.add_argument("--width", type=int, default=150, help="columns to draw when stdout is not a terminal")
+    p.add_argument("--on-exit", choices=("wait", "stop"), default="wait", help="when a window's command ends")
+    args = p.parse_args(argv)
+    if not (args.run_dir / "run.env").is_file():
+        print(f"error: {args.run_dir} is not a run directory (no run.env)", file=sys.stderr)
+        return EXIT_USAGE
+    if args.interval <= 0:
+        p.error("--interval must be > 0")
+    from rich.console import Console
+    from rich.live import Live
+
+    # In a launcher window stdout is the window's log tee, not the terminal: draw for the pane
+    # anyway (the log then holds the frames too, one every --interval).
+    live_pane = not args.once and not sys.stdout.isatty()
+    console = Console(force_terminal=True, width=args.width) if live_pane else Console()
+    if args.once:
+        snap = snapshot(args.run_dir)
+        append_history(args.run_dir, snap)
+        console.print(render(snap))
+        return 0
+    try:
+        with Live(render(snapshot(args.run_dir)), console=console, auto_refresh=False) as live:
+            while True:
+                snap = snapshot(args.run_dir)
+                append_history(args.run_dir, snap)
+                live.update(render(snap), refresh=True)
+                ended = [w for w in snap["windows"] if w["state"] == "exited"]
+                if ended and args.on_exit == "stop":
+                    break
+                time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    for w in ended:
+        console.print(
+            f"[bold red]window {w['name']} exited with code {_fmt(w['exit_code'])}[/]: {w['last_line']}"
+        )
+    console.print(f"stopping the run (--on-exit stop): scripts/stop.sh {args.run_dir}")
+    _stop_run(args.run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
