@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -129,7 +130,7 @@ def test_windows_logs_health_order_and_clean_stop(tmp_path: Path, runner_inputs:
         res = _launch(env)
         assert res.returncode == 0, res.stderr + res.stdout
         windows = _tmux(env, "list-windows", "-t", "t", "-F", "#{window_name}").stdout.split()
-        assert windows == ["eval", "buffer", "trainer"]
+        assert windows == ["eval", "buffer", "trainer", "status"]
         # Health gating: each window started only after the previous one answered /health.
         err = res.stderr
         assert err.index("eval is healthy") < err.index("starting window buffer")
@@ -144,7 +145,12 @@ def test_windows_logs_health_order_and_clean_stop(tmp_path: Path, runner_inputs:
         assert "trainer-window-up" in _read(run_dir / "logs" / "trainer.log")
         assert "buffer_server listening" in _read(run_dir / "logs" / "buffer.log")
         assert (run_dir / "logs" / "eval.log").stat().st_size > 0
-        assert {p.name for p in (run_dir / "pids").glob("*.pid")} == {"eval.pid", "buffer.pid", "trainer.pid"}
+        assert {p.name for p in (run_dir / "pids").glob("*.pid")} == {
+            "eval.pid",
+            "buffer.pid",
+            "trainer.pid",
+            "status.pid",
+        }
         assert f"attach:  tmux -S {env['TMUX_SOCKET']} attach -t t" in res.stdout
 
         procs = _run_processes(run_dir)
@@ -222,6 +228,7 @@ def test_ctrl_c_in_a_window_stops_its_command_and_keeps_the_log(tmp_path: Path) 
         EVAL_CMD=f"{serve} {env['EVAL_PORT']}",
         BUFFER_CMD=f"{serve} {env['BUFFER_PORT']}",
         TRAINER_CMD="trap 'echo terminated; exit 5' TERM; echo ready; while true; do sleep 0.1; done",
+        ON_EXIT="wait",  # the status window only shows the ended window
     )
     run_dir = tmp_path / "runs" / "t"
     try:
@@ -246,7 +253,42 @@ def test_ctrl_c_in_a_window_stops_its_command_and_keeps_the_log(tmp_path: Path) 
             "eval",
             "buffer",
             "trainer",
+            "status",
         ]
+    finally:
+        _stop(run_dir, env)
+
+
+def test_a_window_whose_command_ends_stops_the_run(tmp_path: Path) -> None:
+    """ON_EXIT=stop (the default): the status window sees the trainer's command end (here with
+    code 3) and stops the whole run, saying which window ended and how."""
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "health").write_text("ok")
+    env = _env(tmp_path)
+    serve = f"{sys.executable} -m http.server --bind 127.0.0.1 --directory {www}"
+    env.update(
+        EVAL_CMD=f"{serve} {env['EVAL_PORT']}",
+        BUFFER_CMD=f"{serve} {env['BUFFER_PORT']}",
+        TRAINER_CMD="echo 'trainer: giving up'; sleep 2; exit 3",
+    )
+    run_dir = tmp_path / "runs" / "t"
+    try:
+        res = _launch(env)
+        assert res.returncode == 0, res.stderr
+        deadline = time.monotonic() + 120
+        while _tmux(env, "has-session", "-t", "t").returncode == 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _tmux(env, "has-session", "-t", "t").returncode != 0, "the run was not stopped"
+        assert (run_dir / "pids" / "trainer.rc").read_text().strip() == "3"
+        shown = re.sub(
+            r"\x1b\[[0-9;?]*[a-zA-Z]", "", _read(run_dir / "logs" / "status.log")
+        )  # drawn for the pane
+        assert "window trainer exited with code 3" in shown and "stopping the run" in shown
+        deadline = time.monotonic() + 30
+        while _run_processes(run_dir) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _run_processes(run_dir) == set()
     finally:
         _stop(run_dir, env)
 
@@ -260,8 +302,9 @@ def test_in_slime_mode_runs_without_a_buffer_window(tmp_path: Path, runner_input
         assert _tmux(env, "list-windows", "-t", "t", "-F", "#{window_name}").stdout.split() == [
             "eval",
             "trainer",
+            "status",
         ]
-        assert {p.name for p in (run_dir / "pids").glob("*.pid")} == {"eval.pid", "trainer.pid"}
+        assert {p.name for p in (run_dir / "pids").glob("*.pid")} == {"eval.pid", "trainer.pid", "status.pid"}
         assert (run_dir / "prompts_train.jsonl").is_file()
         procs = _run_processes(run_dir)
         assert _stop(run_dir, env).returncode == 0
@@ -294,7 +337,7 @@ def test_single_gpu_tiny_preset_starts_its_engine(
         res = _launch(env)
         assert res.returncode == 0, res.stderr + res.stdout
         windows = _tmux(env, "list-windows", "-t", "t", "-F", "#{window_name}").stdout.split()
-        assert windows == ["engine", "eval", "buffer", "trainer"]
+        assert windows == ["engine", "eval", "buffer", "trainer", "status"]
         assert res.stderr.index("engine is healthy") < res.stderr.index("starting window eval")
         info = json.loads(
             urllib.request.urlopen(f"http://127.0.0.1:{env['ENGINE_PORT']}/get_model_info", timeout=10).read()

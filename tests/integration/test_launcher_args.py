@@ -405,7 +405,7 @@ def test_in_slime_mode(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     run = tmp_path / "runs" / "r"
-    assert _windows(res.stdout) == ["eval", "trainer"]
+    assert _windows(res.stdout) == ["eval", "trainer", "status"]
     assert not (run / "cmd" / "buffer.sh").exists()
     trainer = _argv(run, "trainer")
     assert _flag(trainer, "--rollout-function-path") == "slime.rollout.sglang_rollout.generate_rollout"
@@ -476,7 +476,7 @@ def test_single_gpu_tiny_preset_train_only(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     run = tmp_path / "runs" / "r"
-    assert _windows(res.stdout) == ["engine", "eval", "buffer", "trainer"]
+    assert _windows(res.stdout) == ["engine", "eval", "buffer", "trainer", "status"]
     hf = tmp_path / "ckpt" / "Qwen3-tiny"
     assert _argv(run, "engine")[1:] == [
         "-m",
@@ -549,7 +549,7 @@ def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     run = tmp_path / "runs" / "r"
-    assert _windows(res.stdout) == ["eval", "buffer", "trainer"]
+    assert _windows(res.stdout) == ["eval", "buffer", "trainer", "status"]
     trainer = _argv(run, "trainer")
     assert "--colocate" in trainer and "--debug-train-only" not in trainer
     assert (
