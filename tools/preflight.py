@@ -406,7 +406,9 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def check_versions(s: Mapping[str, str]) -> list[Check]:
+def check_trainer_requirements(s: Mapping[str, str]) -> list[Check]:
+    """What starting slime's trainer needs before anything else: slime's and Megatron-LM's
+    sources and Ray (the trainer window runs `ray start` and `ray job submit`)."""
     checks = []
     for name, env_key, marker in (
         ("slime", "SLIME_DIR", "train.py"),
@@ -427,8 +429,23 @@ def check_versions(s: Mapping[str, str]) -> list[Check]:
                     f"run inside the slime image (docker/README.md) or set {env_key}",
                 )
             )
+    checks.append(
+        Check("ray", PASS, version)
+        if (version := _version("ray"))
+        else Check(
+            "ray",
+            FAIL,
+            "not installed",
+            "use the slime image (docker/README.md) or pip install 'ray[default]'",
+        )
+    )
+    return checks
+
+
+def check_versions(s: Mapping[str, str]) -> list[Check]:
+    checks = check_trainer_requirements(s)
     # wandb is not here: it matters only when W&B logging is on, and check_wandb owns that row.
-    for dist in ("sglang", "ray", "torch", "triton", "transformers"):
+    for dist in ("sglang", "torch", "triton", "transformers"):
         version = _version(dist)
         if version:
             checks.append(Check(dist, PASS, version))
@@ -532,8 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(exc)
         return 1
-    if args.gate:
-        line = gate_line(gate_checks(settings))
+    if args.gate:  # the trainer's own requirements first: without them nothing else matters
+        line = gate_line(check_trainer_requirements(settings) + gate_checks(settings))
         if line:
             print(line)
         return 1 if line else 0

@@ -302,11 +302,12 @@ krl_preflight_session() {
 }
 
 # krl_check_inputs: what the trainer reads at start, checked before anything starts
-# (tools/preflight.py --gate: HF checkpoint and tokenizer, REF_LOAD, LOAD_DIR, MODEL_ARGS against
+# (tools/preflight.py --gate: slime and Megatron-LM sources and Ray first, then HF checkpoint and
+# tokenizer, REF_LOAD, LOAD_DIR, MODEL_ARGS against
 # config.json, prompt data). Exits with one line naming the first problem and its fix.
 krl_check_inputs() {
   local msg
-  msg="$(HF_CKPT="${HF_CKPT}" REF_LOAD="${REF_LOAD}" LOAD_DIR="${LOAD_DIR}" MODEL="${MODEL}" \
+  msg="$(SLIME_DIR="${SLIME_DIR}" MEGATRON_DIR="${MEGATRON_DIR}" HF_CKPT="${HF_CKPT}" REF_LOAD="${REF_LOAD}" LOAD_DIR="${LOAD_DIR}" MODEL="${MODEL}" \
     MODEL_ARGS_FILE="${MODEL_ARGS_FILE}" PROMPT_DATA="${PROMPT_DATA}" \
     krl_py -m tools.preflight --gate 2>&1)" || krl_die "${msg##*$'\n'}"
 }

@@ -314,6 +314,24 @@ def test_in_slime_mode_runs_without_a_buffer_window(tmp_path: Path, runner_input
         _stop(run_dir, env)
 
 
+def _trainer_requirements(tmp_path: Path) -> dict[str, str]:
+    """What the gate checks first, made here: slime's and Megatron-LM's source markers, and a Ray
+    distribution record (a TEST DOUBLE of the installed package: metadata only, nothing of Ray
+    runs in these tests; the gate only asks whether it is installed)."""
+    (tmp_path / "slime").mkdir(exist_ok=True)
+    (tmp_path / "slime" / "train.py").write_text("")
+    (tmp_path / "mlm" / "megatron").mkdir(parents=True, exist_ok=True)
+    dist = tmp_path / "site" / "ray-2.60.0.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ray\nVersion: 2.60.0\n")
+    path = os.environ.get("PYTHONPATH")
+    return {
+        "SLIME_DIR": str(tmp_path / "slime"),
+        "MEGATRON_DIR": str(tmp_path / "mlm"),
+        "PYTHONPATH": str(tmp_path / "site") + (f":{path}" if path else ""),
+    }
+
+
 def _preset_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """PRESET=single_gpu_tiny TRAIN_ONLY=1 on this CPU machine: the eval server on the CPU."""
     return _env(
@@ -390,6 +408,7 @@ def _torch_dist_root(path: Path, iteration: str | None = "release", shards: bool
             "ref load: {ref}/latest_checkpointed_iteration.txt says 'release' but {ref}/release is missing",
         ),
         ("no_prompts", "prompt data: {prompts} not found -> fix: prepare it"),
+        ("no_slime", "slime: {tmp}/no-slime/train.py not found -> fix: run inside the slime image"),
     ],
 )
 def test_bad_input_stops_the_start_with_one_line(
@@ -416,11 +435,18 @@ def test_bad_input_stops_the_start_with_one_line(
         REF_LOAD=str(ref),
         PROMPT_DATA=prompts,
         TOKENIZER=str(tiny_hf),
+        **_trainer_requirements(tmp_path),
     )
+    if case == "no_slime":
+        env["SLIME_DIR"] = str(tmp_path / "no-slime")
     res = _launch(env, timeout=120)
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
-    assert lines[-1].split("ERROR: ", 1)[1].startswith(expected.format(hf=hf, ref=ref, prompts=prompts))
+    assert (
+        lines[-1]
+        .split("ERROR: ", 1)[1]
+        .startswith(expected.format(hf=hf, ref=ref, prompts=prompts, tmp=tmp_path))
+    )
     assert sum("ERROR" in line for line in lines) == 1
     run_dir = tmp_path / "runs" / "t"
     assert not (run_dir / "pids").exists() and not (run_dir / "cmd").exists()  # nothing started
@@ -439,6 +465,7 @@ def test_gate_passes_on_the_prepared_tiny_model(
         k: v for k, v in os.environ.items() if k not in ("HF_CKPT", "REF_LOAD", "MODEL_ARGS_FILE", "MODEL")
     }
     env.update(PRESET="single_gpu_tiny", CKPT_ROOT=str(ckpt), PROMPT_DATA=runner_inputs["PROMPT_DATA"])
+    env.update(_trainer_requirements(tmp_path))
     conv = subprocess.run(
         [
             sys.executable,

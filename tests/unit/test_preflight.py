@@ -197,7 +197,19 @@ def test_gate_is_silent_when_the_trainer_inputs_are_good_and_one_line_otherwise(
     assert line.endswith("[1 more: scripts/preflight.sh lists them]")
 
 
+def _trainer_sources(tmp_path: Path, monkeypatch) -> None:
+    """slime's and Megatron-LM's source markers, and Ray 'installed' (not on this machine)."""
+    (tmp_path / "slime").mkdir()
+    (tmp_path / "slime" / "train.py").write_text("")
+    (tmp_path / "mlm" / "megatron").mkdir(parents=True)
+    monkeypatch.setenv("SLIME_DIR", str(tmp_path / "slime"))
+    monkeypatch.setenv("MEGATRON_DIR", str(tmp_path / "mlm"))
+    real = preflight._version
+    monkeypatch.setattr(preflight, "_version", lambda dist: "2.60.0" if dist == "ray" else real(dist))
+
+
 def test_gate_cli_and_an_unknown_preset(tmp_path: Path, monkeypatch, capsys) -> None:
+    _trainer_sources(tmp_path, monkeypatch)
     monkeypatch.setenv("HF_CKPT", str(tmp_path / "nothing"))
     assert preflight.main(["--gate"]) == 1
     out = capsys.readouterr().out
@@ -262,3 +274,18 @@ def test_recipe_row_shows_the_kernel_backend_and_backend_overrides_it(settings: 
     settings["BACKEND"] = "opencl"
     check = preflight.check_recipe(settings)
     assert check.status == FAIL and "unknown kernel backend 'opencl'" in check.detail
+
+
+def test_gate_names_a_missing_trainer_requirement_first(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The trainer's own requirements (slime's source, Megatron-LM's, Ray) come before its inputs:
+    one line naming the first missing one and how to get it."""
+    monkeypatch.setenv("SLIME_DIR", str(tmp_path / "no-slime"))
+    monkeypatch.setenv("HF_CKPT", str(tmp_path / "nothing"))
+    assert preflight.main(["--gate"]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"slime: {tmp_path / 'no-slime'}/train.py not found -> fix: ")
+    _trainer_sources(tmp_path, monkeypatch)
+    monkeypatch.setattr(preflight, "_version", lambda dist: None)  # no Ray
+    assert preflight.main(["--gate"]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("ray: not installed -> fix: ")
