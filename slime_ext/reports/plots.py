@@ -8,7 +8,7 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["plot_fast_p", "plot_turns"]
+__all__ = ["RUN_CURVES", "plot_fast_p", "plot_run_curve", "plot_turns"]
 
 
 def _pyplot() -> Any:
@@ -99,4 +99,45 @@ def plot_turns(summary: Mapping[str, Any]) -> bytes:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"metrics by turn: {summary['run'].get('model', '')}", fontsize=11)
+    return _png(fig, plt)
+
+
+# name -> (title, y label, [(series label, metric key), ...]) for a training run's curves; the
+# per-turn correct rate is added by plot_run_curve from the keys present.
+RUN_CURVES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
+    "reward": ("rollout reward", "mean return", [("mean return", "rollout/kernel/mean_return")]),
+    "correct_rate": ("correct rate by turn", "share of trajectories", [("any turn", "rollout/kernel/correct_rate")]),
+    "loss": ("policy loss", "loss", [("loss", "train/loss"), ("pg loss", "train/pg_loss")]),
+    "kl": ("KL", "KL", [("kl loss", "train/kl_loss"), ("ppo kl", "train/ppo_kl")]),
+    "grad_norm": ("gradient norm", "norm", [("grad norm", "train/grad_norm")]),
+    "evals_per_min": ("eval server", "evaluations / min", [("evaluations/min", "eval/per_min")]),
+    "step_time": ("step time", "seconds", [("step", "perf/step_time"), ("train", "perf/train_time"),
+                                           ("rollout", "perf/rollout_time")]),
+}  # fmt: skip
+
+
+def plot_run_curve(name: str, rows: Mapping[int, Mapping[str, float]]) -> bytes | None:
+    """One curve of RUN_CURVES over the steps of `rows` ({step: {metric: value}}); None when the
+    run has none of its metrics (e.g. no KL loss)."""
+    title, ylabel, series = RUN_CURVES[name]
+    if name == "correct_rate":
+        turns = sorted({k for r in rows.values() for k in r if k.startswith("rollout/kernel/turn") and
+                        k.endswith("/correct_rate")}, key=lambda k: int(k.split("turn")[1].split("/")[0]))  # fmt: skip
+        series = series + [(f"turn {int(k.split('turn')[1].split('/')[0]) + 1}", k) for k in turns]
+    present = [(label, key) for label, key in series if any(key in r for r in rows.values())]
+    if not present:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, key in present:
+        points = sorted(
+            (step, float(r[key])) for step, r in rows.items() if isinstance(r.get(key), (int, float))
+        )
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label)
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if len(present) > 1:
+        ax.legend()
     return _png(fig, plt)

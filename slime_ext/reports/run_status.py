@@ -107,7 +107,8 @@ def exited_windows(states: list[WindowState]) -> list[WindowState]:
 
 
 def parse_slime_log(text: str) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
-    """slime's per-step dictionaries from its log: ({step: train metrics}, {step: rollout metrics})."""
+    """slime's per-step dictionaries from its log: ({step: train metrics}, {step: rollout and
+    timing metrics}, the `perf` lines of one step merged)."""
     train: dict[int, dict[str, Any]] = {}
     rollout: dict[int, dict[str, Any]] = {}
     for line in text.splitlines():
@@ -118,8 +119,8 @@ def parse_slime_log(text: str) -> tuple[dict[int, dict[str, Any]], dict[int, dic
             values = ast.literal_eval(m.group(3))
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             continue
-        if isinstance(values, dict):
-            (train if m.group(1) == "step" else rollout)[int(m.group(2))] = values
+        if isinstance(values, dict):  # slime logs two `perf N` dicts per step (rollout, train timing)
+            (train if m.group(1) == "step" else rollout).setdefault(int(m.group(2)), {}).update(values)
     return train, rollout
 
 

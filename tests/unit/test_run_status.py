@@ -92,3 +92,37 @@ def test_status_refuses_a_directory_that_is_not_a_run(
 ) -> None:
     assert status.main([str(tmp_path), "--once"]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_plot_run_draws_the_curves_the_run_logged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tools import plot_run
+
+    run = _run_dir(tmp_path)
+    lines = []
+    for step in range(4):
+        lines.append(f"x model.py:918 - step {step}: {{'train/loss': {-0.1 * step}, 'train/grad_norm': 0.3}}")
+        lines.append(
+            f"x rollout_metrics.py:268 - perf {step}: {{'rollout/kernel/mean_return': {0.2 + 0.1 * step}, "
+            f"'rollout/kernel/correct_rate': 0.5, 'rollout/kernel/turn0/correct_rate': 0.4, "
+            f"'rollout/kernel/turn1/correct_rate': 0.6}}"
+        )
+        lines.append(f"x train_metric_utils.py:401 - perf {step}: {{'perf/train_time': 12.5}}")
+    (run / "logs" / "trainer.log").write_text("\n".join(lines) + "\n")
+    (run / run_status.HISTORY_NAME).write_text(
+        "".join(
+            json.dumps({"train_step": s, "rollout_step": s, "eval": {"per_min": 60.0 + s}}) + "\n"
+            for s in range(4)
+        )
+    )
+    rows = plot_run.step_rows(run)
+    assert rows[3]["rollout/kernel/mean_return"] == pytest.approx(0.5)
+    assert rows[3]["perf/train_time"] == 12.5 and rows[3]["eval/per_min"] == 63.0  # both perf lines kept
+    assert plot_run.main([str(run)]) == 0
+    written = {p.name for p in (run / "plots").glob("*.png")}
+    assert written == {"reward.png", "correct_rate.png", "loss.png", "grad_norm.png", "evals_per_min.png",
+                       "step_time.png"}  # fmt: skip
+    assert all((run / "plots" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in written)
+    assert "not logged by this run: kl" in capsys.readouterr().out
+    empty = tmp_path / "empty"
+    (empty / "logs").mkdir(parents=True)
+    assert plot_run.main([str(empty)]) == 1

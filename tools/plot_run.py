@@ -1,0 +1,84 @@
+"""Training curves of a launcher run from its own logs, no W&B needed: PNGs of the rollout reward,
+the correct rate by turn, the policy loss, KL, gradient norm, evaluations/min and step time
+against the step.
+
+  python -m tools.plot_run RUN_DIR                  # PNGs into RUN_DIR/plots/
+  python -m tools.plot_run RUN_DIR --out DIR
+
+The steps come from slime's log (RUN_DIR/logs/trainer.log: its `step N: {...}` and `perf N: {...}`
+lines), the eval server's rate from the status window's history (RUN_DIR/status.jsonl). A curve
+whose metrics the run never logged is left out (and named).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from krl_common.cli import EXIT_USAGE, make_parser
+from krl_common.fileio import atomic_write
+from slime_ext.reports.plots import RUN_CURVES, plot_run_curve
+from slime_ext.reports.run_status import HISTORY_NAME, parse_slime_log
+
+
+def step_rows(run_dir: Path) -> dict[int, dict[str, float]]:
+    """{step: every metric of that step}: slime's train and perf lines, and `eval/per_min` from the
+    status history's last row of the step."""
+    log = run_dir / "logs" / "trainer.log"
+    train, perf = parse_slime_log(log.read_text(encoding="utf-8", errors="replace") if log.is_file() else "")
+    rows: dict[int, dict[str, float]] = {}
+    for source in (train, perf):
+        for step, values in source.items():
+            rows.setdefault(step, {}).update({k: v for k, v in values.items() if isinstance(v, (int, float))})
+    history = run_dir / HISTORY_NAME
+    if history.is_file():
+        for line in history.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            step = row.get("train_step") if row.get("train_step") is not None else row.get("rollout_step")
+            per_min = (row.get("eval") or {}).get("per_min")
+            if isinstance(step, int) and isinstance(per_min, (int, float)):
+                rows.setdefault(step, {})["eval/per_min"] = per_min
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = make_parser("tools.plot_run", __doc__)
+    p.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR of the launcher)")
+    p.add_argument("--out", type=Path, help="where the PNGs go (default RUN_DIR/plots)")
+    args = p.parse_args(argv)
+    if not args.run_dir.is_dir():
+        print(f"error: {args.run_dir} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    rows = step_rows(args.run_dir)
+    if not rows:
+        print(
+            f"error: no training steps in {args.run_dir}/logs/trainer.log or {HISTORY_NAME} yet",
+            file=sys.stderr,
+        )
+        return 1
+    out = args.out or args.run_dir / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        written, missing = [], []
+        for name in RUN_CURVES:
+            png = plot_run_curve(name, rows)
+            if png is None:
+                missing.append(name)
+                continue
+            atomic_write(out / f"{name}.png", png)
+            written.append(name)
+    except RuntimeError as exc:  # matplotlib missing
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(rows)} steps; wrote {', '.join(f'{n}.png' for n in written)} to {out}")
+    if missing:
+        print(f"not logged by this run: {', '.join(missing)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
