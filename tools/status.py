@@ -69,11 +69,23 @@ def render(snap: dict[str, Any]) -> Any:
         k[len(_ROLLOUT_PREFIX) :]: v for k, v in snap["rollout"].items() if k.startswith(_ROLLOUT_PREFIX)
     }
     if rollout:
+        per_turn = ("n", "compile_rate", "correct_rate", "fast_1_rate", "mean_reward")
+        headline = (
+            "mean_return",
+            "correct_rate",
+            "compile_rate",
+            "fast_1_rate",
+            "mean_turns",
+            "aborted_rate",
+        )
         table = Table(title=f"rollout: step {_fmt(snap['rollout_step'])}", title_justify="left")
-        shown = sorted(rollout)[:12]
-        for key in shown:
+        table.add_column("turn")
+        for key in per_turn:
             table.add_column(key)
-        table.add_row(*[_fmt(rollout[k]) for k in shown])
+        turns = sorted({int(k[4:].split("/")[0]) for k in rollout if k.startswith("turn") and "/" in k})
+        for t in turns:
+            table.add_row(str(t + 1), *[_fmt(rollout.get(f"turn{t}/{k}")) for k in per_turn])
+        table.caption = "  ".join(f"{k} {_fmt(rollout[k])}" for k in headline if k in rollout)
         parts.append(table)
 
     services = Table(title="services", title_justify="left")
@@ -94,7 +106,8 @@ def render(snap: dict[str, Any]) -> Any:
         "unreachable"
         if buf is None
         else f"groups ready {_fmt(buf['groups_ready'])}, consumed {_fmt(buf['groups_consumed'])}, "
-        f"records {_fmt(buf['records'])}, policy version {_fmt(buf['policy_version'])}, dropped "
+        f"records {_fmt(buf['records'])}, policy version {_fmt(buf['policy_version'])}, stale records "
+        f"dropped {_fmt(buf['stale_records_dropped'])} (max staleness {_fmt(buf['max_staleness'])}), dropped groups "
         + ", ".join(f"{k} {v}" for k, v in sorted(buf["dropped_groups"].items())),
     )
     runner = (buf or {}).get("runner")

@@ -188,6 +188,8 @@ def _buffer_section(stats: dict[str, Any] | None, now: float) -> dict[str, Any] 
         "records": (stats.get("records") or {}).get("total"),
         "policy_version": stats.get("policy_version"),
         "dropped_groups": stats.get("dropped_groups") or {},
+        "stale_records_dropped": (stats.get("dropped_records") or {}).get("stale"),
+        "max_staleness": (stats.get("rules") or {}).get("max_staleness"),
         "runner": None,
     }
     if runner.get("configured"):
