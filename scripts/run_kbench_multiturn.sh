@@ -35,6 +35,7 @@ set -euo pipefail
 
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+krl_no_arguments "${BASH_SOURCE[0]}" "$@"
 # shellcheck source=../configs/run/common.sh
 source "${KRL_REPO_ROOT}/configs/run/common.sh"
 

@@ -19,6 +19,7 @@ set -euo pipefail
 : "${RUN_NAME:=sft-$(date +%Y%m%d-%H%M%S)}"
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+krl_no_arguments "${BASH_SOURCE[0]}" "$@"
 # shellcheck source=../configs/run/common.sh
 source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${PRINT_ONLY:=0}"

@@ -18,6 +18,20 @@ set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
+case "${1:-}" in
+  -h | --help)
+    krl_usage "${BASH_SOURCE[0]}"
+    exit 0
+    ;;
+  -*)
+    printf '[%s] ERROR: unknown option %s (usage: scripts/stop.sh RUN_DIR; --help)\n' "$(date +%H:%M:%S)" "$1" >&2
+    exit 2
+    ;;
+esac
+if (($# > 1)); then
+  printf '[%s] ERROR: one RUN_DIR only, got %s arguments (usage: scripts/stop.sh RUN_DIR)\n' "$(date +%H:%M:%S)" "$#" >&2
+  exit 2
+fi
 run_dir="${1:-}"
 if [[ -z "${run_dir}" ]]; then
   [[ -n "${RUN_NAME:-}" ]] || krl_die "usage: scripts/stop.sh RUN_DIR (or set RUN_NAME)"

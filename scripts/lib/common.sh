@@ -20,6 +20,24 @@ krl_die() {
   exit 1
 }
 
+# krl_usage SCRIPT: print SCRIPT's header comment (its usage and settings).
+krl_usage() { sed -n '2,/^set -euo/p' "$1" | sed '$d; s/^# \{0,1\}//'; }
+
+# krl_no_arguments SCRIPT ARGS...: a launcher configured by environment variables takes no
+# arguments: -h/--help prints its usage (exit 0); anything else is refused (exit 2).
+krl_no_arguments() {
+  local script="$1"
+  shift
+  (($#)) || return 0
+  if [[ "$1" == -h || "$1" == --help ]]; then
+    krl_usage "${script}"
+    exit 0
+  fi
+  printf '[%s] ERROR: unknown argument(s): %s; settings are environment variables (%s --help, docs/LAUNCH.md)\n' \
+    "$(date +%H:%M:%S)" "$*" "${script##*/}" >&2
+  exit 2
+}
+
 # krl_tmux ARGS...: tmux on this run's server. TMUX_SOCKET names a private server (-L NAME), or
 # is its socket path when it contains a slash (-S PATH); empty = the default server.
 krl_tmux() {

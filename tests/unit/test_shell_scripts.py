@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -56,3 +57,14 @@ def test_shellcheck_clean() -> None:
         text=True,
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("script", ["run_kbench_multiturn.sh", "run_sft.sh", "stop.sh"])
+def test_help_prints_usage_and_unknown_arguments_exit_2(script: str, tmp_path: Path) -> None:
+    path = Path(__file__).resolve().parents[2] / "scripts" / script
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "RUNS_ROOT": str(tmp_path)}
+    shown = subprocess.run(["bash", str(path), "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert shown.returncode == 0 and "scripts/stop.sh" in shown.stdout, shown  # each names stop.sh
+    bad = subprocess.run(["bash", str(path), "--bogus"], capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "--bogus" in bad.stderr, bad
+    assert list(tmp_path.iterdir()) == []  # nothing started or written
