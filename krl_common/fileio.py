@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_output", "atomic_write"]
+__all__ = ["atomic_output", "atomic_write", "missing_local_dir"]
 
 
 @contextlib.contextmanager
@@ -43,3 +43,16 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
         raise TypeError(f"data must be bytes or str, got {type(data).__name__}")
     with atomic_output(path, "wb") as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def missing_local_dir(name_or_path: str, what: str) -> str | None:
+    """Why `name_or_path` cannot be loaded, when it is written as a local path (absolute, ./, ../
+    or ~) and no such directory exists; None otherwise (a Hub id like `Qwen/Qwen3-8B` is left to
+    the loader). Without this, transformers answers a missing local path with a Hub error about
+    repository ids."""
+    if not name_or_path.startswith(("/", "./", "../", "~")):
+        return None
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return None
+    return f"{what}: {name_or_path} " + ("is a file, not a model directory" if path.exists() else "does not exist")

@@ -45,6 +45,7 @@ from buffer_server.runner.metrics import LatencyWindow, RunnerCounters, abort_ca
 from buffer_server.runner.scheduler import GroupTask, instance_key, record_uid, written_samples
 from buffer_server.store.buffer_store import BufferStore
 from krl_common.backoff import backoff_delay
+from krl_common.fileio import missing_local_dir
 from krl_common.validation import ValidationError
 from slime_ext.clients.eval_client import EvalClient
 from slime_ext.clients.sglang_client import SGLangClient, SGLangError
@@ -73,6 +74,8 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any
     """The policy's Hugging Face tokenizer (with its chat template)."""
     from transformers import AutoTokenizer
 
+    if (why := missing_local_dir(name_or_path, "runner.tokenizer")) is not None:
+        raise RunnerError(why)
     try:
         return AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:

@@ -63,6 +63,7 @@ import torch
 
 from krl_common import fastjson
 from krl_common.cli import make_parser
+from krl_common.fileio import missing_local_dir
 from krl_common.shutdown import ensure_port_free, exit_port_in_use, is_address_in_use
 from slime_ext.dev_engine.scripted import (
     ScriptedAnswer,
@@ -475,6 +476,8 @@ def load_engine(
         answers: list[ScriptedAnswer] | None = read_answers(scripted)
     else:
         answers = sample_answers(wrong=True) if scripted_mix is not None else None
+    if (why := missing_local_dir(str(model_dir), "--model")) is not None:
+        raise ValueError(why)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(where).eval()
     return GenerateEngine(
