@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -262,8 +263,14 @@ def test_killed_run_resumes(tmp_path: Path) -> None:
     double = OpenAIChatDouble(slow_no_code)
     url = double.start()
     out = tmp_path / "killed"
+    # Something must listen at --eval-url (the tool refuses an unreachable one before it starts);
+    # nothing answers there, and nothing needs to.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    eval_url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     args = [
-        "--prompts", str(prompts_file(tmp_path)), "--out", str(out), "--eval-url", "http://127.0.0.1:9",
+        "--prompts", str(prompts_file(tmp_path)), "--out", str(out), "--eval-url", eval_url,
         "--backend", "chat", "--url", url, "--model", "no-code", "-k", "4", "--max-turns", "1",
         "--concurrency", "2", "--no-plots", "--no-progress",
     ]  # fmt: skip
@@ -287,6 +294,7 @@ def test_killed_run_resumes(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
         double.stop()
+        listener.close()
     records = load_results(results)
     keys = [(r.instance_id, r.sample) for r in records]
     assert len(keys) == len(set(keys)) == 12  # nothing lost, nothing twice
