@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import socket
 import sys
+from pathlib import Path
 
 from buffer_server.runner.agent_runner import AgentRunner, RunnerError
 from buffer_server.runner.config import runner_settings
@@ -25,7 +27,12 @@ from buffer_server.store.results import StoreError
 from buffer_server.store.rules import GroupRules
 from krl_common.cli import make_parser
 from krl_common.http_json import add_network_args
-from krl_common.shutdown import exit_port_in_use, interrupt_on_termination, is_address_in_use
+from krl_common.shutdown import (
+    ensure_port_free,
+    exit_port_in_use,
+    interrupt_on_termination,
+    is_address_in_use,
+)
 from slime_ext.rollout.recipe import load_recipe
 
 log = logging.getLogger("buffer_server")
@@ -159,6 +166,19 @@ def _runner(args: argparse.Namespace, store: BufferStore) -> AgentRunner | None:
         raise SystemExit(f"buffer_server: {exc}") from None
 
 
+def _store_files(db: str) -> list[Path]:
+    """What a new store creates beside its database (SQLite's journal files included)."""
+    return [Path(db), *(Path(f"{db}{suffix}") for suffix in ("-wal", "-shm", "-journal", ".lock", ".bodies"))]
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -175,15 +195,21 @@ def main(argv: list[str] | None = None) -> None:
         )
     except ValueError as exc:
         raise SystemExit(f"buffer_server: {exc}") from None
+    # A busy port refused before the database is created, and a start that fails after it
+    # (a bad recipe, a missing tokenizer) removes the files it created: nothing half-made is left.
+    ensure_port_free("buffer_server", args.host, args.port, "pass --port N (launcher: BUFFER_PORT)")
+    created = [p for p in _store_files(args.db) if not p.exists()]
     try:
         store = BufferStore(args.db, rules, json_cache_bytes=int(args.json_cache_mb * (1 << 20)))
     except StoreError as exc:
+        _remove(created)
         raise SystemExit(f"buffer_server: {exc}") from None
 
     try:
         runner = _runner(args, store)
     except BaseException:
         store.close()
+        _remove(created)
         raise
 
     from waitress import create_server
@@ -227,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
         if pool is not None:
             pool.close()
         store.close()
+        _remove(created)
         if is_address_in_use(exc):
             exit_port_in_use("buffer_server", args.host, args.port, "pass --port N (launcher: BUFFER_PORT)")
         raise
