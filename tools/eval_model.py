@@ -177,6 +177,7 @@ def run_settings(args: argparse.Namespace, config: EpisodeConfig) -> dict[str, A
         "max_turns": config.max_turns,
         "prompts": str(args.prompts),
         "split": args.split,
+        "allow_train": args.allow_train,  # asked for knowingly when the run was made
         "levels": args.levels,
         "samples_per_problem": args.samples,
     }
@@ -248,7 +249,8 @@ async def _evaluate(args, config, problems, results: ResultsFile, eval_url: str)
 
 def _report(args: argparse.Namespace, run: dict[str, Any], max_turns: int | None) -> dict[str, Path]:
     records = load_results(args.out / RESULTS_NAME)
-    runner.check_splits(records, allow_train=args.allow_train)
+    # --report-only on a folder made with --allow-train: the run's own setting stands
+    runner.check_splits(records, allow_train=args.allow_train or bool(run.get("allow_train")))
     written = write_report(
         args.out, records, run, ks=args.pass_k, max_turns=max_turns, plots=not args.no_plots
     )
@@ -314,8 +316,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(problems)} problem(s) x {args.samples} sample(s), {n_done} already done", file=sys.stderr
         )
         try:
-            with eval_server_urls(args) as eval_url:
-                outcome = asyncio.run(_evaluate(args, config, problems, results, eval_url))
+            if n_done == len(problems) * args.samples:  # nothing to do: no eval server, no policy
+                outcome = runner.RunOutcome(planned=0, skipped=n_done)
+            else:
+                with eval_server_urls(args) as eval_url:
+                    outcome = asyncio.run(_evaluate(args, config, problems, results, eval_url))
         except KeyboardInterrupt:
             # Every finished sample is already on disk: report those, say how to go on.
             _report(args, run, config.max_turns)

@@ -194,7 +194,9 @@ def test_train_split_refused_and_report_only(
     assert (chat_run["out"] / "results.jsonl").read_bytes() == before
 
 
-def test_split_manifest_must_agree(chat_run: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_split_manifest_must_agree(
+    chat_run: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     args = chat_run["args"]
     prompts = Path(args[args.index("--prompts") + 1])
     records = load_prompt_records(prompts)
@@ -205,9 +207,15 @@ def test_split_manifest_must_agree(chat_run: dict[str, Any], capsys: pytest.Capt
         write_split_manifest(manifest, build_manifest(relabelled, seed=0, holdout_ratio=0.5))
         assert eval_model.main(args) == 2
         assert "refusing to report: 1 train problem(s) ['kb_L1_relu']" in capsys.readouterr().err
-        # the matching manifest: accepted; everything is done already, so nothing is asked
+        # the matching manifest: accepted; everything is done already, so nothing is asked and
+        # no eval server is reached or started
         write_split_manifest(manifest, build_manifest(records, seed=0, holdout_ratio=0.5))
         before = len(chat_run["double"].requests)
+
+        def no_server(*_a: Any, **_k: Any) -> Any:
+            raise AssertionError("an eval server was set up for a finished evaluation")
+
+        monkeypatch.setattr(eval_model, "eval_server_urls", no_server)
         assert eval_model.main(args) == 0
         assert len(chat_run["double"].requests) == before
         assert "6 skipped" in capsys.readouterr().err
@@ -347,3 +355,27 @@ def test_sigterm_stops_the_embedded_eval_server_like_ctrl_c(sig: signal.Signals,
     assert proc.returncode == 128 + sig, err
     assert "interrupted: re-run the same command to resume" in err
     assert still_running(children) == []
+
+
+def test_report_only_keeps_the_runs_allow_train(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder evaluated with --allow-train (the train split included, knowingly) is re-reported
+    with --report-only alone: the run's setting stands, the flag need not be repeated."""
+    double = OpenAIChatDouble(lambda messages, body: NO_CODE)  # no code: no evaluation needed
+    url = double.start()
+    listener = socket.socket()  # --eval-url must be reachable; it is never called
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    out = tmp_path / "out"
+    args = [
+        "--prompts", str(prompts_file(tmp_path)), "--out", str(out), "--backend", "chat", "--url", url,
+        "--model", "m", "--split", "all", "--allow-train", "--max-turns", "1", "--no-plots", "--no-progress",
+        "--eval-url", f"http://127.0.0.1:{listener.getsockname()[1]}",
+    ]  # fmt: skip
+    try:
+        assert eval_model.main(args) == 0
+    finally:
+        double.stop()
+        listener.close()
+    (out / "report.md").unlink()
+    assert eval_model.main(["--out", str(out), "--report-only", "--no-plots"]) == 0, capsys.readouterr().err
+    assert (out / "report.md").is_file()
