@@ -258,6 +258,10 @@ def _runner_stats(buffer_url: str) -> dict | None:
         return None
 
 
+class RunStopped(Exception):
+    """The run was stopped by someone else (scripts/stop.sh) while the dry run waited."""
+
+
 def wait_for_step(
     run_dir: Path, timeout_s: float, env: dict[str, str] | None = None, outage_warn_s: float = 30.0
 ) -> dict:
@@ -281,6 +285,11 @@ def wait_for_step(
             rc = rc_file.read_text().strip()
             if rc == "0" and summary.exists():
                 return json.loads(summary.read_text(encoding="utf-8"))
+            if rc.isdigit() and int(rc) > 128:  # ended by a signal: stopped from outside, not failed
+                raise RunStopped(
+                    f"the run was stopped from outside (the trainer window ended by signal {int(rc) - 128}: "
+                    "scripts/stop.sh, or a kill)"
+                )
             tail = (run_dir / "logs" / "trainer.log").read_text(errors="replace")[-3000:]
             raise DryRunError(f"the rollout step failed (trainer window exit code {rc}):\n{tail}")
         time.sleep(0.2)
@@ -412,6 +421,10 @@ def main(argv: list[str] | None = None) -> int:
         stop(run_dir, env)
         _say(f"dry run FAILED: {exc}")
         return 1
+    except RunStopped as exc:
+        stop(run_dir, env)  # whatever is left of it (stop.sh is safe to run twice)
+        _say(f"dry run stopped: {exc}")
+        return interrupted_exit_code()
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (interrupt_on_termination)
         # Stop first: the terminal's Ctrl-C also ended whatever reads our output (`| tee log`), so
         # a message before the stop would raise BrokenPipeError and leave the session running.

@@ -58,3 +58,17 @@ def test_ctrl_c_stops_the_run_even_when_its_output_pipe_is_gone(
     run_dir = tmp_path / "run"
     assert dry_run.main(["--no-install", "--problems", "relu", "--run-dir", str(run_dir)]) == 130
     assert stopped == [run_dir.resolve()]
+
+
+def test_a_run_stopped_from_outside_is_reported_as_stopped_not_failed(tmp_path: Path) -> None:
+    """scripts/stop.sh ends the trainer window with SIGTERM (exit code 143): the dry run says the
+    run was stopped, not that the rollout step failed."""
+    (tmp_path / "pids").mkdir()
+    (tmp_path / "pids" / "trainer.rc").write_text("143\n")
+    with pytest.raises(dry_run.RunStopped, match="stopped from outside"):
+        dry_run.wait_for_step(tmp_path, timeout_s=5)
+    (tmp_path / "pids" / "trainer.rc").write_text("1\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "trainer.log").write_text("Traceback: boom\n")
+    with pytest.raises(dry_run.DryRunError, match="exit code 1"):
+        dry_run.wait_for_step(tmp_path, timeout_s=5)
