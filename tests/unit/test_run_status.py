@@ -126,3 +126,21 @@ def test_plot_run_draws_the_curves_the_run_logged(tmp_path: Path, capsys: pytest
     empty = tmp_path / "empty"
     (empty / "logs").mkdir(parents=True)
     assert plot_run.main([str(empty)]) == 1
+
+
+def test_gpu_use_is_read_from_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi's CSV (its documented --query-gpu output, no GPU here: the command is a
+    labelled test double of the tool's output)."""
+    import subprocess
+
+    out = "0, 87, 61234, 81559\n1, 0, 3, 81559\n"
+    monkeypatch.setattr(run_status.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(
+        run_status.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a[0], 0, stdout=out)
+    )
+    assert run_status._gpus() == [
+        {"index": 0, "util_pct": 87.0, "mem_used_mib": 61234.0, "mem_total_mib": 81559.0},
+        {"index": 1, "util_pct": 0.0, "mem_used_mib": 3.0, "mem_total_mib": 81559.0},
+    ]
+    monkeypatch.setattr(run_status.shutil, "which", lambda name: None)
+    assert run_status._gpus() is None  # no nvidia-smi: no GPU row
