@@ -52,6 +52,7 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${TRAIN_ONLY:=0}"           # 1: slime --debug-train-only
 : "${CREDIT:=}"                # trajectory | per_turn | trloo: the run recipe's episode.reward.credit
 : "${RECIPE_SET:=}"            # more KEY=VALUE words for the run recipe (tools.run_recipe --set)
+: "${MISMATCH:=off}"            # off | mrs: slime's mismatch rejection sampling (configs/run/kbench_multiturn.sh)
 : "${ON_EXIT:=stop}"           # stop | wait: what the status window does when a window's command ends
 [[ "${ON_EXIT}" == stop || "${ON_EXIT}" == wait ]] || krl_die "ON_EXIT=${ON_EXIT}: use ON_EXIT=stop or ON_EXIT=wait"
 # Weights that sampled rollout N: N with train.py, N-1 with train_async.py (one step behind).
@@ -166,7 +167,7 @@ source "${KRL_REPO_ROOT}/configs/servers/buffer_server.sh"
 PLACEMENT_ARGS=(--actor-num-nodes 1 --actor-num-gpus-per-node "${TRAIN_GPUS}" --rollout-num-gpus "${ROLLOUT_GPUS}")
 [[ "${COLOCATE}" == 1 ]] && PLACEMENT_ARGS+=(--colocate)
 TRAIN_ARGS=("${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${EVAL_ARGS[@]}" "${PERF_ARGS[@]}"
-  "${GRPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${SGLANG_ARGS[@]}" "${WANDB_ARGS[@]}" "${MISC_ARGS[@]}"
+  "${GRPO_ARGS[@]}" "${MISMATCH_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${SGLANG_ARGS[@]}" "${WANDB_ARGS[@]}" "${MISC_ARGS[@]}"
   "${PLACEMENT_ARGS[@]}")
 
 # --- checks before anything starts ------------------------------------------------------------
@@ -203,6 +204,9 @@ recipe_sets=(
 )
 [[ -n "${CREDIT}" ]] && recipe_sets+=(--set "episode.reward.credit=${CREDIT}")
 [[ -n "${BACKEND}" ]] && recipe_sets+=(--set "episode.backend=${BACKEND}")
+for item in "${MISMATCH_SETTINGS[@]}"; do
+  recipe_sets+=(--slime-default "${item}")
+done
 read -ra extra_sets <<<"${RECIPE_SET}"
 for item in "${extra_sets[@]}"; do
   recipe_sets+=(--set "${item}")

@@ -7,6 +7,8 @@
       write the run's copy of the recipe with the given values set (VALUE is read as YAML, so
       0.8 is a number and a,b stays a string), validated (episode section; runner section when
       the agent runner is installed), atomically (temporary name, then rename).
+      `--slime-default KEY=VALUE`: a top-level key for slime, written only when the recipe does
+      not set it (the launcher's MISMATCH=mrs settings of slime's rollout-correction function).
 
 The launcher writes RUN_DIR/recipe.yaml this way: the user's recipe plus this run's URLs and
 paths, so the buffer's runner and slime's plug-ins (`--custom-config-path`) read one file.
@@ -87,6 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override a dotted kernel_rl key (repeatable; default: none)",
     )
+    w.add_argument(
+        "--slime-default",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a top-level key for slime (--custom-config-path sets it on its args), written only when "
+        "the recipe does not set it (repeatable; default: none)",
+    )
     args = p.parse_args(argv)
     try:
         recipe = load_recipe(args.recipe)
@@ -106,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         # Other top-level keys are slime's (--custom-config-path setattrs them): keep them.
         full = yaml.safe_load(Path(args.recipe).read_text(encoding="utf-8"))
         full[ROOT_KEY] = updated
+        for item in args.slime_default:
+            key, sep, raw = item.partition("=")
+            if not sep or not key or key == ROOT_KEY:
+                raise ValidationError(
+                    f"--slime-default {item!r}: expected KEY=VALUE (a top-level key other than {ROOT_KEY})"
+                )
+            full.setdefault(key, yaml.safe_load(raw) if raw else "")
         atomic_write(Path(args.out), yaml.safe_dump(full, sort_keys=False))
         return 0
     except (FileNotFoundError, ValidationError) as exc:

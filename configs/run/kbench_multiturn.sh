@@ -92,6 +92,24 @@ GRPO_ARGS=(
   --eps-clip-high 0.28
 )
 
+# MISMATCH=mrs: slime's own rollout correction (its examples/train_infer_mismatch_helper/mis.py)
+# rejects whole samples whose trainer-vs-rollout log-probabilities disagree (sequence geometric
+# mean of the ratio outside [1/MRS_BOUND, MRS_BOUND]; any token ratio below 1e-4) and truncates
+# the token importance weights at 2 (TIS). Its settings are top-level keys of the run recipe
+# (MISMATCH_SETTINGS, each written only where the recipe does not set it). Off by default.
+MISMATCH_ARGS=()
+MISMATCH_SETTINGS=()
+case "${MISMATCH:-off}" in
+  off) ;;
+  mrs)
+    MISMATCH_ARGS=(--use-tis --custom-tis-function-path examples.train_infer_mismatch_helper.mis.compute_mis_weights_with_cp)
+    MISMATCH_SETTINGS=(use_tis=true tis_level=token tis_mode=truncate tis_upper_bound=2.0 tis_lower_bound=null
+      use_rs=true rs_level=geometric "rs_lower_bound=$(awk -v b="${MRS_BOUND:-1.01}" 'BEGIN{print 1/b}')"
+      "rs_upper_bound=${MRS_BOUND:-1.01}" rs_veto_threshold=1.0e-4 tis_batch_normalize=false)
+    ;;
+  *) krl_die "MISMATCH=${MISMATCH}: use MISMATCH=off or MISMATCH=mrs" ;;
+esac
+
 OPTIMIZER_ARGS=(
   --optimizer adam
   --lr "${LR}"

@@ -605,3 +605,55 @@ def test_print_only_works_on_any_machine(tmp_path: Path) -> None:
     assert f"ports {eval_port} {buffer_port}" in res.stderr and "not checked" in res.stderr
     assert "### window trainer" in res.stdout
     assert refused.returncode != 0 and f"port {eval_port} is in use" in refused.stderr
+
+
+def test_mismatch_rejection_wires_slimes_own_function(tmp_path: Path) -> None:
+    """MISMATCH=mrs: slime's rollout-correction function (its examples' mis.py, loaded by slime's
+    --custom-tis-function-path) with the settings it reads as top-level keys of the run recipe;
+    a key the user's recipe sets wins. Where slime's source is here, the written settings go
+    through its real compute_mis_weights: a sample whose trainer and rollout log-probs disagree
+    is rejected (its mask zeroed), an agreeing one kept."""
+    recipe_text = "rs_upper_bound: 1.5\nkernel_rl:\n  runner:\n    temperature: 0.7\n"
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", MISMATCH="mrs")
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    trainer = _argv(run, "trainer")
+    assert "--use-tis" in trainer
+    fn = _flag(trainer, "--custom-tis-function-path")
+    assert fn == "examples.train_infer_mismatch_helper.mis.compute_mis_weights_with_cp"
+    settings = yaml.safe_load((run / "recipe.yaml").read_text())
+    assert settings["use_rs"] is True and settings["rs_level"] == "geometric"
+    assert settings["rs_upper_bound"] == 1.01 and abs(settings["rs_lower_bound"] - 1 / 1.01) < 1e-6
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8")  # off by default
+    assert res.returncode == 0, res.stderr
+    assert "--use-tis" not in _argv(run, "trainer") and "use_rs" not in yaml.safe_load(
+        (run / "recipe.yaml").read_text()
+    )
+    (tmp_path / "user.yaml").write_text(recipe_text)
+    res = _run(
+        "run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", MISMATCH="mrs", RECIPE=str(tmp_path / "user.yaml")
+    )
+    assert res.returncode == 0, res.stderr
+    assert yaml.safe_load((run / "recipe.yaml").read_text())["rs_upper_bound"] == 1.5  # the user's value
+
+    slime = REPO / "third_party" / "slime"
+    if not (slime / "examples" / "train_infer_mismatch_helper" / "mis.py").is_file():
+        pytest.skip("slime's source is not in third_party/slime (scripts/fetch_upstream.sh)")
+    import importlib.util
+    from types import SimpleNamespace
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location(
+        "slime_mis", slime / "examples/train_infer_mismatch_helper/mis.py"
+    )
+    mis = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mis)
+    args = SimpleNamespace(**{k: v for k, v in settings.items() if k != "kernel_rl"})
+    rollout = [torch.full((6,), -1.0), torch.full((6,), -1.0)]
+    train = [torch.full((6,), -1.001), torch.full((6,), -1.3)]  # agrees / disagrees (ratio exp(-0.3))
+    masks = [torch.ones(6), torch.ones(6)]
+    _, kept, _ = mis.compute_mis_weights(
+        args, train_log_probs=train, rollout_log_probs=rollout, loss_masks=masks
+    )
+    assert kept[0].sum().item() == 6 and kept[1].sum().item() == 0
