@@ -269,7 +269,11 @@ def _check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
         p.error("--backend sglang needs --tokenizer (the served model's tokenizer path)")
     if args.samples < 1 or args.concurrency < 1:
         p.error("-k and --concurrency must be >= 1")
-    # Before any eval server starts or any row is written: one line naming the flag and the URL.
+
+
+def _check_reachable(args: argparse.Namespace) -> None:
+    """After the local inputs, before any eval server starts or any row is written: an endpoint
+    nothing answers at is one line naming the flag and the URL."""
     endpoints = [("--url", args.url)] + [
         ("--eval-url", u) for u in parse_urls(args.eval_url or "", allow_empty=True)
     ]
@@ -305,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.manifest is not None or manifest_path.is_file():
             # The records' split chose the problems; the manifest, when there is one, must agree.
             check_reportable(load_split_manifest(manifest_path), problems, allow_train=args.allow_train)
+        _check_reachable(args)
         run = run_settings(args, config)
         results = ResultsFile(args.out / RESULTS_NAME, run["config_id"])
         if results.dropped_partial_line:

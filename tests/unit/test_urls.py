@@ -59,8 +59,12 @@ def test_tools_name_the_flag_and_url_in_one_line(tmp_path, capsys) -> None:
     assert eval_samples.main(["--url", url]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --url {url}: nothing answers"), err
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("{}\n")
+    from slime_ext.rollout.problems import PromptRecord, write_prompt_records
+
+    prompts = tmp_path / "p.jsonl"  # valid local inputs: the URL is what is wrong
+    write_prompt_records(
+        prompts, [PromptRecord("kb_L1_relu", 1, "relu", "relu", "class Model: pass\n", split="holdout")]
+    )
     argv = ["--out", str(tmp_path / "out"), "--prompts", str(prompts), "--model", "m"]
     assert eval_model.main([*argv, "--url", url + "/v1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
