@@ -62,7 +62,8 @@ def render(snap: dict[str, Any]) -> Any:
     trainer = Table(title=f"trainer: step {_fmt(snap['train_step'])}", title_justify="left")
     for name, _ in _TRAIN_KEYS:
         trainer.add_column(name)
-    trainer.add_row(*[_fmt(snap["train"].get(key)) for _, key in _TRAIN_KEYS])
+    timing = {**snap["rollout"], **snap["train"]}  # slime logs its step timings in `perf N` lines
+    trainer.add_row(*[_fmt(timing.get(key)) for _, key in _TRAIN_KEYS])
     parts.append(trainer)
 
     rollout = {
@@ -87,6 +88,16 @@ def render(snap: dict[str, Any]) -> Any:
             table.add_row(str(t + 1), *[_fmt(rollout.get(f"turn{t}/{k}")) for k in per_turn])
         table.caption = "  ".join(f"{k} {_fmt(rollout[k])}" for k in headline if k in rollout)
         parts.append(table)
+    recent = snap.get("recent_rollouts") or []
+    if len(recent) > 1:
+        steps = Table(title="last rollout steps", title_justify="left")
+        for col in ("step", "mean return", "correct rate", "compile rate"):
+            steps.add_column(col)
+        for row in recent:
+            steps.add_row(
+                str(row["step"]), *[_fmt(row[k]) for k in ("mean_return", "correct_rate", "compile_rate")]
+            )
+        parts.append(steps)
 
     services = Table(title="services", title_justify="left")
     services.add_column("service")

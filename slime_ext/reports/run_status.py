@@ -41,6 +41,8 @@ __all__ = [
 HISTORY_NAME = "status.jsonl"
 _LOG_LINE = re.compile(r"\b(step|perf) (\d+): (\{.*\})\s*$")
 _TAIL_BYTES = 1 << 20  # the part of a log read for its last lines and metrics
+_RECENT = ("mean_return", "correct_rate", "compile_rate")  # per step, for the last few steps
+_RECENT_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -234,6 +236,10 @@ def snapshot(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
         "train": train.get(last_train, {}) if last_train is not None else {},
         "rollout_step": last_rollout,
         "rollout": rollout.get(last_rollout, {}) if last_rollout is not None else {},
+        "recent_rollouts": [
+            {"step": step, **{k: rollout[step].get(f"rollout/kernel/{k}") for k in _RECENT}}
+            for step in sorted(rollout)[-_RECENT_STEPS:]
+        ],
         "eval": _eval_section(_get_json(f"http://127.0.0.1:{eval_port}/stats")) if eval_port else None,
         "buffer": _buffer_section(_get_json(f"http://127.0.0.1:{buffer_port}/stats"), now)
         if buffer_port

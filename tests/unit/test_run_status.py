@@ -62,6 +62,9 @@ def test_snapshot_and_history_keep_one_line_per_step(tmp_path: Path) -> None:
     snap = run_status.snapshot(run, now=1000.0)
     assert snap["run"] == "demo" and snap["train_step"] == 1 and snap["rollout_step"] == 0
     assert snap["train"]["train/loss"] == -0.0801
+    assert snap["recent_rollouts"] == [
+        {"step": 0, "mean_return": None, "correct_rate": 0.875, "compile_rate": None}
+    ]
     assert snap["eval"] is None and snap["buffer"] is None  # nothing listens on port 9; no buffer
     assert run_status.append_history(run, snap) is True
     assert run_status.append_history(run, snap) is False  # the same step again
