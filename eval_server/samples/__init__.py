@@ -38,6 +38,7 @@ __all__ = [
     "SAMPLE_CASES",
     "SampleCase",
     "candidate_names",
+    "candidates_of",
     "load_candidate",
     "load_problem",
     "problem_names",
@@ -145,3 +146,13 @@ def load_problem(name: str) -> str:
 def load_candidate(name: str) -> str:
     """Source text of candidates/<name>.py; KeyError naming the known candidates if there is none."""
     return _read(_CANDIDATES_DIR, "candidate", name)
+
+
+def candidates_of(problem: str, statuses: tuple[str, ...], backend: str = "triton") -> list[str]:
+    """The bundled candidates of `problem` (for `backend`) whose expected status is one of
+    `statuses`, in corpus order (the dry run's wrong answers, the warm-start SFT data)."""
+    return [
+        c.candidate
+        for c in SAMPLE_CASES
+        if c.problem == problem and c.expected_status in statuses and c.backend == backend
+    ]

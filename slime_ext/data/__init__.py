@@ -3,5 +3,6 @@
 `sft_build.py`). The command-line tools in `tools/prepare_*.py` are thin layers over these modules;
 docs/DATA.md describes every file format they write.
 
-May import: slime_ext.rollout, slime_ext.clients, eval_server.schema, eval_server.checks, krl_common.
+May import: slime_ext.rollout, slime_ext.clients, eval_server.schema, eval_server.checks,
+eval_server.samples, krl_common.
 """

@@ -152,10 +152,8 @@ def sample_answers(names: Sequence[str] | None = None, *, wrong: bool = False) -
         answers.append(ScriptedAnswer(match, _fenced(samples.load_candidate(correct)), True, correct))
         if not wrong:
             continue
-        for case in samples.SAMPLE_CASES:
-            if case.problem == name and case.expected_status in WRONG_STATUSES:
-                text = _fenced(samples.load_candidate(case.candidate))
-                answers.append(ScriptedAnswer(match, text, False, case.candidate))
+        for candidate in samples.candidates_of(name, WRONG_STATUSES):
+            answers.append(ScriptedAnswer(match, _fenced(samples.load_candidate(candidate)), False, candidate))
         answers.append(ScriptedAnswer(match, NO_CODE_TEXT, False, "no_code"))
     return answers
 
