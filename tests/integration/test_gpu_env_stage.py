@@ -152,3 +152,20 @@ def test_install_takes_only_the_pins_whose_version_is_not_there(tmp_path: Path) 
     res = _stage("install", lock, wheels, tmp_path / "site")
     assert res.returncode == 0 and "installed to" in res.stderr, res.stderr
     assert (tmp_path / "site" / "pytest-0.0.1.dist-info").is_dir()
+
+
+def test_the_locks_agree_on_every_package_they_share() -> None:
+    """eval-tests.lock and trainer.lock install into one site: a package both pin must have one
+    version, or the second install would find the other's and flip it."""
+
+    def pins(name: str) -> dict[str, str]:
+        out = {}
+        for line in (STAGE.parent / name).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if "==" in line:
+                pkg, version = line.split("==", 1)
+                out[pkg.split("[")[0].lower().replace("_", "-")] = version.split()[0]
+        return out
+
+    a, b = pins("eval-tests.lock"), pins("trainer.lock")
+    assert {n: (a[n], b[n]) for n in set(a) & set(b) if a[n] != b[n]} == {}
