@@ -43,13 +43,19 @@ def lookup(recipe: dict[str, Any], key: str) -> Any:
     return value
 
 
+def _assignment(flag: str, item: str) -> tuple[str, Any]:
+    """KEY and its VALUE read as YAML (so 0.8 is a number, a,b a string) of `KEY=VALUE`."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ValidationError(f"{flag} {item!r}: expected KEY=VALUE")
+    return key, yaml.safe_load(raw) if raw else ""
+
+
 def with_values(recipe: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
     """A copy of `recipe` with each `dotted.key=yaml-value` assignment applied."""
     out = copy.deepcopy(recipe)
     for item in assignments:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValidationError(f"--set {item!r}: expected KEY=VALUE")
+        key, value = _assignment("--set", item)
         node = out
         parts = key.split(".")
         for part in parts[:-1]:
@@ -57,7 +63,7 @@ def with_values(recipe: dict[str, Any], assignments: list[str]) -> dict[str, Any
             if not isinstance(child, dict):
                 raise ValidationError(f"--set {item!r}: {part} is not a section")
             node = child
-        node[parts[-1]] = yaml.safe_load(raw) if raw else ""
+        node[parts[-1]] = value
     return out
 
 
@@ -117,12 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         full = yaml.safe_load(Path(args.recipe).read_text(encoding="utf-8"))
         full[ROOT_KEY] = updated
         for item in args.slime_default:
-            key, sep, raw = item.partition("=")
-            if not sep or not key or key == ROOT_KEY:
+            key, value = _assignment("--slime-default", item)
+            if key == ROOT_KEY:
                 raise ValidationError(
                     f"--slime-default {item!r}: expected KEY=VALUE (a top-level key other than {ROOT_KEY})"
                 )
-            full.setdefault(key, yaml.safe_load(raw) if raw else "")
+            full.setdefault(key, value)
         atomic_write(Path(args.out), yaml.safe_dump(full, sort_keys=False))
         return 0
     except (FileNotFoundError, ValidationError) as exc:

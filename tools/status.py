@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from krl_common.cli import EXIT_USAGE, make_parser
-from slime_ext.reports.run_status import append_history, snapshot
+from slime_ext.reports.run_status import append_history, snapshot, turn_index
 
 REPO = Path(__file__).resolve().parents[1]
 _TRAIN_KEYS = (("loss", "train/loss"), ("grad norm", "train/grad_norm"), ("KL", "train/kl_loss"),
@@ -83,7 +83,7 @@ def render(snap: dict[str, Any]) -> Any:
         table.add_column("turn")
         for key in per_turn:
             table.add_column(key)
-        turns = sorted({int(k[4:].split("/")[0]) for k in rollout if k.startswith("turn") and "/" in k})
+        turns = sorted({t for k in rollout if (t := turn_index(k)) is not None})
         for t in turns:
             table.add_row(str(t + 1), *[_fmt(rollout.get(f"turn{t}/{k}")) for k in per_turn])
         table.caption = "  ".join(f"{k} {_fmt(rollout[k])}" for k in headline if k in rollout)

@@ -38,6 +38,7 @@ __all__ = [
     "SAMPLE_CASES",
     "SampleCase",
     "candidate_names",
+    "WRONG_STATUSES",
     "candidates_of",
     "load_candidate",
     "load_problem",
@@ -146,6 +147,12 @@ def load_problem(name: str) -> str:
 def load_candidate(name: str) -> str:
     """Source text of candidates/<name>.py; KeyError naming the known candidates if there is none."""
     return _read(_CANDIDATES_DIR, "candidate", name)
+
+
+# Statuses of the bundled candidates that serve as wrong answers (the dry run's scripted engine,
+# the warm-start SFT data): they compile but are incorrect, or fail to compile (not the reward-hack,
+# timeout or crash cases, which test the evaluator rather than RL).
+WRONG_STATUSES = ("incorrect", "compile_error")
 
 
 def candidates_of(problem: str, statuses: tuple[str, ...], backend: str = "triton") -> list[str]:

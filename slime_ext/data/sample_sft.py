@@ -23,7 +23,7 @@ from slime_ext.rollout.prompts import PromptConfig, build_messages
 
 __all__ = ["WRONG_STATUSES", "problems_with_wrong_answers", "sample_sft_examples"]
 
-WRONG_STATUSES = ("incorrect", "compile_error")
+WRONG_STATUSES = samples.WRONG_STATUSES
 
 
 def problems_with_wrong_answers() -> list[str]:

@@ -52,9 +52,6 @@ __all__ = [
 ]
 
 NO_CODE_TEXT = "I am not able to write this kernel."
-# Statuses of bundled candidates used as wrong answers: they compile but are incorrect, or fail to
-# compile (not the reward-hack, timeout or crash cases, which test the evaluator rather than RL).
-WRONG_STATUSES = ("incorrect", "compile_error")
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
@@ -142,7 +139,7 @@ def sample_prompt_records(names: Sequence[str] | None = None) -> list[PromptReco
 def sample_answers(names: Sequence[str] | None = None, *, wrong: bool = False) -> list[ScriptedAnswer]:
     """Answers for the bundled sample problems (all, or `names`), matched by the problem source:
     the correct candidate in a python fence; with `wrong`, also each bundled candidate of that
-    problem whose expected status is in `WRONG_STATUSES`, and `NO_CODE_TEXT`."""
+    problem whose expected status is in `samples.WRONG_STATUSES`, and `NO_CODE_TEXT`."""
     from eval_server import samples
 
     answers = []
@@ -152,8 +149,10 @@ def sample_answers(names: Sequence[str] | None = None, *, wrong: bool = False) -
         answers.append(ScriptedAnswer(match, _fenced(samples.load_candidate(correct)), True, correct))
         if not wrong:
             continue
-        for candidate in samples.candidates_of(name, WRONG_STATUSES):
-            answers.append(ScriptedAnswer(match, _fenced(samples.load_candidate(candidate)), False, candidate))
+        for candidate in samples.candidates_of(name, samples.WRONG_STATUSES):
+            answers.append(
+                ScriptedAnswer(match, _fenced(samples.load_candidate(candidate)), False, candidate)
+            )
         answers.append(ScriptedAnswer(match, NO_CODE_TEXT, False, "no_code"))
     return answers
 

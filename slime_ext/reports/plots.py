@@ -8,6 +8,8 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
+from slime_ext.reports.run_status import turn_index
+
 __all__ = ["RUN_CURVES", "plot_fast_p", "plot_run_curve", "plot_turns"]
 
 
@@ -121,9 +123,9 @@ def plot_run_curve(name: str, rows: Mapping[int, Mapping[str, float]]) -> bytes 
     run has none of its metrics (e.g. no KL loss)."""
     title, ylabel, series = RUN_CURVES[name]
     if name == "correct_rate":
-        turns = sorted({k for r in rows.values() for k in r if k.startswith("rollout/kernel/turn") and
-                        k.endswith("/correct_rate")}, key=lambda k: int(k.split("turn")[1].split("/")[0]))  # fmt: skip
-        series = series + [(f"turn {int(k.split('turn')[1].split('/')[0]) + 1}", k) for k in turns]
+        turns = {t: f"rollout/kernel/turn{t}/correct_rate" for r in rows.values() for k in r
+                 if k.endswith("/correct_rate") and (t := turn_index(k)) is not None}  # fmt: skip
+        series = series + [(f"turn {t + 1}", turns[t]) for t in sorted(turns)]
     present = [(label, key) for label, key in series if any(key in r for r in rows.values())]
     if not present:
         return None

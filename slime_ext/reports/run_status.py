@@ -35,10 +35,12 @@ __all__ = [
     "parse_slime_log",
     "read_run_env",
     "snapshot",
+    "turn_index",
     "window_states",
 ]
 
 HISTORY_NAME = "status.jsonl"
+_TURN_KEY = re.compile(r"(?:^|/)turn(\d+)/")
 _LOG_LINE = re.compile(r"\b(step|perf) (\d+): (\{.*\})\s*$")
 _TAIL_BYTES = 1 << 20  # the part of a log read for its last lines and metrics
 _RECENT = ("mean_return", "correct_rate", "compile_rate")  # per step, for the last few steps
@@ -124,6 +126,12 @@ def parse_slime_log(text: str) -> tuple[dict[int, dict[str, Any]], dict[int, dic
         if isinstance(values, dict):  # slime logs two `perf N` dicts per step (rollout, train timing)
             (train if m.group(1) == "step" else rollout).setdefault(int(m.group(2)), {}).update(values)
     return train, rollout
+
+
+def turn_index(key: str) -> int | None:
+    """t of a per-turn rollout metric (`rollout/kernel/turn{t}/...`, slime_plugins/metrics.py)."""
+    m = _TURN_KEY.search(key)
+    return int(m.group(1)) if m else None
 
 
 def _get_json(url: str, timeout_s: float = 2.0) -> dict[str, Any] | None:

@@ -218,15 +218,20 @@ def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def test_ctrl_c_in_a_window_stops_its_command_and_keeps_the_log(tmp_path: Path) -> None:
+def _static_services_env(tmp_path: Path) -> dict[str, str]:
+    """The launcher's env with the eval and buffer windows replaced by a static /health server."""
     www = tmp_path / "www"
     www.mkdir()
     (www / "health").write_text("ok")  # a static /health that answers 200
     env = _env(tmp_path)
     serve = f"{sys.executable} -m http.server --bind 127.0.0.1 --directory {www}"
+    env.update(EVAL_CMD=f"{serve} {env['EVAL_PORT']}", BUFFER_CMD=f"{serve} {env['BUFFER_PORT']}")
+    return env
+
+
+def test_ctrl_c_in_a_window_stops_its_command_and_keeps_the_log(tmp_path: Path) -> None:
+    env = _static_services_env(tmp_path)
     env.update(
-        EVAL_CMD=f"{serve} {env['EVAL_PORT']}",
-        BUFFER_CMD=f"{serve} {env['BUFFER_PORT']}",
         TRAINER_CMD="trap 'echo terminated; exit 5' TERM; echo ready; while true; do sleep 0.1; done",
         ON_EXIT="wait",  # the status window only shows the ended window
     )
@@ -262,14 +267,8 @@ def test_ctrl_c_in_a_window_stops_its_command_and_keeps_the_log(tmp_path: Path) 
 def test_a_window_whose_command_ends_stops_the_run(tmp_path: Path) -> None:
     """ON_EXIT=stop (the default): the status window sees the trainer's command end (here with
     code 3) and stops the whole run, saying which window ended and how."""
-    www = tmp_path / "www"
-    www.mkdir()
-    (www / "health").write_text("ok")
-    env = _env(tmp_path)
-    serve = f"{sys.executable} -m http.server --bind 127.0.0.1 --directory {www}"
+    env = _static_services_env(tmp_path)
     env.update(
-        EVAL_CMD=f"{serve} {env['EVAL_PORT']}",
-        BUFFER_CMD=f"{serve} {env['BUFFER_PORT']}",
         TRAINER_CMD="echo 'trainer: giving up'; sleep 2; exit 3",
     )
     run_dir = tmp_path / "runs" / "t"

@@ -112,6 +112,12 @@ def _advantages(args: Any, train_data: dict[str, Any]) -> tuple[list[list[int]],
     return partitions, rollout_data["advantages"]
 
 
+def _turn(iid: str, ep: str, k: int, ret: float, version: int) -> dict[str, Any]:
+    """Turn k's record of trajectory `ep` (per-turn credit): tied to its siblings by TRAJECTORY_KEY."""
+    meta = {"level": 2, TRAJECTORY_KEY: ep}
+    return trajectory_dict(f"{ep}-t{k}", iid, ret, version, sample_index=k, metadata=meta)
+
+
 def test_trajectory_groups_through_slime(buffer_url: str, tmp_path: Path, logged: list) -> None:
     """Two prompts, four trajectories each: slime's conversion with our post-process gives the
     group-normalised rewards (mean-centred, Dr.GRPO: no std division), equal to slime's own
@@ -169,10 +175,6 @@ def test_per_turn_fan_out_through_slime(buffer_url: str, tmp_path: Path, logged:
     one rollout per trajectory in its DP schedule and sums each rollout's mask over its turns."""
     version = next(_versions)
 
-    def turn(iid: str, ep: str, k: int, ret: float) -> dict[str, Any]:
-        meta = {"level": 2, TRAJECTORY_KEY: ep}
-        return trajectory_dict(f"{ep}-t{k}", iid, ret, version, sample_index=k, metadata=meta)
-
     returns = {
         ("p", "e1"): [0.22, 0.3],
         ("p", "e2"): [0.12, 0.3],
@@ -180,7 +182,8 @@ def test_per_turn_fan_out_through_slime(buffer_url: str, tmp_path: Path, logged:
         ("q", "e4"): [1.3, 1.3],
     }
     post_trajectories(
-        buffer_url, [turn(iid, ep, k, r) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)]
+        buffer_url,
+        [_turn(iid, ep, k, r, version) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)],
     )
     args = _args(tmp_path, buffer_url, credit="per_turn", batch=2, n=2, gbs=4)
     mgr = rollout_manager(args)
@@ -217,10 +220,6 @@ def test_trloo_through_slime(buffer_url: str, tmp_path: Path, logged: list) -> N
     slime's compute_advantages_and_returns hands exactly that to every response token."""
     version = next(_versions)
 
-    def turn(iid: str, ep: str, k: int, ret: float) -> dict[str, Any]:
-        meta = {"level": 2, TRAJECTORY_KEY: ep}
-        return trajectory_dict(f"{ep}-t{k}", iid, ret, version, sample_index=k, metadata=meta)
-
     returns = {
         ("u", "r1"): [0.2, 0.5, 0.3],
         ("u", "r2"): [2.3],  # correct and fast at once: early stop
@@ -228,7 +227,8 @@ def test_trloo_through_slime(buffer_url: str, tmp_path: Path, logged: list) -> N
         ("v", "r4"): [0.0, 1.3],
     }
     post_trajectories(
-        buffer_url, [turn(iid, ep, k, r) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)]
+        buffer_url,
+        [_turn(iid, ep, k, r, version) for (iid, ep), rs in returns.items() for k, r in enumerate(rs)],
     )
     args = _args(tmp_path, buffer_url, credit="trloo", batch=2, n=2, gbs=4)
     mgr = rollout_manager(args)
