@@ -12,6 +12,7 @@ import torch
 
 from eval_server.pipeline import timing
 from eval_server.pipeline.timed_calls import (
+    CALL_ALIGN_BYTES,
     MAX_RECORDED,
     MIN_VERIFIED,
     VERIFIED_BYTES,
@@ -204,3 +205,23 @@ def test_timed_kernel_checks_reject_skipped_launches_and_foreign_kernels(monkeyp
     assert verdict(["relu_kernel"] * 8, 8) == []
     monkeypatch.setattr(LAUNCHES, "launches", Counter({"relu_kernel": 1, "void": 1}))
     assert verdict(["relu_kernel"] * 8 + [mul], 8) == ["runtime.evaluator_state"]
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"), [((7, 1001), torch.float32), ((3,), torch.float16), ((5, 8), torch.int64)]
+)
+def test_each_batched_call_is_aligned_like_an_allocation_of_its_own(
+    shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    """A kernel that vectorizes only on aligned pointers must take the same path when timed as
+    when verified: every call's tensor starts CALL_ALIGN_BYTES-aligned within the trial's block
+    (7 x 1001 floats back to back put 3 of 4 calls off 16 bytes)."""
+    sets = [[torch.arange(int(torch.tensor(shape).prod())).reshape(shape).to(dtype) + s] for s in range(3)]
+    fresh = FreshInputs(sets, 8, random.Random(0))
+    args, chosen = fresh.trial()
+    base = args[0][0].data_ptr()
+    for a, s in zip(args, chosen, strict=True):
+        t = a[0]
+        assert (t.data_ptr() - base) % CALL_ALIGN_BYTES == 0
+        assert t.is_contiguous() and t.shape == shape and t.dtype == dtype
+        assert torch.equal(t, sets[s][0])
