@@ -9,10 +9,20 @@
 #                                                     # there, offline: the lock's packages the machine
 #                                                     # lacks, from DIR into TARGET; prints the export
 #   scripts/gpu_env/stage.sh check    [LOCK]          # there: imports the lock's `#import` modules
+#   scripts/gpu_env/stage.sh trim     [DIR]           # here, for a carry-limited machine: DIR's sglang_kernel
+#                                                     # wheel without FA3, FlashMLA and sm100 (see below)
+#   scripts/gpu_env/stage.sh sources  [DEST]          # here: the working trees of slime and Megatron-LM
+#                                                     # (with slime's Megatron patches, without .git)
+#                                                     # -> DEST/slime.tar.gz, DEST/Megatron-LM.tar.gz
+#   scripts/gpu_env/stage.sh unsources [DIR] [TARGET] # there: them -> TARGET/slime, TARGET/Megatron-LM;
+#                                                     # prints the export of SLIME_DIR and MEGATRON_DIR
 #
 # Defaults: LOCK scripts/gpu_env/eval-tests.lock, DIR .whl (ignored by git; carry it to the
-# machine), PARTS .whl-parts, TARGET $GPU_ENV_SITE, else site/ in the temporary directory ($TMPDIR).
+# machine), PARTS .whl-parts, TARGET $GPU_ENV_SITE, else site/ in the temporary directory ($TMPDIR);
+# for sources/unsources DEST and DIR .whl-src, TARGET src/ in the temporary directory; the sources
+# from $SLIME_DIR and $MEGATRON_DIR, else third_party/slime and third_party/Megatron-LM.
 # Use: eval "$(scripts/gpu_env/stage.sh install)" && pytest -m gpu ...
+#      eval "$(scripts/gpu_env/stage.sh unsources)"
 #
 # A lock has one `name==version` per line; a comment after the pin says how it is staged:
 #   # sdist         no wheel is published: built here into a wheel (pure Python)
@@ -20,6 +30,13 @@
 #   # slime-patch   the wheel gets slime's patches of this package (slime's docker/patch/latest/,
 #                   in its Dockerfile's order; slime's source from $SLIME_DIR, else third_party/slime)
 # and `#import a.b c` lines name the modules `check` imports.
+#
+# `trim` replaces DIR's sglang_kernel wheel (0.4.4: 615 MB, 578 MB of it FlashAttention-3) by one
+# without sgl_kernel/flash_ops.abi3.so (FA3), sgl_kernel/flashmla_ops.abi3.so (FlashMLA) and
+# sgl_kernel/sm100/ (common_ops for every GPU but Hopper), repacked with the build tag `1trim`
+# (the same version: the lock's pin installs it; 16.6 MB). Then sgl_kernel loads on Hopper (sm90)
+# only and SGLang has no FA3: it needs `--attention-backend triton` (or flashinfer), which slime
+# passes as `--sglang-attention-backend triton`. The Docker image keeps the full kernel.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,6 +46,10 @@ py="${PYTHON:-python3}"
 PIECE_BYTES="${PIECE_BYTES:-58000000}"     # the device's carry limit is 64 MiB per call
 SLIME_PATCHES=(sglang.patch sglang-top_p.patch sglang-release_hicache.patch sglang-pull_weights.patch
   sglang-deterministic.patch)               # slime's Dockerfile applies them in this order
+
+TRIMMED=(sgl_kernel/flash_ops.abi3.so sgl_kernel/flashmla_ops.abi3.so sgl_kernel/sm100)
+scratch=()                                  # temporary paths, removed however the command ends
+trap 'rm -rf "${scratch[@]}"' EXIT
 
 info() { printf '[stage] %s\n' "$*" >&2; }
 die() {
@@ -96,6 +117,7 @@ slime_patch() {
   wheel="$(find "${dir}" -maxdepth 1 -iname "$(file_name_of "${pin}")-${pin##*==}-*.whl" ! -name '*-1slime-*' | head -1)"
   [[ -n "${wheel}" ]] || { info "${pin}: already patched"; return; }
   work="$(mktemp -d)"
+  scratch+=("${work}")
   "${py}" -m wheel unpack -d "${work}" "${wheel}" >/dev/null
   unpacked="$(find "${work}" -mindepth 1 -maxdepth 1 -type d | head -1)"
   for patch in "${SLIME_PATCHES[@]}"; do
@@ -109,6 +131,58 @@ slime_patch() {
   "${py}" -m wheel pack --build-number 1slime -d "${dir}" "${unpacked}" >/dev/null
   rm -rf "${work}" "${wheel}"
   info "${pin}: ${applied} of slime's patches applied"
+}
+
+# A file's size in MB, for the log.
+size_of() { awk -v b="$(stat -c %s "$1")" 'BEGIN { printf "%.1f MB", b / 1e6 }'; }
+# SRC to DEST through a rename beside DEST: DEST is never half-written.
+move_into() {
+  scratch+=("$2.part")
+  mv -f "$1" "$2.part"
+  mv -f "$2.part" "$2"
+}
+
+# DIR's sglang_kernel wheels without the TRIMMED members, repacked with the build tag 1trim (same
+# version, so pins on it still match) in place of the originals.
+trim() {
+  local wheel work unpacked out trimmed member
+  local -a wheels removed
+  [[ -d "${dir}" ]] || die "no ${dir}: run download first"
+  mapfile -t wheels < <(find "${dir}" -maxdepth 1 -iname 'sglang_kernel-*.whl' ! -name '*-1trim-*' | sort)
+  if ((${#wheels[@]} == 0)); then
+    if find "${dir}" -maxdepth 1 -iname 'sglang_kernel-*-1trim-*.whl' | grep -q .; then
+      info "${dir}: sglang_kernel already trimmed"
+    else
+      info "${dir}: no sglang_kernel wheel, nothing to trim"
+    fi
+    return
+  fi
+  for wheel in "${wheels[@]}"; do
+    work="$(mktemp -d)"
+    scratch+=("${work}")
+    "${py}" -m wheel unpack -d "${work}" "${wheel}" >/dev/null
+    unpacked="$(find "${work}" -mindepth 1 -maxdepth 1 -type d | head -1)"
+    removed=()
+    for member in "${TRIMMED[@]}"; do
+      if [[ -e "${unpacked}/${member}" ]]; then
+        rm -rf "${unpacked:?}/${member}"
+        removed+=("${member}")
+      fi
+    done
+    if ((${#removed[@]} == 0)); then
+      info "${wheel##*/}: none of ${TRIMMED[*]} in it, left as it is"
+    else
+      out="${work}/out"
+      mkdir "${out}"
+      "${py}" -m wheel pack --build-number 1trim -d "${out}" "${unpacked}" >/dev/null
+      trimmed="$(find "${out}" -name '*.whl' | head -1)"
+      [[ -n "${trimmed}" ]] || die "wheel pack wrote no wheel for ${wheel##*/}"
+      info "${wheel##*/}: $(size_of "${wheel}") -> ${trimmed##*/}: $(size_of "${trimmed}") (without ${removed[*]})"
+      move_into "${trimmed}" "${dir}/${trimmed##*/}"
+      rm -f "${wheel}"
+    fi
+    rm -rf "${work}"
+  done
 }
 
 case "${cmd}" in
@@ -217,6 +291,49 @@ for name in sys.argv[1:]:
 print(("import check: all %d modules import" % (len(sys.argv) - 1)) if not failed else "import check FAILED:\n  " + "\n  ".join(failed))
 sys.exit(1 if failed else 0)
 EOF
+    ;;
+  trim)
+    dir="${2:-.whl}"
+    trim
+    ;;
+  sources)
+    dest="${2:-.whl-src}"
+    names=(slime Megatron-LM)
+    srcs=("${SLIME_DIR:-${repo}/third_party/slime}" "${MEGATRON_DIR:-${repo}/third_party/Megatron-LM}")
+    markers=(train.py megatron/core)  # a path that says the tree is that source
+    vars=(SLIME_DIR MEGATRON_DIR)
+    for i in 0 1; do  # both checked before anything is written
+      [[ -e "${srcs[i]}/${markers[i]}" ]] || die "no ${names[i]} source at ${srcs[i]} (no ${markers[i]}):" \
+        "scripts/fetch_upstream.sh fetches it (or set ${vars[i]})"
+    done
+    mkdir -p "${dest}"
+    for i in 0 1; do
+      out="${dest}/${names[i]}.tar.gz"
+      scratch+=("${out}.part")
+      # The working tree as it is: slime's Megatron patches are uncommitted changes there.
+      tar -C "${srcs[i]}" --exclude=.git --exclude=__pycache__ -czf "${out}.part" .
+      mv -f "${out}.part" "${out}"
+      info "${out}: $(size_of "${out}") (${srcs[i]})"
+    done
+    ;;
+  unsources)
+    dir="${2:-.whl-src}"
+    target="${3:-${TMPDIR:-/tmp}/src}"
+    for name in slime Megatron-LM; do
+      [[ -f "${dir}/${name}.tar.gz" ]] || die "no ${dir}/${name}.tar.gz: run \`stage.sh sources\` and carry it"
+    done
+    mkdir -p "${target}"
+    target="$(cd "${target}" && pwd)"  # the export must hold from any directory
+    for name in slime Megatron-LM; do
+      into="$(mktemp -d "${target}/.${name}.XXXXXX")"
+      scratch+=("${into}")
+      tar -C "${into}" --no-same-owner -xzf "${dir}/${name}.tar.gz"
+      chmod 755 "${into}"
+      rm -rf "${target:?}/${name}"  # replaced whole: nothing left of an older copy
+      mv "${into}" "${target}/${name}"
+    done
+    info "sources in ${target}: slime, Megatron-LM"
+    printf 'export SLIME_DIR=%q MEGATRON_DIR=%q\n' "${target}/slime" "${target}/Megatron-LM"
     ;;
   *) usage ;;
 esac

@@ -169,3 +169,128 @@ def test_the_locks_agree_on_every_package_they_share() -> None:
 
     a, b = pins("eval-tests.lock"), pins("trainer.lock")
     assert {n: (a[n], b[n]) for n in set(a) & set(b) if a[n] != b[n]} == {}
+
+
+def _fake_sglang_kernel(dist: Path, version: str = "0.4.4") -> Path:
+    """An sglang_kernel wheel laid out as the real one: FA3, FlashMLA, common_ops per architecture."""
+    root = dist / "src" / f"sglang_kernel-{version}"
+    members = {
+        "sgl_kernel/__init__.py": b"from sgl_kernel.load_utils import *\n",
+        "sgl_kernel/load_utils.py": b"SUBDIR = 'sm90'\n",
+        "sgl_kernel/flash_ops.abi3.so": os.urandom(30_000),
+        "sgl_kernel/flashmla_ops.abi3.so": os.urandom(5_000),
+        "sgl_kernel/sm100/common_ops.abi3.so": os.urandom(8_000),
+        "sgl_kernel/sm90/common_ops.abi3.so": os.urandom(8_000),
+    }
+    for name, data in members.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    info = root / f"sglang_kernel-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang-kernel\nVersion: {version}\n")
+    (info / "WHEEL").write_text(
+        "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp310-abi3-manylinux2014_x86_64\n"
+    )
+    (info / "RECORD").write_text("")
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "pack", "-d", str(dist), str(root)], check=True, capture_output=True
+    )
+    (wheel,) = dist.glob(f"sglang_kernel-{version}-*.whl")
+    return wheel
+
+
+def _contents(wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as zf:
+        return {n: zf.read(n) for n in zf.namelist() if ".dist-info/" not in n}
+
+
+def test_trim_takes_fa3_flashmla_and_sm100_out_of_the_kernel_wheel(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    original = _fake_sglang_kernel(wheels)
+    before = _contents(original)
+    res = _stage("trim", wheels)
+    assert res.returncode == 0, res.stderr
+    (trimmed,) = wheels.glob("*.whl")  # the original replaced
+    assert trimmed.name == "sglang_kernel-0.4.4-1trim-cp310-abi3-manylinux2014_x86_64.whl"
+    assert " MB -> " in res.stderr, res.stderr  # the sizes before and after
+    gone = {
+        "sgl_kernel/flash_ops.abi3.so",
+        "sgl_kernel/flashmla_ops.abi3.so",
+        "sgl_kernel/sm100/common_ops.abi3.so",
+    }
+    assert _contents(trimmed) == {n: d for n, d in before.items() if n not in gone}  # the rest byte for byte
+    with zipfile.ZipFile(trimmed) as zf:
+        assert "Build: 1trim" in zf.read("sglang_kernel-0.4.4.dist-info/WHEEL").decode()
+        record = zf.read("sglang_kernel-0.4.4.dist-info/RECORD").decode()
+    assert (
+        "sgl_kernel/sm90/common_ops.abi3.so" in record and "flash_ops" not in record and "sm100" not in record
+    )
+
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+    where = ["--platform", "manylinux2014_x86_64", "--python-version", "3.12"]  # the GPU machine's, from here
+    pip += [*where, "--only-binary=:all:", "--find-links", str(wheels), "--target", str(site)]
+    subprocess.run([*pip, "sglang-kernel==0.4.4"], check=True, capture_output=True, timeout=120)
+    installed = {p.relative_to(site).as_posix() for p in (site / "sgl_kernel").rglob("*") if p.is_file()}
+    assert installed == {n for n in before if n not in gone}
+
+    packed = trimmed.read_bytes()
+    res = _stage("trim", wheels)  # again: nothing to do, nothing changed
+    assert res.returncode == 0 and "already trimmed" in res.stderr, res.stderr
+    assert list(wheels.glob("*.whl")) == [trimmed] and trimmed.read_bytes() == packed
+    (tmp_path / "empty").mkdir()
+    res = _stage("trim", tmp_path / "empty")
+    assert res.returncode == 0 and "no sglang_kernel wheel" in res.stderr, res.stderr
+
+
+def _fake_checkout(path: Path, marker: str) -> Path:
+    """A git checkout holding `marker` and a committed file, then changed in the working tree."""
+    (path / marker).parent.mkdir(parents=True, exist_ok=True)
+    (path / marker).write_text("# marker\n")
+    (path / "code.py").write_text("VALUE = 'committed'\n")
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "base"], check=True)
+    (path / "code.py").write_text("VALUE = 'patched'\n")  # as fetch_upstream.sh leaves its patches
+    (path / "new_file.py").write_text("NEW = 1\n")
+    return path
+
+
+def test_the_sources_travel_with_their_working_tree_changes_and_without_git(tmp_path: Path) -> None:
+    slime = _fake_checkout(tmp_path / "up" / "slime", "train.py")
+    megatron = _fake_checkout(tmp_path / "up" / "Megatron-LM", "megatron/core/__init__.py")
+    env = {"SLIME_DIR": str(slime), "MEGATRON_DIR": str(megatron)}
+    dest = tmp_path / "src-pack"
+    res = _stage("sources", dest, env=env)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in dest.iterdir()) == ["Megatron-LM.tar.gz", "slime.tar.gz"]  # no .part left
+
+    target = tmp_path / "there"
+    (target / "slime").mkdir(parents=True)
+    (target / "slime" / "stale.py").write_text("")  # an older copy is replaced whole
+    res = _stage("unsources", dest, target)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"export SLIME_DIR={target}/slime MEGATRON_DIR={target}/Megatron-LM\n"
+    for name, marker in (("slime", "train.py"), ("Megatron-LM", "megatron/core/__init__.py")):
+        tree = target / name
+        assert (tree / "code.py").read_text() == "VALUE = 'patched'\n"
+        assert (tree / "new_file.py").is_file() and (tree / marker).is_file()
+        assert not (tree / ".git").exists() and not (tree / "stale.py").exists()
+    assert sorted(p.name for p in target.iterdir()) == ["Megatron-LM", "slime"]  # no temporary left
+
+    script = f'eval "$(bash {STAGE} unsources {dest} {target})" && echo "$SLIME_DIR|$MEGATRON_DIR"'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"{target}/slime|{target}/Megatron-LM"
+
+
+def test_a_missing_source_is_named_with_where_to_get_it(tmp_path: Path) -> None:
+    slime = _fake_checkout(tmp_path / "slime", "train.py")
+    dest = tmp_path / "src-pack"
+    res = _stage("sources", dest, env={"SLIME_DIR": str(slime), "MEGATRON_DIR": str(tmp_path / "nowhere")})
+    assert res.returncode == 1, res.stderr
+    assert "no Megatron-LM source" in res.stderr and "scripts/fetch_upstream.sh" in res.stderr, res.stderr
+    assert not dest.exists()  # nothing written
+    res = _stage("unsources", tmp_path / "nothing-here", tmp_path / "there")
+    assert res.returncode == 1 and "run `stage.sh sources`" in res.stderr, res.stderr
