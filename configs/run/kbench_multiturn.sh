@@ -131,6 +131,10 @@ else
     --sglang-mem-fraction-static "${SGLANG_MEM_FRACTION:-0.7}"
     --sglang-router-port "${ROUTER_PORT}"   # slime starts its router on this port at SLIME_HOST_IP
   )
+  # SGLang's --attention-backend (e.g. triton, fa3, flashinfer); empty: SGLang chooses.
+  if [[ -n "${SGLANG_ATTENTION_BACKEND:-}" ]]; then
+    SGLANG_ARGS+=(--sglang-attention-backend "${SGLANG_ATTENTION_BACKEND}")
+  fi
 fi
 
 # PERF_ARGS, WANDB_ARGS, MISC_ARGS: shared with the other runs.

@@ -14,12 +14,19 @@ log-probs, the `/generate` protocol, the trajectory records) is exercised for re
   the last user message removed, and assistant turns after it rendered with their think block
   (an empty one for the final turn), as Qwen3's template does; so, as with Qwen3, rendering
   `[user, assistant]` is not a prefix of rendering `[user, assistant, user]`.
-- Model: `Qwen3ForCausalLM`, 2 layers, hidden 64, 4 heads, 2 kv heads, random weights (seeded).
+- Model: `Qwen3ForCausalLM` with random weights (seeded), tied embeddings, 8192 positions, in one of
+  the sizes of `SIZES`:
+  - `tiny` (the default): 2 layers, hidden 64, 4 heads, 2 kv heads, head dim 16, intermediate 128
+    (~0.15 M parameters). Its Megatron flags: configs/models/qwen3-tiny.sh.
+  - `hd64`: 4 layers, hidden 256, 4 heads, 2 kv heads, head dim 64, intermediate 768 (~3.5 M
+    parameters), for SGLang, whose attention kernels need head dim 64 or 128, and large enough to
+    memorize a few ~1500-token answers in SFT. Its Megatron flags: configs/models/qwen3-tiny-hd64.sh.
+  Both use the same tokenizer (vocab 1200).
 
-CLI: `python -m slime_ext.dev_engine.tiny_model --out DIR` writes a model directory (config.json,
-model.safetensors, tokenizer files with the chat template) that `AutoTokenizer` /
-`AutoModelForCausalLM.from_pretrained(DIR)` and `python -m slime_ext.dev_engine.engine` load.
-The directory is written under a temporary name and renamed when complete.
+CLI: `python -m slime_ext.dev_engine.tiny_model --out DIR [--size tiny|hd64]` writes a model
+directory (config.json, model.safetensors, tokenizer files with the chat template) that
+`AutoTokenizer` / `AutoModelForCausalLM.from_pretrained(DIR)`, `python -m slime_ext.dev_engine.engine`
+and (size hd64) SGLang load. The directory is written under a temporary name and renamed when complete.
 """
 
 from __future__ import annotations
@@ -34,7 +41,17 @@ from typing import Any
 
 from krl_common.cli import make_parser
 
-__all__ = ["SPECIAL_TOKENS", "TEMPLATE", "build_tokenizer", "tiny_model", "tiny_tokenizer", "write_model_dir"]
+__all__ = [
+    "DEFAULT_SIZE",
+    "SIZES",
+    "SPECIAL_TOKENS",
+    "TEMPLATE",
+    "build_model",
+    "build_tokenizer",
+    "tiny_model",
+    "tiny_tokenizer",
+    "write_model_dir",
+]
 
 TEMPLATE = (
     "{%- set ns = namespace(last_user=-1) -%}"
@@ -65,6 +82,33 @@ TEMPLATE = (
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
 DEFAULT_SEED = 1234
+
+# Model sizes: name -> its Qwen3Config fields (the vocab size and the special
+# token ids come from the tokenizer). `tiny` is what every caller got before sizes existed.
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": True,
+    },
+    # SGLang's attention kernels need head dim 64 or 128 (configs/run/presets/single_gpu_tiny.sh).
+    "hd64": {
+        "hidden_size": 256,
+        "intermediate_size": 768,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": True,
+    },
+}
+DEFAULT_SIZE = "tiny"
 
 
 def _corpus() -> list[str]:
@@ -110,21 +154,21 @@ def build_tokenizer(vocab_size: int = 1200) -> Any:
     return fast
 
 
-def build_model(tokenizer: Any, seed: int = DEFAULT_SEED) -> Any:
-    """A random-weight Qwen3ForCausalLM sized for the tokenizer (float32, eval mode)."""
+def _size_fields(size: str) -> dict[str, Any]:
+    try:
+        return SIZES[size]
+    except KeyError:
+        raise ValueError(f"unknown size {size!r}: use one of {', '.join(SIZES)}") from None
+
+
+def build_model(tokenizer: Any, seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE) -> Any:
+    """A random-weight Qwen3ForCausalLM of `size` (a key of SIZES) for the tokenizer (float32, eval mode)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
+        **_size_fields(size),
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
     )
@@ -140,24 +184,29 @@ def tiny_tokenizer() -> Any:
 
 @functools.lru_cache(maxsize=1)
 def tiny_model() -> Any:
-    """The model (seed 1234), built once per process."""
+    """The model (size tiny, seed 1234), built once per process."""
     return build_model(tiny_tokenizer())
 
 
 def write_model_dir(
-    out: str | os.PathLike[str], *, seed: int = DEFAULT_SEED, overwrite: bool = False
+    out: str | os.PathLike[str],
+    *,
+    seed: int = DEFAULT_SEED,
+    overwrite: bool = False,
+    size: str = DEFAULT_SIZE,
 ) -> Path:
-    """Write a loadable HF model directory (config, safetensors, tokenizer + chat template).
+    """Write a loadable HF model directory (config, safetensors, tokenizer + chat template) of `size`.
 
     Built in a sibling temporary directory and renamed into place, so `out` is either complete
     or absent. An existing `out` is an error unless `overwrite`.
     """
+    _size_fields(size)  # an unknown size fails before anything is built or written
     target = Path(out)
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} exists (pass overwrite=True / --overwrite to replace it)")
     target.parent.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer()
-    model = build_model(tok, seed=seed)
+    model = build_model(tok, seed=seed, size=size)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -176,13 +225,20 @@ def main(argv: list[str] | None = None) -> int:
     p = make_parser("slime_ext.dev_engine.tiny_model", __doc__)
     p.add_argument("--out", required=True, help="model directory to write")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="weight seed")
+    p.add_argument(
+        "--size",
+        choices=list(SIZES),
+        default=DEFAULT_SIZE,
+        help="model size: tiny (head dim 16) or hd64 (head dim 64, servable by SGLang)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing directory")
     args = p.parse_args(argv)
     try:
-        path = write_model_dir(args.out, seed=args.seed, overwrite=args.overwrite)
+        path = write_model_dir(args.out, seed=args.seed, overwrite=args.overwrite, size=args.size)
     except FileExistsError as exc:
         p.error(str(exc))
-    print(f"tiny model written to {path}")
+    size_note = "" if args.size == DEFAULT_SIZE else f" (size {args.size})"
+    print(f"tiny model written to {path}{size_note}")
     return 0
 
 

@@ -452,18 +452,41 @@ def test_bad_input_stops_the_start_with_one_line(
     assert _tmux(env, "has-session", "-t", "t").returncode != 0
 
 
+@pytest.mark.parametrize(
+    ("train_only", "size", "hf_name", "layers"),
+    [("1", "tiny", "Qwen3-tiny", 2), ("0", "hd64", "Qwen3-tiny-hd64", 4)],
+)
 def test_gate_passes_on_the_prepared_tiny_model(
-    tmp_path: Path, tiny_hf: Path, runner_inputs: dict[str, str]
+    tmp_path: Path,
+    tiny_hf: Path,
+    runner_inputs: dict[str, str],
+    train_only: str,
+    size: str,
+    hf_name: str,
+    layers: int,
 ) -> None:
     """The preparation docs/LAUNCH.md gives for the preset (tiny model, CPU conversion) satisfies
-    the launcher's gate with the preset's own model args (configs/models/qwen3-tiny.sh)."""
+    the launcher's gate with the preset's own model args: configs/models/qwen3-tiny.sh with
+    TRAIN_ONLY=1, configs/models/qwen3-tiny-hd64.sh (`tiny_model --size hd64`) without."""
+    from slime_ext.dev_engine.tiny_model import write_model_dir
+
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    os.symlink(tiny_hf, ckpt / "Qwen3-tiny")
+    if size == "tiny":
+        os.symlink(tiny_hf, ckpt / hf_name)
+    else:
+        write_model_dir(ckpt / hf_name, size=size)
     env = {
-        k: v for k, v in os.environ.items() if k not in ("HF_CKPT", "REF_LOAD", "MODEL_ARGS_FILE", "MODEL")
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_CKPT", "REF_LOAD", "MODEL_ARGS_FILE", "MODEL", "HF_NAME", "TRAIN_ONLY")
     }
-    env.update(PRESET="single_gpu_tiny", CKPT_ROOT=str(ckpt), PROMPT_DATA=runner_inputs["PROMPT_DATA"])
+    env.update(
+        PRESET="single_gpu_tiny",
+        TRAIN_ONLY=train_only,
+        CKPT_ROOT=str(ckpt),
+        PROMPT_DATA=runner_inputs["PROMPT_DATA"],
+    )
     env.update(_trainer_requirements(tmp_path))
     conv = subprocess.run(
         [
@@ -471,9 +494,9 @@ def test_gate_passes_on_the_prepared_tiny_model(
             "-m",
             "tools.convert_hf_to_megatron",
             "--hf-dir",
-            str(ckpt / "Qwen3-tiny"),
+            str(ckpt / hf_name),
             "--out",
-            str(ckpt / "Qwen3-tiny_torch_dist"),
+            str(ckpt / f"{hf_name}_torch_dist"),
             "--dtype",
             "bf16",
             "--no-progress",
@@ -497,5 +520,5 @@ def test_gate_passes_on_the_prepared_tiny_model(
     assert (
         wrong.returncode == 1
         and wrong.stdout.startswith("model args: ")
-        and "--num-layers 28 vs num_hidden_layers 2" in wrong.stdout
+        and f"--num-layers 28 vs num_hidden_layers {layers}" in wrong.stdout
     )

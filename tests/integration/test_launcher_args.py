@@ -508,6 +508,7 @@ def test_single_gpu_tiny_preset_train_only(tmp_path: Path) -> None:
     assert trainer[3 : 3 + len(tiny_args)] == tiny_args and _flag(trainer, "--hidden-size") == "64"
     assert "--debug-train-only" in trainer and "--colocate" not in trainer
     assert "--sglang-router-port" not in trainer and "--sglang-mem-fraction-static" not in trainer
+    assert "--sglang-attention-backend" not in trainer
     for flag in ("--tensor-model-parallel-size", "--context-parallel-size", "--pipeline-model-parallel-size"):
         assert _flag(trainer, flag) == "1"
     assert "--sequence-parallel" not in trainer
@@ -536,13 +537,14 @@ def test_single_gpu_tiny_preset_train_only(tmp_path: Path) -> None:
 
 
 def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
-    """Without TRAIN_ONLY the same preset colocates SGLang on GPU 0 (no engine window); values
-    the caller sets win over the preset's."""
+    """Without TRAIN_ONLY the same preset colocates SGLang on GPU 0 (no engine window) with the
+    hd64 size of the tiny model (head dim 64, which SGLang serves) and SGLang's triton attention
+    backend; values the caller sets win over the preset's."""
     res = _run(
         "run_kbench_multiturn.sh",
         tmp_path,
         PRESET="single_gpu_tiny",
-        MODEL_ARGS_FILE="",
+        MODEL_ARGS_FILE="",  # the preset's model: configs/models/qwen3-tiny-hd64.sh
         NUM_GPUS="1",
         N_SAMPLES_PER_PROMPT="2",
         RECIPE_SET="runner.concurrency=3",
@@ -555,7 +557,12 @@ def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
     assert (
         _flag(trainer, "--rollout-num-gpus") == "1"
         and _flag(trainer, "--sglang-mem-fraction-static") == "0.4"
+        and _flag(trainer, "--sglang-attention-backend") == "triton"
     )
+    hf = tmp_path / "ckpt" / "Qwen3-tiny-hd64"
+    assert _flag(trainer, "--hf-checkpoint") == str(hf) and _flag(trainer, "--ref-load") == f"{hf}_torch_dist"
+    assert _flag(trainer, "--kv-channels") == "64" and _flag(trainer, "--hidden-size") == "256"
+    assert _flag(trainer, "--attention-backend") == "auto"  # Megatron's, not SGLang's
     assert _flag(trainer, "--n-samples-per-prompt") == "2" and _flag(trainer, "--global-batch-size") == "8"
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
     ip = _exported(run / "cmd" / "trainer.sh", "SLIME_HOST_IP")
@@ -563,6 +570,21 @@ def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
     assert recipe["runner"]["concurrency"] == 3 and recipe["episode"]["reward"]["credit"] == "trajectory"
     too_few = _run("run_kbench_multiturn.sh", tmp_path, PRESET="single_gpu_tiny", NUM_GPUS="0")
     assert too_few.returncode == 1 and "needs 1 GPUs" in too_few.stderr
+    (tmp_path / "other").mkdir()
+    other = _run(
+        "run_kbench_multiturn.sh",
+        tmp_path / "other",
+        PRESET="single_gpu_tiny",
+        MODEL_ARGS_FILE="",
+        NUM_GPUS="1",
+        MODEL="qwen3-tiny",
+        HF_NAME="Qwen3-tiny",
+        SGLANG_ATTENTION_BACKEND="",  # empty: no flag, SGLang chooses
+    )
+    assert other.returncode == 0, other.stderr
+    trainer = _argv(tmp_path / "other" / "runs" / "r", "trainer")
+    assert "--sglang-attention-backend" not in trainer and _flag(trainer, "--kv-channels") == "16"
+    assert _flag(trainer, "--hf-checkpoint") == str(tmp_path / "other" / "ckpt" / "Qwen3-tiny")
 
 
 def test_print_only_works_on_any_machine(tmp_path: Path) -> None:

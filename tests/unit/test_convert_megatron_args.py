@@ -25,6 +25,7 @@ EXPECTED_MODELS = {
     "qwen2.5-coder-7B",
     "llama3.1-8B",
     "qwen3-tiny",
+    "qwen3-tiny-hd64",
 }
 
 
@@ -53,14 +54,21 @@ def test_checked_in_files_match_the_generator() -> None:
     assert gen_model_args.main(["--all", "--check", "--models-dir", str(MODELS)]) == 0
 
 
-def test_tiny_model_args_match_the_model_tiny_model_writes(tmp_path: Path) -> None:
-    """configs/models/qwen3-tiny.sh (PRESET=single_gpu_tiny) has the flags of the model that
-    `python -m slime_ext.dev_engine.tiny_model --out DIR` writes, so slime's config.json assertions hold."""
+@pytest.mark.parametrize(("size", "model"), [("tiny", "qwen3-tiny"), ("hd64", "qwen3-tiny-hd64")])
+def test_tiny_model_args_match_the_model_tiny_model_writes(tmp_path: Path, size: str, model: str) -> None:
+    """configs/models/qwen3-tiny.sh (PRESET=single_gpu_tiny TRAIN_ONLY=1) and qwen3-tiny-hd64.sh
+    (PRESET=single_gpu_tiny with SGLang) have the flags of the model that
+    `python -m slime_ext.dev_engine.tiny_model --size SIZE --out DIR` writes, so slime's config.json
+    assertions hold."""
     pytest.importorskip("transformers")
     from slime_ext.dev_engine.tiny_model import write_model_dir
 
-    written = json.loads((write_model_dir(tmp_path / "tiny") / "config.json").read_text())
-    assert megatron_args_from_hf_config(written) == megatron_args_from_hf_config(hf_config("qwen3-tiny"))
+    written = json.loads((write_model_dir(tmp_path / size, size=size) / "config.json").read_text())
+    assert megatron_args_from_hf_config(written) == megatron_args_from_hf_config(hf_config(model))
+    # the checked-in config is the written one, reduced to the keys the other hf_configs keep
+    rope_theta = written.get("rope_theta", (written.get("rope_parameters") or {}).get("rope_theta"))
+    reduced = {**written, "rope_theta": rope_theta, "rope_scaling": written.get("rope_scaling")}
+    assert {k: reduced[k] for k in hf_config(model)} == hf_config(model)
 
 
 def test_check_detects_a_stale_file(tmp_path: Path) -> None:

@@ -220,11 +220,15 @@ def test_gate_cli_and_an_unknown_preset(tmp_path: Path, monkeypatch, capsys) -> 
 
 
 def test_preset_defaults_reach_the_settings(tmp_path: Path) -> None:
-    s = preflight.launcher_settings(
-        {"PATH": os.environ["PATH"], "PRESET": "single_gpu_tiny", "CKPT_ROOT": str(tmp_path), "TP": "1"}
-    )
-    assert s["HF_CKPT"] == f"{tmp_path}/Qwen3-tiny" and s["MODEL"] == "qwen3-tiny"
+    env = {"PATH": os.environ["PATH"], "PRESET": "single_gpu_tiny", "CKPT_ROOT": str(tmp_path), "TP": "1"}
+    s = preflight.launcher_settings(env)
+    # SGLang generates: the hd64 size (head dim 64; SGLang cannot serve the default size's 16)
+    assert s["HF_CKPT"] == f"{tmp_path}/Qwen3-tiny-hd64" and s["MODEL"] == "qwen3-tiny-hd64"
     assert s["TRAIN_GPUS"] == "1" and s["EVAL_GPUS"] == "0" and s["COLOCATE"] == "1"
+    assert s["MODEL_ARGS_FILE"].endswith("configs/models/qwen3-tiny-hd64.sh")
+    # TRAIN_ONLY=1: the embedded engine generates, with the default size
+    s = preflight.launcher_settings({**env, "TRAIN_ONLY": "1"})
+    assert s["HF_CKPT"] == f"{tmp_path}/Qwen3-tiny" and s["MODEL"] == "qwen3-tiny"
     assert s["MODEL_ARGS_FILE"].endswith("configs/models/qwen3-tiny.sh")
 
 

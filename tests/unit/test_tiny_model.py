@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from slime_ext.dev_engine.tiny_model import main, tiny_model, tiny_tokenizer, write_model_dir
+from slime_ext.dev_engine.tiny_model import (
+    SIZES,
+    build_model,
+    main,
+    tiny_model,
+    tiny_tokenizer,
+    write_model_dir,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -39,3 +46,40 @@ def test_existing_dir_is_refused(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "m")])
     assert "exists" in capsys.readouterr().err
+
+
+def test_default_size_is_unchanged() -> None:
+    """The default size is still the original tiny model (configs/models/qwen3-tiny.sh, the CPU tests)."""
+    cfg = tiny_model().config
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == (2, 64, 128)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (4, 2, 16)
+    assert cfg.vocab_size == 1200 and cfg.max_position_embeddings == 8192 and cfg.tie_word_embeddings
+    assert sum(p.numel() for p in tiny_model().parameters()) == 150_912
+    default, tiny = (
+        build_model(tiny_tokenizer()).state_dict(),
+        build_model(tiny_tokenizer(), size="tiny").state_dict(),
+    )
+    assert default.keys() == tiny.keys() and all(torch.equal(default[k], tiny[k]) for k in default)
+
+
+def test_hd64_size_has_head_dim_64(tmp_path: Path, capsys) -> None:
+    """--size hd64: head dim 64 (SGLang's attention kernels need 64 or 128), the same tokenizer."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    assert set(SIZES) == {"tiny", "hd64"}
+    assert main(["--out", str(tmp_path / "m"), "--size", "hd64"]) == 0
+    assert "(size hd64)" in capsys.readouterr().out
+    cfg = AutoConfig.from_pretrained(tmp_path / "m")
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == (4, 256, 768)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (4, 2, 64)
+    assert cfg.vocab_size == 1200 and cfg.max_position_embeddings == 8192 and cfg.tie_word_embeddings
+    text = "def forward(self, x):\n    return torch.relu(x)"
+    assert AutoTokenizer.from_pretrained(tmp_path / "m").encode(text) == tiny_tokenizer().encode(text)
+
+
+def test_unknown_size_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown size 'big'"):
+        write_model_dir(tmp_path / "m", size="big")
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "m"), "--size", "big"])

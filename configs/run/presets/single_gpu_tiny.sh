@@ -8,17 +8,25 @@
 #       agent runner generates with it, slime trains on GPU 0 from REF_LOAD (weights are not pushed
 #       back to the engine: it keeps sampling from the initial model).
 #   PRESET=single_gpu_tiny scripts/run_kbench_multiturn.sh
-#       the same inside the slime image with SGLang colocated on GPU 0 (COLOCATE=1, no engine window).
+#       the same inside the slime image with SGLang colocated on GPU 0 (COLOCATE=1, no engine window),
+#       on the hd64 size of the tiny model (head dim 64: SGLang's attention kernels need 64 or 128,
+#       the default size has 16) with SGLang's triton attention backend.
 #
 # Sourced by configs/run/common.sh when PRESET=single_gpu_tiny; every line is a default, so a
 # variable set by the caller wins (e.g. CREDIT=per_turn, MODE=in_slime without TRAIN_ONLY).
 # Before the first run (CPU is enough):
-#   python -m slime_ext.dev_engine.tiny_model --out "$HF_CKPT"
+#   python -m slime_ext.dev_engine.tiny_model --out "$HF_CKPT"               # TRAIN_ONLY=1
+#   python -m slime_ext.dev_engine.tiny_model --size hd64 --out "$HF_CKPT"   # with SGLang
 #   scripts/convert_hf_to_megatron.sh --hf-dir "$HF_CKPT" --out "$REF_LOAD" --dtype bf16
 
-# --- model: configs/models/qwen3-tiny.sh is generated from the tiny model's config.json ----------
-: "${MODEL:=qwen3-tiny}"
-: "${HF_NAME:=Qwen3-tiny}"   # HF_CKPT=${CKPT_ROOT}/Qwen3-tiny, REF_LOAD=${HF_CKPT}_torch_dist
+# --- model: configs/models/qwen3-tiny{,-hd64}.sh are generated from the tiny model's config.json ---
+if [[ "${TRAIN_ONLY:-0}" == 1 ]]; then
+  : "${MODEL:=qwen3-tiny}"         # head dim 16: the embedded engine serves it, SGLang could not
+  : "${HF_NAME:=Qwen3-tiny}"       # HF_CKPT=${CKPT_ROOT}/Qwen3-tiny, REF_LOAD=${HF_CKPT}_torch_dist
+else
+  : "${MODEL:=qwen3-tiny-hd64}"    # tiny_model --size hd64: head dim 64, which SGLang serves
+  : "${HF_NAME:=Qwen3-tiny-hd64}"  # HF_CKPT=${CKPT_ROOT}/Qwen3-tiny-hd64, REF_LOAD=${HF_CKPT}_torch_dist
+fi
 
 # --- one GPU: training on GPU 0, the eval server beside it on GPU 0 -------------------------------
 : "${TRAIN_GPUS:=1}"
@@ -38,6 +46,9 @@ if [[ "${TRAIN_ONLY:-0}" == 1 ]]; then
 else
   : "${COLOCATE:=1}"         # SGLang shares GPU 0 with training (slime --colocate)
   : "${SGLANG_MEM_FRACTION:=0.4}"  # leaves room for Megatron and the eval server on the same GPU
+  # SGLang's attention backend (slime --sglang-attention-backend, configs/run/kbench_multiturn.sh);
+  # set but empty: no flag, SGLang chooses.
+  : "${SGLANG_ATTENTION_BACKEND=triton}"
 fi
 
 # --- a few small steps -----------------------------------------------------------------------
@@ -50,7 +61,7 @@ fi
 : "${MAX_CONTEXT_LEN:=8192}"    # prompt + every turn (a sample prompt is ~700 tiny-tokenizer tokens)
 : "${MAX_TOKENS_PER_GPU:=16384}"
 : "${LR:=1e-4}"                 # large enough that 3 steps visibly move the bf16 weights
-: "${ATTENTION_BACKEND:=auto}"  # Transformer Engine picks a kernel for the tiny head size (16)
+: "${ATTENTION_BACKEND:=auto}"  # Transformer Engine picks a kernel for the tiny head sizes (16; hd64: 64)
 : "${GRAD_ACCUM_FUSION:=0}"     # also runs outside the slime image, where apex is missing
 : "${PROMPT_DATA:=${DATA_DIR:-${KRL_REPO_ROOT}/data}/sample_prompts.jsonl}"  # python -m tools.sample_prompts --out "$PROMPT_DATA"
 : "${KL_LOSS_COEF:=0.01}"       # non-zero KL to the reference model (REF_LOAD)
