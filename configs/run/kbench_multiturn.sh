@@ -135,6 +135,9 @@ else
   if [[ -n "${SGLANG_ATTENTION_BACKEND:-}" ]]; then
     SGLANG_ARGS+=(--sglang-attention-backend "${SGLANG_ATTENTION_BACKEND}")
   fi
+  # Any other SGLang server flags, slime-prefixed, as words (e.g. "--sglang-sampling-backend pytorch").
+  read -ra _sglang_extra <<<"${SGLANG_EXTRA_ARGS:-}"
+  SGLANG_ARGS+=("${_sglang_extra[@]}")
 fi
 
 # PERF_ARGS, WANDB_ARGS, MISC_ARGS: shared with the other runs.

@@ -237,8 +237,20 @@ case "${cmd}" in
     dir="${3:-.whl}"
     target="${4:-${GPU_ENV_SITE:-${TMPDIR:-/tmp}/site}}"
     check_lock
-    put() { "${py}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --find-links "${dir}" "$@" \
-      --target "${target}" >&2; }
+    # Into an empty directory, then merged into TARGET: pip --target skips every top-level
+    # directory that already exists there (bin/ of an earlier install: ray's command was left out;
+    # transformer_engine/, shared by TE's wheels: the torch extension was left out) while the
+    # dist-info says installed.
+    put() {
+      local fresh
+      fresh="$(mktemp -d)"
+      scratch+=("${fresh}")
+      "${py}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --find-links "${dir}" "$@" \
+        --target "${fresh}" >&2
+      mkdir -p "${target}"
+      cp -a "${fresh}/." "${target}/"
+      rm -rf "${fresh}"
+    }
     wheels=() sources=()
     while read -r pin marker; do  # pins whose version neither the machine nor TARGET has
       if [[ "${marker}" == build-there ]]; then sources+=("${pin}"); else wheels+=("${pin}"); fi

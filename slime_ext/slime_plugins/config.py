@@ -79,6 +79,11 @@ class PluginConfig:
     # rollout function (buffer mode)
     buffer_url: str | None = None  # None: $KERNEL_RL_BUFFER_URL, else DEFAULT_BUFFER_URL
     start_runner: bool = True  # POST /rollout/start on first use (error if the buffer has no runner)
+    # Stop the agent runner once a step's groups are collected, start it again at the next step:
+    # nothing may reach the engines while slime has offloaded them for training (a /generate then
+    # crashed SGLang's scheduler on an H100). None: when slime offloads them (--colocate,
+    # --offload-rollout).
+    pause_runner: bool | None = None
     batch_wait_s: float = 30.0  # long-poll of one POST /batches
     max_wait_s: float = 3600.0  # give up (TimeoutError) when a batch is not complete after this
     lease_s: float | None = None  # None: the buffer's --lease-s

@@ -8,7 +8,11 @@ the RolloutManager actor). For training it:
 1. reports the policy version `rollout_id - policy_version_lag` to `POST /policy_version` (with
    train.py the engines hold the weights trained on rollouts 0..rollout_id-1 when rollout
    `rollout_id` is generated; train_async.py generates one step ahead: lag 1);
-2. on first use, starts the buffer's agent runner (`POST /rollout/start`, idempotent);
+2. on first use, starts the buffer's agent runner (`POST /rollout/start`, idempotent); when slime
+   offloads the engines between steps (`--colocate`, `--offload-rollout`; or
+   `kernel_rl.plugins.pause_runner: true`), it starts the runner at every step and stops it
+   (`POST /rollout/stop`: episodes in flight finish) before returning, so that no request reaches
+   an engine whose memory slime has released for training;
 3. leases groups (`POST /batches`, long-poll) until it holds `--rollout-batch-size` groups and
    at least `--global-batch-size` trajectories (slime counts rollouts, not samples, per step and
    asserts at least one step; timed-out buffer groups may be smaller than n),
@@ -47,7 +51,7 @@ from slime_ext.slime_plugins.slime_api import eval_output, sample_class, train_o
 from slime_ext.trajectory.codec import decode
 from slime_ext.trajectory.record import TrajectoryRecord
 
-__all__ = ["evaluate", "generate_rollout", "reset_state"]
+__all__ = ["evaluate", "generate_rollout", "reset_state", "runner_pauses"]
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +122,8 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         if st.reported_version != version:
             st.client.set_policy_version(version)
             st.reported_version = version
-        if cfg.start_runner and not st.runner_started:
+        pause = cfg.start_runner and runner_pauses(args, cfg)
+        if cfg.start_runner and (pause or not st.runner_started):
             try:
                 st.client.start_runner()
             except BufferError as exc:
@@ -129,7 +134,20 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
                     exc.status_code,
                 ) from exc
             st.runner_started = True
-        return _collect(args, cfg, st, need, credit, version)
+        try:
+            return _collect(args, cfg, st, need, credit, version)
+        finally:
+            if pause:
+                st.client.stop_runner()
+                st.runner_started = False
+
+
+def runner_pauses(args: Any, cfg: PluginConfig) -> bool:
+    """Whether the agent runner stops between steps: the setting, else whether slime offloads
+    the engines while it trains (colocated engines always are)."""
+    if cfg.pause_runner is not None:
+        return cfg.pause_runner
+    return bool(getattr(args, "colocate", False) or getattr(args, "offload_rollout", False))
 
 
 def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: str, version: int) -> Any:

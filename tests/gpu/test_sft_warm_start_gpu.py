@@ -150,7 +150,8 @@ def test_sft_warm_start_writes_kernels(tmp_path: Path) -> None:
         _run([sys.executable, "-m", "tools.eval_model", "--prompts", str(prompts), "--out", str(report),
               "--backend", "sglang", "--url", url, "--tokenizer", str(out), "--model", "sft-hd64",
               "--problems", "relu,softmax", "--split", "all", "--allow-train", "-k", str(SAMPLES),
-              "--max-turns", "1", "--eval-devices", "0", "--no-progress"], env, timeout=900)  # fmt: skip
+              "--max-turns", "1", "--max-context-len", "4096", "--eval-devices", "0", "--no-progress"],
+             env, timeout=900)  # fmt: skip
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=120)

@@ -558,6 +558,8 @@ def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
         _flag(trainer, "--rollout-num-gpus") == "1"
         and _flag(trainer, "--sglang-mem-fraction-static") == "0.4"
         and _flag(trainer, "--sglang-attention-backend") == "triton"
+        and _flag(trainer, "--sglang-sampling-backend") == "pytorch"
+        and "--sglang-disable-cuda-graph" in trainer
     )
     hf = tmp_path / "ckpt" / "Qwen3-tiny-hd64"
     assert _flag(trainer, "--hf-checkpoint") == str(hf) and _flag(trainer, "--ref-load") == f"{hf}_torch_dist"
@@ -580,10 +582,12 @@ def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
         MODEL="qwen3-tiny",
         HF_NAME="Qwen3-tiny",
         SGLANG_ATTENTION_BACKEND="",  # empty: no flag, SGLang chooses
+        SGLANG_EXTRA_ARGS="--sglang-log-level debug",
     )
     assert other.returncode == 0, other.stderr
     trainer = _argv(tmp_path / "other" / "runs" / "r", "trainer")
     assert "--sglang-attention-backend" not in trainer and _flag(trainer, "--kv-channels") == "16"
+    assert "--sglang-disable-cuda-graph" not in trainer and _flag(trainer, "--sglang-log-level") == "debug"
     assert _flag(trainer, "--hf-checkpoint") == str(tmp_path / "other" / "ckpt" / "Qwen3-tiny")
 
 

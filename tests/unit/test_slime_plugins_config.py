@@ -154,3 +154,60 @@ def test_eval_urls_are_read_by_parse_urls() -> None:
     assert plugin_config(SimpleNamespace(kernel_rl={"plugins": {"eval_urls": " , "}})).eval_urls == ()
     with pytest.raises(ValidationError, match=r"kernel_rl\.plugins\.eval_urls: .*scheme must be http"):
         plugin_config(SimpleNamespace(kernel_rl={"plugins": {"eval_urls": "ftp://x"}}))
+
+
+class _RecordingClient:
+    """Stands in for BufferClient: records the control calls, hands out no groups."""
+
+    url = "http://buffer.test"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def set_policy_version(self, version: int) -> dict:
+        self.calls.append(f"version {version}")
+        return {}
+
+    def start_runner(self) -> dict:
+        self.calls.append("start")
+        return {}
+
+    def stop_runner(self) -> dict:
+        self.calls.append("stop")
+        return {}
+
+
+@pytest.mark.parametrize(
+    ("slime_args", "setting", "pauses"),
+    [
+        ({"colocate": True, "offload_rollout": True}, None, True),
+        ({"colocate": False, "offload_rollout": True}, None, True),
+        ({"colocate": False, "offload_rollout": False}, None, False),
+        ({"colocate": True, "offload_rollout": True}, False, False),
+        ({}, True, True),
+    ],
+)
+def test_runner_stops_between_steps_when_slime_offloads_the_engines(
+    monkeypatch: pytest.MonkeyPatch, slime_args: dict, setting: bool | None, pauses: bool
+) -> None:
+    """Colocated engines are offloaded while slime trains: the runner must be stopped by then
+    (each step starts it and stops it), else it keeps sending /generate to a released engine."""
+    from types import SimpleNamespace
+
+    from slime_ext.slime_plugins import rollout
+
+    client = _RecordingClient()
+    state = rollout._BufferState(client)  # type: ignore[arg-type]
+    monkeypatch.setattr(rollout, "_state", lambda cfg: state)
+    monkeypatch.setattr(rollout, "_collect", lambda *a: f"groups of version {a[-1]}")
+    plugins = {"buffer_url": client.url} | ({} if setting is None else {"pause_runner": setting})
+    args = SimpleNamespace(
+        rollout_batch_size=1, n_samples_per_prompt=2, kernel_rl={"plugins": plugins}, **slime_args
+    )
+    assert rollout.runner_pauses(args, rollout.plugin_config(args)) is pauses
+    for rid in (0, 1):
+        assert rollout.generate_rollout(args, rid, None) == f"groups of version {rid}"
+    if pauses:
+        assert client.calls == ["version 0", "start", "stop", "version 1", "start", "stop"]
+    else:
+        assert client.calls == ["version 0", "start", "version 1"]
