@@ -191,7 +191,9 @@ def test_new_weights_change_what_sglang_serves(server: str, models: dict[str, Pa
         matches_b = _diff(after, _forward_logprobs(models["b"], seq))
         summary = {"moved": moved, "vs_new_model": matches_b}
         print("after /update_weights_from_disk:", json.dumps(summary))
-        assert moved["mean"] > 20 * matches_b["mean"], summary  # other random weights: far apart (0.38 vs 0.0024)
+        assert moved["mean"] > 20 * matches_b["mean"], (
+            summary
+        )  # other random weights: far apart (0.38 vs 0.0024)
         assert matches_b["mean"] <= MEAN_TOL and matches_b["max"] <= MAX_TOL, summary
     finally:
         httpx.post(f"{server}/update_weights_from_disk", json={"model_path": str(models["a"])}, timeout=300)
