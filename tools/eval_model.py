@@ -248,6 +248,9 @@ async def _evaluate(args, config, problems, results: ResultsFile, eval_url: str)
 
 
 def _report(args: argparse.Namespace, run: dict[str, Any], max_turns: int | None) -> dict[str, Path]:
+    if not (args.out / RESULTS_NAME).is_file():  # the run stopped before any sample finished
+        print("no sample finished: no report written", file=sys.stderr)
+        return {}
     records = load_results(args.out / RESULTS_NAME)
     # --report-only on a folder made with --allow-train: the run's own setting stands
     runner.check_splits(records, allow_train=args.allow_train or bool(run.get("allow_train")))
@@ -293,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             if not run_path.is_file():
                 raise FileNotFoundError(f"{run_path} not found: is {args.out} an eval_model output folder?")
             run = json.loads(run_path.read_text(encoding="utf-8"))
+            load_results(args.out / RESULTS_NAME)  # no results: the error says which file
             _report(args, run, run.get("max_turns"))
             return 0
         _check_args(args, p)

@@ -379,3 +379,26 @@ def test_report_only_keeps_the_runs_allow_train(tmp_path: Path, capsys: pytest.C
     (out / "report.md").unlink()
     assert eval_model.main(["--out", str(out), "--report-only", "--no-plots"]) == 0, capsys.readouterr().err
     assert (out / "report.md").is_file()
+
+
+def test_run_stopped_before_any_sample_finished(
+    cpu_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The endpoint refuses the very first request (as SGLang answers 400 when max_new_tokens
+    exceeds its context): the run says why it stopped and exits 'incomplete', instead of failing
+    on the report's missing results file."""
+    double = OpenAIChatDouble(responder)
+    url = double.start()
+    out = tmp_path / "out"
+    try:
+        double.fail_status, double.fail_after = 400, 0
+        rc = eval_model.main(
+            base_args(prompts_file(tmp_path), out, cpu_server)
+            + ["--backend", "chat", "--url", url, "--model", "m", "--problems", "relu"]
+        )
+    finally:
+        double.stop()
+    err = capsys.readouterr().err
+    assert rc == eval_model.EXIT_INCOMPLETE, err
+    assert "no sample finished: no report written" in err and "stopped: " in err and "400" in err
+    assert not (out / "results.jsonl").exists()
