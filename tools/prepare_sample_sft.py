@@ -4,8 +4,11 @@ problem its first prompt, as the RL episode renders it, answered once correctly 
   python -m tools.prepare_sample_sft --output data/sample_sft.jsonl [--problems relu softmax] \\
       [--repeat 8] [--recipe configs/recipe/kernelbench_multiturn.yaml]
 
-The prompt wording comes from the recipe's episode.prompt (the same the RL run uses); the output
-is slime's SFT jsonl (`messages`, docs/DATA.md), read by scripts/run_sft.sh (SFT_DATA=...).
+The prompt wording comes from the recipe's episode.prompt, by default the launcher's default
+recipe (RECIPE in configs/run/common.sh): the SFT prompts must be the RL run's, token for token
+(a warm start on prompts without the recipe's one-shot example wrote no code at all when the RL
+run showed it the example, H100, 2026-11-27). Pass the run's RECIPE when it is another. The
+output is slime's SFT jsonl (`messages`, docs/DATA.md), read by scripts/run_sft.sh (SFT_DATA=...).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from krl_common.cli import EXIT_USAGE, make_parser
 from slime_ext.data.sample_sft import problems_with_wrong_answers, sample_sft_examples
 from slime_ext.data.sft_format import write_sft_jsonl
 from slime_ext.rollout.recipe import episode_config_from_recipe, load_recipe
+
+# The launcher's default RECIPE (configs/run/common.sh), in this checkout.
+DEFAULT_RECIPE = Path(__file__).resolve().parents[1] / "configs" / "recipe" / "kernelbench_multiturn.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,13 +38,18 @@ def main(argv: list[str] | None = None) -> int:
         help="a problem without a bundled wrong candidate gets an unverified mutation of its kernel",
     )
     p.add_argument("--repeat", type=int, default=1, help="copies of each (correct, wrong) pair")
-    p.add_argument("--recipe", type=Path, help="run recipe whose episode.prompt words the prompt")
+    p.add_argument(
+        "--recipe",
+        type=Path,
+        default=DEFAULT_RECIPE,
+        help="run recipe whose episode.prompt words the prompt (default: the launcher's, %(default)s)",
+    )
     args = p.parse_args(argv)
     from slime_ext.dev_engine.scripted import sample_names
 
     try:
         names = sample_names(args.problems) if args.problems else problems_with_wrong_answers()
-        prompt = episode_config_from_recipe(load_recipe(args.recipe) if args.recipe else None).prompt
+        prompt = episode_config_from_recipe(load_recipe(args.recipe)).prompt
         examples = sample_sft_examples(names, prompt, repeat=args.repeat, mutations=args.mutations)
     except (OSError, ValueError) as exc:  # ValidationError is a ValueError
         print(f"error: {exc}", file=sys.stderr)

@@ -93,27 +93,28 @@ def _serve(model_dir: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], st
         time.sleep(1)
 
 
-@pytest.mark.timeout(RUN_TIMEOUT_S + 900)
-def test_sft_warm_start_writes_kernels(tmp_path: Path) -> None:
+def _needs() -> list[str]:
     missing = _missing()
     try:
         import sglang  # noqa: F401
     except ImportError:
         missing.append("sglang (scripts/gpu_env/trainer.lock)")
-    if missing:
-        pytest.skip("needs " + "; ".join(missing))
+    return missing
+
+
+def warm_start(tmp_path: Path) -> dict[str, Any]:
+    """The SFT warm start: the hd64 model, the sample SFT data, slime's SFT through
+    scripts/run_sft.sh, the last checkpoint back to HF (`model`), the loss curve."""
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
     hf = tmp_path / "Qwen3-tiny-hd64"
     _run([sys.executable, "-m", "slime_ext.dev_engine.tiny_model", "--size", "hd64", "--out", str(hf)], env)
     _run([sys.executable, "-m", "tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", f"{hf}_torch_dist",
           "--dtype", "bf16"], env)  # fmt: skip
-    data = tmp_path / "sample_sft.jsonl"
+    data = tmp_path / "sample_sft.jsonl"  # prompts of the launcher's default recipe, as the RL run's
     _run(
         [sys.executable, "-m", "tools.prepare_sample_sft", "--output", str(data), "--repeat", str(REPEAT)],
         env,
     )
-    prompts = tmp_path / "sample_prompts.jsonl"
-    _run([sys.executable, "-m", "tools.sample_prompts", "--out", str(prompts)], env)
     n_examples = sum(1 for _ in data.open())
     steps = EPOCHS * n_examples // BATCH
     env.update(
@@ -136,13 +137,26 @@ def test_sft_warm_start_writes_kernels(tmp_path: Path) -> None:
     sft_s = time.monotonic() - t0
     losses = {k: v["train/loss"] for k, v in _dicts(STEP_RE, log).items()}
     assert losses, f"no step lines in slime's log:\n{log[-4000:]}"
-    first, last = losses[min(losses)], losses[max(losses)]
-
     ckpt = run_dir / "checkpoints"
     it = int((ckpt / "latest_checkpointed_iteration.txt").read_text().strip())
     out = tmp_path / "sft_hf"
     _run([sys.executable, "-m", "tools.convert_megatron_to_hf", "--input", str(ckpt / f"iter_{it:07d}"),
           "--hf-config-dir", str(hf), "--out", str(out)], env)  # fmt: skip
+    if (art := _artifacts()) is not None:  # the next GPU test can start from it (KRL_SFT_MODEL)
+        shutil.copytree(out, art / "sft_hf", dirs_exist_ok=True)
+    return {"model": out, "losses": losses, "sft_s": sft_s, "iteration": it, "env": env}
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 900)
+def test_sft_warm_start_writes_kernels(tmp_path: Path) -> None:
+    missing = _needs()
+    if missing:
+        pytest.skip("needs " + "; ".join(missing))
+    sft = warm_start(tmp_path)
+    env, out, losses, it, sft_s = sft["env"], sft["model"], sft["losses"], sft["iteration"], sft["sft_s"]
+    first, last = losses[min(losses)], losses[max(losses)]
+    prompts = tmp_path / "sample_prompts.jsonl"
+    _run([sys.executable, "-m", "tools.sample_prompts", "--out", str(prompts)], env)
 
     proc, url = _serve(out, tmp_path / "sglang.log")
     report = tmp_path / "eval"

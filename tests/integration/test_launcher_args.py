@@ -558,9 +558,8 @@ def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
         _flag(trainer, "--rollout-num-gpus") == "1"
         and _flag(trainer, "--sglang-mem-fraction-static") == "0.4"
         and _flag(trainer, "--sglang-attention-backend") == "triton"
-        and _flag(trainer, "--sglang-sampling-backend") == "pytorch"
-        and "--sglang-disable-cuda-graph" in trainer
     )
+    assert "--sglang-sampling-backend" not in trainer and "--sglang-disable-cuda-graph" not in trainer
     hf = tmp_path / "ckpt" / "Qwen3-tiny-hd64"
     assert _flag(trainer, "--hf-checkpoint") == str(hf) and _flag(trainer, "--ref-load") == f"{hf}_torch_dist"
     assert _flag(trainer, "--kv-channels") == "64" and _flag(trainer, "--hidden-size") == "256"

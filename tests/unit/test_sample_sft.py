@@ -16,6 +16,8 @@ from tools import prepare_sample_sft
 
 pytestmark = pytest.mark.unit
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def test_each_problem_gets_correct_and_wrong_answers_to_its_rl_prompt() -> None:
     prompt = default_prompt()
@@ -52,3 +54,22 @@ def test_cli_writes_slimes_sft_jsonl(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert len(examples) == 2 * (3 + 1) and "wrote 8 examples (4 correct, 4 wrong)" in capsys.readouterr().out
     assert prepare_sample_sft.main(["--output", str(out), "--problems", "nosuch"]) == 2
     assert prepare_sample_sft.main(["--output", str(out), "--repeat", "0"]) == 2
+
+
+def test_cli_prompts_are_the_launchers_default_recipe_prompts(tmp_path: Path) -> None:
+    """The warm start must see the RL run's prompts token for token: by default those of the
+    launcher's RECIPE (configs/run/common.sh), whose prompt has the one-shot example (an SFT on
+    prompts without it wrote no code at all once the RL run showed it the example)."""
+    from slime_ext.rollout.recipe import episode_config_from_recipe, load_recipe
+
+    common = (REPO / "configs" / "run" / "common.sh").read_text()
+    assert "RECIPE:=${KRL_REPO_ROOT}/configs/recipe/kernelbench_multiturn.yaml" in common
+    recipe = REPO / "configs" / "recipe" / "kernelbench_multiturn.yaml"
+    assert prepare_sample_sft.DEFAULT_RECIPE == recipe
+    rl_prompt = episode_config_from_recipe(load_recipe(recipe)).prompt
+    assert rl_prompt.one_shot  # what made the difference on the GPU
+    out = tmp_path / "sft.jsonl"
+    assert prepare_sample_sft.main(["--output", str(out)]) == 0
+    for e in load_sft_jsonl(out):
+        assert e.messages[:-1] == build_messages(samples.load_problem(e.metadata["problem"]), rl_prompt)
+        assert rl_prompt.example_header in e.messages[1]["content"]

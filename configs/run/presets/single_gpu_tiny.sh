@@ -49,10 +49,9 @@ else
   # SGLang's attention backend (slime --sglang-attention-backend, configs/run/kbench_multiturn.sh);
   # set but empty: no flag, SGLang chooses.
   : "${SGLANG_ATTENTION_BACKEND=triton}"
-  # What SGLang ran with when it served this model correctly (tests/gpu/test_sglang_serve_gpu.py);
-  # in slime's defaults (flashinfer sampling, CUDA graphs) the SFT model wrote no code (H100,
-  # 2026-11-27: median 9 tokens per turn, where the same checkpoint served alone wrote kernels).
-  : "${SGLANG_EXTRA_ARGS=--sglang-sampling-backend pytorch --sglang-disable-cuda-graph}"
+  # More SGLang server flags, slime-prefixed words (configs/run/kbench_multiturn.sh), e.g.
+  # "--sglang-sampling-backend pytorch --sglang-disable-cuda-graph" as tests/gpu/test_sglang_serve_gpu.py runs.
+  : "${SGLANG_EXTRA_ARGS:=}"
 fi
 
 # --- a few small steps -----------------------------------------------------------------------
