@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -27,23 +29,35 @@ def _stage(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.C
     )
 
 
-def _tiny_wheel(dist: Path, name: str = "sglang", version: str = "0.0.1") -> Path:
-    """A pure-Python wheel of `name` whose package says `hello`, made with the wheel tool."""
-    root = dist / "src" / f"{name}-{version}"
-    (root / name).mkdir(parents=True)
-    (root / name / "__init__.py").write_text('GREETING = "hello"\n')
-    info = root / f"{name}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (info / "WHEEL").write_text(
-        "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    (info / "RECORD").write_text("")
-    subprocess.run(
-        [sys.executable, "-m", "wheel", "pack", "-d", str(dist), str(root)], check=True, capture_output=True
-    )
+def _wheel(dist: Path, name: str, version: str, files: dict[str, str], scripts: str = "") -> Path:
+    """A pure-Python py3-none-any wheel of `name` holding `files` (path -> text), made with the wheel
+    tool; `scripts`: console_scripts lines (`cmd = module:function`), which pip puts into bin/."""
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work) / f"{name}-{version}"
+        for path, text in files.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        info = root / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "WHEEL").write_text(
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        (info / "RECORD").write_text("")
+        if scripts:
+            (info / "entry_points.txt").write_text(f"[console_scripts]\n{scripts}\n")
+        subprocess.run(
+            [sys.executable, "-m", "wheel", "pack", "-d", str(dist), str(root)],
+            check=True,
+            capture_output=True,
+        )
     (wheel,) = dist.glob(f"{name}-{version}-*.whl")
     return wheel
+
+
+def _tiny_wheel(dist: Path, name: str = "sglang", version: str = "0.0.1") -> Path:
+    """A pure-Python wheel of `name` whose package says `hello`."""
+    return _wheel(dist, name, version, {f"{name}/__init__.py": 'GREETING = "hello"\n'})
 
 
 def _fake_slime(tmp_path: Path) -> Path:
@@ -294,3 +308,181 @@ def test_a_missing_source_is_named_with_where_to_get_it(tmp_path: Path) -> None:
     assert not dest.exists()  # nothing written
     res = _stage("unsources", tmp_path / "nothing-here", tmp_path / "there")
     assert res.returncode == 1 and "run `stage.sh sources`" in res.stderr, res.stderr
+
+
+BOOTSTRAP = STAGE.parent / "bootstrap.sh"
+REPO = STAGE.parents[2]
+
+
+def _tiny_sdist(dist: Path, name: str, version: str, files: dict[str, str], packages: list[str]) -> Path:
+    """A setuptools source distribution of `name` holding `files`, named as `stage.sh install` looks
+    for a build-there pin's (`name_version.tar.gz`)."""
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work) / f"{name}-{version}"
+        for path, text in files.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        (root / "pyproject.toml").write_text(
+            '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+            f'[project]\nname = "{name}"\nversion = "{version}"\n'
+            f"[tool.setuptools]\npackages = {packages!r}\n".replace("'", '"')
+        )
+        out = dist / f"{name}-{version}.tar.gz"
+        with tarfile.open(out, "w:gz") as tf:
+            tf.add(root, arcname=root.name)
+    return out
+
+
+def _bundle(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A bundle as bootstrap.sh's header makes it, in small: fake wheels for three small locks (two
+    console scripts from two installs, so bin/ is merged; a folder shared by a wheel and a build-there
+    source distribution, as TE's transformer_engine/; one package in two versions, as NumPy in site/
+    and np/) and src/ from fake slime and Megatron-LM checkouts; packed into several pieces. Returns
+    the pieces' folder and the environment naming the locks."""
+    bundle = tmp_path / "bundle"
+    for d in ("eval", "trainer", "np"):
+        (bundle / d).mkdir(parents=True)
+    main = "def main():\n    print('{} says hi')\n"
+    _wheel(
+        bundle / "eval",
+        "fakeeval",
+        "0.1.0",
+        {"fakeeval/__init__.py": main.format("fakeeval")},
+        scripts="fakeeval-hello = fakeeval:main",
+    )
+    _wheel(
+        bundle / "trainer",
+        "faketrain",
+        "0.2.0",
+        {"faketrain/__init__.py": main.format("faketrain")},
+        scripts="faketrain-hello = faketrain:main",
+    )
+    _wheel(bundle / "trainer", "fakete", "0.3.0", {"fakete/__init__.py": "", "fakete/common.py": "X = 1\n"})
+    _tiny_sdist(
+        bundle / "trainer",
+        "fakete_torch",
+        "0.3.0",
+        {"fakete/pytorch/__init__.py": "Y = 2\n"},
+        packages=["fakete.pytorch"],
+    )
+    for d, version in (("trainer", "2.0.0"), ("np", "1.0.0")):
+        _wheel(bundle / d, "fakenum", version, {"fakenum/__init__.py": f"VERSION = '{version}'\n"})
+
+    slime = _fake_checkout(tmp_path / "up" / "slime", "train.py")
+    megatron = _fake_checkout(tmp_path / "up" / "Megatron-LM", "megatron/core/__init__.py")
+    res = _stage("sources", bundle / "src", env={"SLIME_DIR": str(slime), "MEGATRON_DIR": str(megatron)})
+    assert res.returncode == 0, res.stderr
+
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / "eval.lock").write_text("#import fakeeval\nfakeeval==0.1.0\n")
+    (locks / "trainer.lock").write_text(
+        "#import faketrain fakete.common\n#import fakete.pytorch fakenum\n"
+        "faketrain==0.2.0\nfakete==0.3.0\nfakete-torch==0.3.0  # build-there\nfakenum==2.0.0\n"
+    )
+    (locks / "np.lock").write_text("#import fakenum\nfakenum==1.0.0\n")
+    names = {"EVAL_LOCK": "eval.lock", "TRAINER_LOCK": "trainer.lock", "NUMPY_LOCK": "np.lock"}
+
+    parts = tmp_path / "parts"
+    res = _stage("pack", bundle, parts, env={"PIECE_BYTES": "8000"})
+    assert res.returncode == 0, res.stderr
+    assert len(list(parts.glob("stage.tar.*"))) >= 3
+    return parts, {var: str(locks / name) for var, name in names.items()}
+
+
+def _bootstrap(
+    parts: Path, stage: Path | str, locks: dict[str, str], cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    unset = ("PYTHONPATH", "TRAINER_PYTHONPATH", "SLIME_DIR", "MEGATRON_DIR", "GPU_ENV_SITE")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    return subprocess.run(
+        ["bash", str(BOOTSTRAP), str(parts), str(stage)],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHON": sys.executable, **locks},
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def _sourced(env_sh: Path, script: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`script` in bash after `source env_sh`, from a caller without PYTHONPATH."""
+    return subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"unset PYTHONPATH TRAINER_PYTHONPATH SLIME_DIR MEGATRON_DIR; source {env_sh}; {script}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+def test_bootstrap_installs_the_staged_bundle_offline(tmp_path: Path) -> None:
+    parts, locks = _bundle(tmp_path)
+    stage = tmp_path / "stage"
+    res = _bootstrap(parts, stage, locks)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip() == "import check: all 4 modules import", res.stdout + res.stderr
+    env_sh = stage / "env.sh"
+    assert env_sh.is_file() and not (stage / "env.sh.part").exists()
+
+    show = 'printf "%s\\n" "$PYTHONPATH" "$TRAINER_PYTHONPATH" "$SLIME_DIR" "$MEGATRON_DIR" "$PATH"'
+    out = _sourced(env_sh, show)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"{stage}/site:{REPO}",
+        f"{stage}/np",
+        f"{stage}/src/slime",
+        f"{stage}/src/Megatron-LM",
+        f"{stage}/site/bin:{os.environ['PATH']}",
+    ]
+    assert (stage / "src" / "slime" / "code.py").read_text() == "VALUE = 'patched'\n"
+    assert (stage / "src" / "Megatron-LM" / "megatron" / "core" / "__init__.py").is_file()
+
+    # Both console scripts, from two installs, in bin/; both parts of the shared folder.
+    assert sorted(p.name for p in (stage / "site" / "bin").iterdir()) == ["fakeeval-hello", "faketrain-hello"]
+    assert (stage / "site" / "fakete" / "common.py").is_file()
+    assert (stage / "site" / "fakete" / "pytorch" / "__init__.py").is_file()
+    py = sys.executable
+    script = (
+        f"{py} -c 'import fakeeval, faketrain, fakete.common, fakete.pytorch, fakenum; print(fakenum.VERSION)'"
+        f' && PYTHONPATH="$TRAINER_PYTHONPATH:$PYTHONPATH" {py} -c "import fakenum; print(fakenum.VERSION)"'
+        " && fakeeval-hello && faketrain-hello"
+    )
+    out = _sourced(env_sh, script, cwd=tmp_path / "locks")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["2.0.0", "1.0.0", "fakeeval says hi", "faketrain says hi"]
+
+    # Again: nothing to install, the same env.sh, the check passes.
+    before = env_sh.read_text()
+    res = _bootstrap(parts, stage, locks)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stderr.count("nothing missing") == 3 and "installed to" not in res.stderr, res.stderr
+    assert "import check: all 4 modules import" in res.stdout
+    assert env_sh.read_text() == before
+
+    # A damaged piece: stage.sh's message, and no env.sh written (the old one left as it was).
+    piece = sorted(parts.glob("stage.tar.*"))[1]
+    data = piece.read_bytes()
+    piece.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])
+    for where in (tmp_path / "fresh", stage):
+        res = _bootstrap(parts, where, locks)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "a piece in" in res.stderr and "is missing or damaged" in res.stderr, res.stderr
+    assert not (tmp_path / "fresh" / "env.sh").exists()
+    assert env_sh.read_text() == before
+
+
+def test_bootstraps_env_sh_holds_from_any_directory(tmp_path: Path) -> None:
+    """STAGE given as a relative path: env.sh's paths are absolute, as `source STAGE/env.sh` is used
+    from other working directories (the launcher's Ray job, the eval workers)."""
+    parts, locks = _bundle(tmp_path)
+    res = _bootstrap(parts, "stage", locks, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    stage = tmp_path / "stage"
+    show = 'printf "%s\\n" "$PYTHONPATH" "$TRAINER_PYTHONPATH" "${PATH%%:*}"'
+    out = _sourced(stage / "env.sh", show, cwd=REPO.parent)
+    assert out.stdout.splitlines() == [f"{stage}/site:{REPO}", f"{stage}/np", f"{stage}/site/bin"], out.stderr
