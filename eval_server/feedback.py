@@ -51,6 +51,10 @@ _FIXES = MappingProxyType(
 )
 
 
+# Below this share of a forward's GPU time in the candidate's own kernels the feedback says so.
+LOW_OWN_SHARE = 0.8
+
+
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}"
 
@@ -91,9 +95,28 @@ def build_feedback(result: EvalResult, tolerance: float | None = None) -> str:
                 )
         else:
             lines.append("Speed was not measured on this evaluator.")
+        lines += _kernel_time_lines(result)
     if result.status in _FIXES:
         lines += ["", _FIXES[result.status]]
     return "\n".join(lines).strip()
+
+
+def _kernel_time_lines(result: EvalResult) -> list[str]:
+    """Where one forward's GPU time went, when it was profiled."""
+    kt = result.kernel_time
+    if kt is None:
+        return []
+    head = f"GPU time of one forward: {kt.own_share:.0%} in your kernels ({kt.own_us:.4g} of {kt.total_us:.4g} us)"
+    if not kt.others:
+        return [head + "."]
+    rest = ", ".join(f"{o['name'][:60]} {o['us'] / kt.total_us:.0%}" for o in kt.others)
+    lines = [f"{head}; the rest: {rest}."]
+    if kt.own_share < LOW_OWN_SHARE:
+        lines.append(
+            "Most of the time is not in your kernels: avoid copies and fills that the computation does "
+            "not need (.contiguous(), .clone(), zero-initialised outputs) and do the work in your kernels."
+        )
+    return lines
 
 
 def failure_result(request: EvalRequest, status: str, message: str, device: str = "") -> EvalResult:

@@ -158,6 +158,18 @@ class TimingStats:
 
 
 @dataclass
+class KernelTime:
+    """Where the GPU time of one profiled forward went (CUPTI, the first correctness call): the
+    candidate's own kernels against all device activity (copies and fills included), and the
+    largest other activities. What the profiling-based reward scales by (issue 29)."""
+
+    own_share: float  # own kernels' time / all device time, 0..1
+    own_us: float
+    total_us: float
+    others: list[dict[str, Any]] = field(default_factory=list)  # [{"name", "us"}], largest first
+
+
+@dataclass
 class EvalResult:
     status: str
     compiled: bool = False
@@ -169,6 +181,7 @@ class EvalResult:
     # the candidate's kernel launches seen during its first forward (Triton: every launch;
     # CUDA: its own __global__ kernels seen by the GPU profiler)
     kernel_launches: int = 0
+    kernel_time: KernelTime | None = None  # null where not profiled (CPU, a failed forward)
     reference_timing: TimingStats | None = None
     candidate_timing: TimingStats | None = None
     speedup: float | None = None  # reference median / candidate median; null without timing
@@ -201,6 +214,8 @@ class EvalResult:
         for key in ("reference_timing", "candidate_timing"):
             if data.get(key) is not None:
                 data[key] = _build(TimingStats, f"result.{key}", data[key])
+        if data.get("kernel_time") is not None:
+            data["kernel_time"] = _build(KernelTime, "result.kernel_time", data["kernel_time"])
         return cls(**data)
 
 

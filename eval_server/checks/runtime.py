@@ -485,9 +485,12 @@ def classify_kernels(
 _STREAM_MARKER = getattr(torch.cuda, "_sleep", None)  # bound before any candidate is imported
 
 
-def profile_device_activity(fn: Any, device: Any) -> tuple[Any, list[str], list[str]]:
+def profile_device_activity(
+    fn: Any, device: Any, times: list[tuple[str, float]] | None = None
+) -> tuple[Any, list[str], list[str]]:
     """Run `fn()` under the CUDA activity profiler; return its result, the device activity names,
-    and the names of those that ran on another stream than the caller's current one.
+    and the names of those that ran on another stream than the caller's current one; with
+    `times`, append (name, device microseconds) of each activity to it.
 
     CUPTI sees every kernel on the device, from any thread and behind any dispatch trick, so
     this is the backstop for torch or library compute that the in-process recorders miss. The
@@ -503,10 +506,10 @@ def profile_device_activity(fn: Any, device: Any) -> tuple[Any, list[str], list[
             marker(1)
         out = fn()
         torch.cuda.synchronize(device)
-    names = [
-        e.name for e in prof.events() if e.device_type == DeviceType.CUDA and "spin_kernel" not in e.name
-    ]
-    return out, names, _off_stream(prof, DeviceType.CUDA)
+    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA and "spin_kernel" not in e.name]
+    if times is not None:
+        times.extend((e.name, float(e.time_range.elapsed_us())) for e in events)
+    return out, [e.name for e in events], _off_stream(prof, DeviceType.CUDA)
 
 
 def _off_stream(prof: Any, cuda: Any) -> list[str]:

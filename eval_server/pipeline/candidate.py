@@ -27,6 +27,7 @@ from eval_server.checks.runtime import (
 from eval_server.checks.static import RULES, run_static_checks
 from eval_server.pipeline import cuda_backend, loader
 from eval_server.pipeline.context import LAUNCHES, THREADS, EvalContext, Reference, sync
+from eval_server.pipeline.kernel_time import kernel_time
 from eval_server.pipeline.verdicts import Stop, candidate_code, device_faulted, error_info, reject
 from eval_server.schema import (
     STATUS_COMPILE_ERROR,
@@ -158,19 +159,25 @@ def run_candidate(
     threads_before = python_threads()
     device_activity: list[str] = []
     off_stream: list[str] = []
+    times: list[tuple[str, float]] = []
     with candidate_code(result, ctx):
         with LAUNCHES.recording(ops), THREADS.recording(), ops:
             if profile:
                 with ctx.phase("kernel_profile"):  # sub-phase of correctness
                     out, device_activity, off_stream = profile_device_activity(
-                        lambda: model(*args), ctx.device
+                        lambda: model(*args), ctx.device, times
                     )
             else:
                 out = model(*args)
         sync(ctx.device)
     # CUPTI's count when profiled (the launch recorder lives where candidate code can reach it),
     # else the recorder's (Triton)
-    launches = own_kernel_count(result, device_activity, ctx) if profile else None
+    launches = None
+    if profile:
+        is_own = own_kernel_test(result, ctx)
+        launches = sum(1 for name in device_activity if is_own(name))
+        if times:
+            result.kernel_time = kernel_time(times, is_own)
     if launches is None and ctx.cuda is None:
         launches = LAUNCHES.count
     if device_activity:
@@ -217,13 +224,20 @@ def triton_kernel_names(result: EvalResult, ctx: EvalContext) -> tuple[str, ...]
     return names
 
 
+def own_kernel_test(result: EvalResult, ctx: EvalContext) -> Callable[[str], bool]:
+    """Whether a recorded activity name is one of the candidate's own kernels (its Triton
+    functions, or its extension's __global__ kernels)."""
+    if ctx.cuda is not None:
+        return ctx.cuda.owns
+    triton = triton_kernel_names(result, ctx)
+    return lambda name: is_triton_kernel(name, triton)
+
+
 def own_kernel_count(result: EvalResult, names: list[str], ctx: EvalContext) -> int:
     """How many of the recorded kernels `names` are the candidate's own (its Triton functions, or
     its extension's __global__ kernels)."""
-    if ctx.cuda is not None:
-        return ctx.cuda.count_own(names)
-    triton = triton_kernel_names(result, ctx)
-    return sum(1 for name in names if is_triton_kernel(name, triton))
+    is_own = own_kernel_test(result, ctx)
+    return sum(1 for name in names if is_own(name))
 
 
 def device_activity_checks(

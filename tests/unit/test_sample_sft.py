@@ -65,7 +65,7 @@ def test_cli_prompts_are_the_launchers_default_recipe_prompts(tmp_path: Path) ->
     common = (REPO / "configs" / "run" / "common.sh").read_text()
     assert "RECIPE:=${KRL_REPO_ROOT}/configs/recipe/kernelbench_multiturn.yaml" in common
     recipe = REPO / "configs" / "recipe" / "kernelbench_multiturn.yaml"
-    assert prepare_sample_sft.DEFAULT_RECIPE == recipe
+    assert recipe == prepare_sample_sft.DEFAULT_RECIPE
     rl_prompt = episode_config_from_recipe(load_recipe(recipe)).prompt
     assert rl_prompt.one_shot  # what made the difference on the GPU
     out = tmp_path / "sft.jsonl"
