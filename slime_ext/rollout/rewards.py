@@ -23,6 +23,13 @@ Returns with discount `gamma` (default 0.4, the Kevin-32B value):
   the prompt's other trajectories at turn t (turn-level REINFORCE leave-one-out, Dr. Kernel,
   arXiv 2602.05885), computed by the reward post-process (slime_plugins/reward_post.py).
 
+Profiling-based reward and rejection (Dr. Kernel's PR and PRS, against lazy optimization; both off
+by default): where the evaluator profiled the forward (`result.kernel_time`, GPU only),
+`profile_scale` multiplies the speedup bonus by the share of the forward's GPU time spent in the
+candidate's own kernels, and `prs_min_share` marks a correct turn below that share as lazy
+(`is_lazy`): the rollout function drops trajectories whose last evaluated turn is lazy from the
+training batch and counts them (`rollout/buffer/prs_dropped`).
+
 Early stop (default): stop the episode after a turn that is correct with speedup >= 2.0. On CPU
 (no timing, speedup null) it never triggers unless `early_stop_min_speedup` is None, which stops
 on any correct turn.
@@ -42,6 +49,7 @@ __all__ = [
     "discounted_returns",
     "per_turn_samples",
     "episode_returns",
+    "is_lazy",
     "is_rejected",
     "should_stop",
     "trajectory_return",
@@ -66,6 +74,8 @@ class RewardConfig:
     credit: str = "trajectory"  # "trajectory" | "per_turn" | "trloo"
     early_stop_on_correct: bool = True
     early_stop_min_speedup: float | None = 2.0  # None: any correct turn stops the episode
+    profile_scale: bool = False  # speedup bonus x the share of GPU time in the candidate's kernels
+    prs_min_share: float | None = None  # drop trajectories whose last correct turn is below this share
 
     def __post_init__(self) -> None:
         if self.credit not in CREDIT_MODES:
@@ -74,6 +84,8 @@ class RewardConfig:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if self.max_speedup_bonus < 0 or self.excessive_speedup_bonus_cap < 0:
             raise ValueError("speedup bonus caps must be >= 0")
+        if self.prs_min_share is not None and not 0.0 < self.prs_min_share <= 1.0:
+            raise ValueError(f"prs_min_share must be in (0, 1] or null, got {self.prs_min_share}")
 
 
 def per_turn_samples(credit: str) -> bool:
@@ -92,7 +104,19 @@ def speedup_bonus(result: EvalResult, config: RewardConfig) -> float:
     cap = config.max_speedup_bonus
     if any(c.id == EXCESSIVE_SPEEDUP_CHECK for c in result.checks):
         cap = min(cap, config.excessive_speedup_bonus_cap)
-    return min(max(result.speedup - 1.0, 0.0), cap)
+    bonus = min(max(result.speedup - 1.0, 0.0), cap)
+    if config.profile_scale and result.kernel_time is not None:
+        bonus *= result.kernel_time.own_share
+    return bonus
+
+
+def is_lazy(result: EvalResult | None, config: RewardConfig) -> bool:
+    """Whether a correct, profiled turn spent less than `prs_min_share` of its forward's GPU time
+    in its own kernels (never without the setting or a profile)."""
+    if config.prs_min_share is None or result is None or result.kernel_time is None:
+        return False
+    correct = result.correct and result.status == STATUS_OK and not is_rejected(result)
+    return correct and result.kernel_time.own_share < config.prs_min_share
 
 
 def turn_reward(result: EvalResult | None, config: RewardConfig | None = None) -> float:

@@ -40,8 +40,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from eval_server.schema import EvalResult
 from slime_ext.rollout.problems import PromptRecord, load_prompt_records
-from slime_ext.rollout.rewards import per_turn_samples
+from slime_ext.rollout.rewards import RewardConfig, is_lazy, per_turn_samples
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
 from slime_ext.slime_plugins.config import PluginConfig, episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, run_problem
@@ -157,7 +158,8 @@ def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: 
     # smaller (timed-out) groups, keep leasing until there are that many trajectories.
     need_trajectories = int(getattr(args, "global_batch_size", None) or 0)
     groups: list[list[Any]] = []
-    records = leases = trajectories = 0
+    records = leases = trajectories = prs_dropped = 0
+    reward = episode_config(args).reward
     staleness: list[int] = []
     while len(groups) < need or trajectories < need_trajectories:
         remaining = deadline - time.monotonic()
@@ -179,15 +181,20 @@ def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: 
             index = st.next_index
             for g, group in enumerate(reply["groups"]):
                 recs = [_decode(body, f"groups[{g}].records[{i}]") for i, body in enumerate(group["records"])]
+                kept = [r for r in recs if not lazy_record(r, reward)]
+                prs_dropped += len(recs) - len(kept)
+                staleness += [version - r.policy_version for r in recs]
+                records += len(recs)
+                if not kept:
+                    continue
+                recs = kept
                 samples, index = group_to_samples(
-                    recs, credit=credit, group_index=st.next_group_index + g, first_index=index
+                    recs, credit=credit, group_index=st.next_group_index + len(converted), first_index=index
                 )
                 _check_group_shape(
                     args, group["instance_id"], len(samples), per_turn=per_turn_samples(credit)
                 )
                 converted.append(samples)
-                staleness += [version - r.policy_version for r in recs]
-                records += len(recs)
         except BaseException:
             st.client.release(lease_id)
             raise
@@ -206,8 +213,18 @@ def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: 
         "rollout/buffer/policy_version": float(version),
         "rollout/buffer/staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
         "rollout/buffer/staleness_max": float(max(staleness, default=0)),
+        "rollout/buffer/prs_dropped": float(prs_dropped),
     }
     return train_output(groups, metrics)
+
+
+def lazy_record(record: TrajectoryRecord, reward: RewardConfig) -> bool:
+    """Profiling-based rejection (rewards.is_lazy): whether the record's last evaluated turn is a
+    correct kernel that spent too little of its GPU time in its own kernels."""
+    if reward.prs_min_share is None:
+        return False
+    last = next((t for t in reversed(record.turn_eval_results) if t is not None), None)
+    return last is not None and is_lazy(EvalResult.from_json(last), reward)
 
 
 def _decode(body: bytes, path: str) -> TrajectoryRecord:

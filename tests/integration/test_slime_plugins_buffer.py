@@ -173,3 +173,35 @@ def test_runner_start_and_timeouts(url: str) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(BufferError, match="unreachable"):
         generate_rollout(args_for(dead, batch=1, n=2), 0, None)
+
+
+def test_profiling_based_rejection_drops_lazy_trajectories(url: str) -> None:
+    """PRS (kernel_rl.episode.reward.prs_min_share): a trajectory whose last evaluated turn is a
+    correct kernel that spent too little of its GPU time in its own kernels is left out of the
+    batch (acked, not handed back) and counted; without the setting nothing is dropped."""
+    rid = next_rollout_id(url)
+
+    def turn(share: float | None, correct: bool = True) -> list[dict]:
+        kt = (
+            None
+            if share is None
+            else {"own_share": share, "own_us": share * 10, "total_us": 10.0, "others": []}
+        )
+        status = "ok" if correct else "incorrect"
+        return [{"status": status, "compiled": True, "correct": correct, "kernel_time": kt}]
+
+    shares = [(0.9, True), (0.2, True), (None, True), (0.1, False)]  # lazy: only the second
+    post(url, [record(f"prs-{i}", "prs", 0.1 * i, version=rid, turn_eval_results=turn(s, c))
+               for i, (s, c) in enumerate(shares)])  # fmt: skip
+    before = stats(url)["records"]["consumed"]
+    args = args_for(url, batch=1, n=4, hook=True)
+    args.kernel_rl["episode"]["reward"]["prs_min_share"] = 0.5
+    out = generate_rollout(args, rid, None)
+    assert sorted(s.reward for s in out.samples[0]) == pytest.approx([0.0, 0.2, 0.3])  # prs-1 left out
+    assert out.metrics["rollout/buffer/prs_dropped"] == 1
+    assert stats(url)["records"]["consumed"] - before == 4  # the dropped one is consumed, not returned
+    # the same group without the setting: all four trained, nothing counted
+    post(url, [record(f"prs2-{i}", "prs2", 0.1 * i, version=rid, turn_eval_results=turn(s, c))
+               for i, (s, c) in enumerate(shares)])  # fmt: skip
+    out = generate_rollout(args_for(url, batch=1, n=4, hook=True), rid, None)
+    assert len(out.samples[0]) == 4 and out.metrics["rollout/buffer/prs_dropped"] == 0

@@ -85,3 +85,25 @@ def test_config_validation() -> None:
         RewardConfig(credit="bogus")
     with pytest.raises(ValueError):
         RewardConfig(gamma=1.5)
+
+
+def test_profile_scale_and_lazy_turns() -> None:
+    """Dr. Kernel's PR and PRS: the speedup bonus scaled by the share of GPU time in the
+    candidate's own kernels, and a correct turn below `prs_min_share` marked lazy; neither acts
+    without a profile or the setting."""
+    from eval_server.schema import KernelTime
+    from slime_ext.rollout.rewards import is_lazy
+
+    kt = KernelTime(own_share=0.5, own_us=5.0, total_us=10.0)
+    fast = EvalResult(status="ok", compiled=True, correct=True, speedup=2.0, kernel_time=kt)
+    assert turn_reward(fast, RewardConfig()) == pytest.approx(0.3 + 1.0)
+    assert turn_reward(fast, RewardConfig(profile_scale=True)) == pytest.approx(0.3 + 0.5)
+    unprofiled = EvalResult(status="ok", compiled=True, correct=True, speedup=2.0)
+    assert turn_reward(unprofiled, RewardConfig(profile_scale=True)) == pytest.approx(1.3)
+    prs = RewardConfig(prs_min_share=0.6)
+    assert is_lazy(fast, prs) and not is_lazy(fast, RewardConfig(prs_min_share=0.5))
+    assert not is_lazy(fast, RewardConfig()) and not is_lazy(unprofiled, prs) and not is_lazy(None, prs)
+    wrong = EvalResult(status="incorrect", compiled=True, correct=False, kernel_time=kt)
+    assert not is_lazy(wrong, prs)  # only correct kernels are lazy
+    with pytest.raises(ValueError, match="prs_min_share"):
+        RewardConfig(prs_min_share=0.0)
