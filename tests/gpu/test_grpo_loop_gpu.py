@@ -58,6 +58,20 @@ def _artifacts() -> Path | None:
     return Path(out) if out else None
 
 
+def _keep_logs(run_dir: Path) -> None:
+    """Copy the run's logs into KRL_GPU_ARTIFACTS now (at most every 30 s)."""
+    art = _artifacts()
+    now = time.monotonic()
+    if art is None or now - _keep_logs.last < 30:  # type: ignore[attr-defined]
+        return
+    _keep_logs.last = now  # type: ignore[attr-defined]
+    if (run_dir / "logs").is_dir():
+        shutil.copytree(run_dir / "logs", art / "logs-grpo", dirs_exist_ok=True)
+
+
+_keep_logs.last = 0.0  # type: ignore[attr-defined]
+
+
 def _sft_model(tmp_path: Path) -> Path:
     given = os.environ.get("KRL_SFT_MODEL")
     if given:
@@ -111,6 +125,7 @@ def test_grpo_with_sglang_generation_climbs(tmp_path: Path) -> None:
         rc_file = run_dir / "pids" / "trainer.rc"
         while not rc_file.exists() and time.monotonic() - t0 < RUN_TIMEOUT_S:
             time.sleep(5)
+            _keep_logs(run_dir)  # a device call cut short still brings back the logs so far
         rc = rc_file.read_text().strip() if rc_file.exists() else None
     finally:
         subprocess.run(
