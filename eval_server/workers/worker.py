@@ -139,6 +139,13 @@ class Worker:
         LAUNCHES.install()
         THREADS.install()
         torch.set_num_threads(max(1, self.threads))
+        if self.device_kind != "cuda":  # the interpreter's lazy imports, once before any fork
+            from eval_server.workers import triton_warmup
+
+            try:
+                triton_warmup.warm_up(torch.device("cpu"))
+            except Exception as exc:  # noqa: BLE001 - best effort: each evaluation then imports them
+                print(f"worker: Triton warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
         self.versions = {
             "torch": torch.__version__,
             "triton": triton.__version__,
