@@ -43,8 +43,9 @@ src_export="$(bash "${s}" unsources "${stage}/bundle/src" "${stage}/src")"
 {
   echo "${site_export}"
   echo "${src_export}"
-  echo "export TRAINER_PYTHONPATH=${stage}/np"
-  echo "export PATH=${stage}/site/bin:\${PATH}"
+  printf 'export TRAINER_PYTHONPATH=%q\n' "${stage}/np"
+  # shellcheck disable=SC2016  # $PYTHONPATH / $PATH expand where env.sh is sourced
+  printf 'export PATH=%q:"$PATH"\n' "${stage}/site/bin"
 } >"${stage}/env.sh.part"
 mv "${stage}/env.sh.part" "${stage}/env.sh"
 echo "[bootstrap] installed in $((SECONDS - t0)) s; source ${stage}/env.sh" >&2

@@ -285,7 +285,8 @@ for line in sys.stdin:
     fi
     # The checkout on the path too, as the image's editable install does: the eval workers and
     # the servers start from other working directories.
-    echo "export PYTHONPATH=${target}:${repo}\${PYTHONPATH:+:\${PYTHONPATH}}"
+    # shellcheck disable=SC2016  # $PYTHONPATH / $PATH expand where env.sh is sourced
+    printf 'export PYTHONPATH=%q${PYTHONPATH:+:"$PYTHONPATH"}\n' "${target}:${repo}"  # quoted: a path may hold spaces
     ;;
   check)
     lock="${2:-${here}/eval-tests.lock}"

@@ -5,6 +5,7 @@ the import check. (`download` itself needs PyPI: docs/GPU_TESTS.md records its r
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -411,7 +412,7 @@ def _sourced(env_sh: Path, script: str, cwd: Path | None = None) -> subprocess.C
         [
             "bash",
             "-c",
-            f"unset PYTHONPATH TRAINER_PYTHONPATH SLIME_DIR MEGATRON_DIR; source {env_sh}; {script}",
+            f"unset PYTHONPATH TRAINER_PYTHONPATH SLIME_DIR MEGATRON_DIR; source {shlex.quote(str(env_sh))}; {script}",
         ],
         capture_output=True,
         text=True,
@@ -476,13 +477,15 @@ def test_bootstrap_installs_the_staged_bundle_offline(tmp_path: Path) -> None:
     assert env_sh.read_text() == before
 
 
-def test_bootstraps_env_sh_holds_from_any_directory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["stage", "my stage"])
+def test_bootstraps_env_sh_holds_from_any_directory(tmp_path: Path, name: str) -> None:
     """STAGE given as a relative path: env.sh's paths are absolute, as `source STAGE/env.sh` is used
-    from other working directories (the launcher's Ray job, the eval workers)."""
+    from other working directories (the launcher's Ray job, the eval workers); a path with a space
+    stays one path."""
     parts, locks = _bundle(tmp_path)
-    res = _bootstrap(parts, "stage", locks, cwd=tmp_path)
+    res = _bootstrap(parts, name, locks, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    stage = tmp_path / "stage"
+    stage = tmp_path / name
     show = 'printf "%s\\n" "$PYTHONPATH" "$TRAINER_PYTHONPATH" "${PATH%%:*}"'
     out = _sourced(stage / "env.sh", show, cwd=REPO.parent)
     assert out.stdout.splitlines() == [f"{stage}/site:{REPO}", f"{stage}/np", f"{stage}/site/bin"], out.stderr
