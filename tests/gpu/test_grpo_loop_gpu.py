@@ -11,6 +11,10 @@ pushes the new weights into it after every step), our buffer-mode rollout functi
 the agent runner while the engine is offloaded), multi-turn episodes on the relu and softmax
 sample problems. Then `scripts/stop.sh` and `tools.plot_run` (PNGs of the curves).
 
+Then the same run resumed as a user resumes it (same RUN_NAME, NUM_ROLLOUT one more: slime
+continues from the checkpoint it saved at the last step and trains that one step), and a second
+test runs `MODE=in_slime` (slime's own rollout loop calling our generate plug-in) for two steps.
+
 Asserted, from slime's own log: every step ran (`step N` and `perf N` lines); at every step
 slime's log-probs of the rollout tokens match SGLang's (`train/train_rollout_logprob_abs_diff`
 small) while the weights move (`train/ppo_kl` or `train/kl_loss` > 0 after step 0): SGLang
@@ -58,7 +62,7 @@ def _artifacts() -> Path | None:
     return Path(out) if out else None
 
 
-def _keep_logs(run_dir: Path) -> None:
+def _keep_logs(run_dir: Path, label: str) -> None:
     """Copy the run's logs into KRL_GPU_ARTIFACTS now (at most every 30 s)."""
     art = _artifacts()
     now = time.monotonic()
@@ -66,7 +70,7 @@ def _keep_logs(run_dir: Path) -> None:
         return
     _keep_logs.last = now  # type: ignore[attr-defined]
     if (run_dir / "logs").is_dir():
-        shutil.copytree(run_dir / "logs", art / "logs-grpo", dirs_exist_ok=True)
+        shutil.copytree(run_dir / "logs", art / f"logs-{label}", dirs_exist_ok=True)
 
 
 _keep_logs.last = 0.0  # type: ignore[attr-defined]
@@ -81,8 +85,8 @@ def _sft_model(tmp_path: Path) -> Path:
     return sft.warm_start(tmp_path)["model"]
 
 
-@pytest.mark.timeout(RUN_TIMEOUT_S + 1800)
-def test_grpo_with_sglang_generation_climbs(tmp_path: Path) -> None:
+def _setup(tmp_path: Path) -> dict[str, str]:
+    """The warm-started model as HF_CKPT/REF_LOAD, the relu and softmax prompts, the launcher's env."""
     from tests.gpu.test_sft_warm_start_gpu import _needs
 
     missing = _needs()
@@ -118,14 +122,21 @@ def test_grpo_with_sglang_generation_climbs(tmp_path: Path) -> None:
         MEGATRON_DIR=MEGATRON_DIR,
         PYTHON=sys.executable,
     )
+    return env
+
+
+def _launch(env: dict[str, str], label: str) -> tuple[Path, str, float]:
+    """The launcher as a user starts it, until the trainer window's command ends; then stop.sh,
+    the plots, the logs into the artifacts. Returns the run dir, slime's log and the wall time."""
     run_dir = Path(env["RUNS_ROOT"]) / env["RUN_NAME"]
+    rc_file = run_dir / "pids" / "trainer.rc"
+    rc_file.unlink(missing_ok=True)  # a resumed run: the last one's exit code is not this one's
     t0 = time.monotonic()
     try:
         _run(["bash", "scripts/run_kbench_multiturn.sh"], env)
-        rc_file = run_dir / "pids" / "trainer.rc"
         while not rc_file.exists() and time.monotonic() - t0 < RUN_TIMEOUT_S:
             time.sleep(5)
-            _keep_logs(run_dir)  # a device call cut short still brings back the logs so far
+            _keep_logs(run_dir, label)  # a device call cut short still brings back the logs so far
         rc = rc_file.read_text().strip() if rc_file.exists() else None
     finally:
         subprocess.run(
@@ -135,11 +146,19 @@ def test_grpo_with_sglang_generation_climbs(tmp_path: Path) -> None:
             [sys.executable, "-m", "tools.plot_run", str(run_dir)], cwd=REPO, env=env, capture_output=True
         )
         if (art := _artifacts()) is not None:
-            shutil.copytree(run_dir / "logs", art / "logs-grpo", dirs_exist_ok=True)
+            shutil.copytree(run_dir / "logs", art / f"logs-{label}", dirs_exist_ok=True)
             if (run_dir / "plots").is_dir():
-                shutil.copytree(run_dir / "plots", art / "plots-grpo", dirs_exist_ok=True)
+                shutil.copytree(run_dir / "plots", art / f"plots-{label}", dirs_exist_ok=True)
     log = (run_dir / "logs" / "trainer.log").read_text(errors="replace")
-    assert rc == "0", f"trainer exited with {rc} after {time.monotonic() - t0:.0f} s:\n{log[-6000:]}"
+    wall = time.monotonic() - t0
+    assert rc == "0", f"trainer exited with {rc} after {wall:.0f} s:\n{log[-6000:]}"
+    return run_dir, log, wall
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S * 2 + 1800)
+def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
+    env = _setup(tmp_path)
+    _, log, wall = _launch(env, "grpo")
     steps = _dicts(STEP_RE, log)
     rollouts = _dicts(ROLLOUT_RE, log)
     assert sorted(steps) == list(range(STEPS)) and sorted(rollouts) == list(range(STEPS)), (
@@ -154,7 +173,7 @@ def test_grpo_with_sglang_generation_climbs(tmp_path: Path) -> None:
     ]
     summary: dict[str, Any] = {
         "steps": STEPS,
-        "wall_s": round(time.monotonic() - t0, 1),
+        "wall_s": round(wall, 1),
         "correct_rate": correct,
         "logprob_abs_diff": diffs,
         "kl": moved,
@@ -170,3 +189,30 @@ def test_grpo_with_sglang_generation_climbs(tmp_path: Path) -> None:
     assert any(k > 0 for k in moved[1:]), summary  # ... and those weights moved
     last = sum(correct[-3:]) / 3
     assert last >= 0.9 or last >= correct[0] + MIN_GAIN, summary
+
+    # resume as a user would: the same RUN_NAME, one step more; slime continues from the last
+    # checkpoint (saved at the last step) and trains step STEPS only
+    resumed_env = dict(env, NUM_ROLLOUT=str(STEPS + 1))
+    _, log2, _ = _launch(resumed_env, "grpo-resume")
+    resumed = _dicts(STEP_RE, log2[len(log) :] if log2.startswith(log) else log2)
+    assert sorted(resumed) == [STEPS], f"steps of the resumed run: {sorted(resumed)}"
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 1800)
+def test_in_slime_mode_trains_from_the_warm_start(tmp_path: Path) -> None:
+    """MODE=in_slime: slime's own rollout loop calls our generate plug-in per sample (no buffer)."""
+    env = dict(
+        _setup(tmp_path),
+        MODE="in_slime",
+        NUM_ROLLOUT="2",
+        RUN_NAME="in-slime",
+        TMUX_SESSION="krl-gpu-in-slime",
+    )
+    _, log, _ = _launch(env, "in-slime")
+    steps = _dicts(STEP_RE, log)
+    rollouts = _dicts(ROLLOUT_RE, log)
+    assert sorted(steps) == [0, 1], sorted(steps)
+    assert all(m["train/train_rollout_logprob_abs_diff"] <= LOGPROB_TOL for m in steps.values()), steps
+    print(
+        "in-slime:", json.dumps({i: rollouts.get(i, {}).get("rollout/kernel/correct_rate") for i in (0, 1)})
+    )
