@@ -35,11 +35,11 @@ from tests.gpu.test_train_slime_gpu import MEGATRON_DIR, REPO, SLIME_DIR, STEP_R
 
 pytestmark = pytest.mark.gpu
 
-EPOCHS = int(os.environ.get("KRL_SFT_EPOCHS", "40"))
-LR = os.environ.get("KRL_SFT_LR", "2e-3")
+EPOCHS = int(os.environ.get("KRL_SFT_EPOCHS", "300"))  # 300 steps: loss 7.19 -> 0.0035 on an H100
+LR = os.environ.get("KRL_SFT_LR", "3e-3")
 REPEAT = int(os.environ.get("KRL_SFT_REPEAT", "2"))  # 16 examples: 8 correct, 8 wrong
 BATCH = 16
-SAMPLES = int(os.environ.get("KRL_SFT_SAMPLES", "16"))
+SAMPLES = int(os.environ.get("KRL_SFT_SAMPLES", "8"))
 RUN_TIMEOUT_S = float(os.environ.get("KRL_TRAIN_TIMEOUT_S", "900"))
 
 
