@@ -29,23 +29,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.gpu.test_train_slime_gpu import (
-    MEGATRON_DIR,
-    REPO,
-    ROLLOUT_RE,
-    SLIME_DIR,
-    STEP_RE,
-    _dicts,
-    _run,
-)
+from tests.gpu.launched import artifacts, run_launcher
+from tests.gpu.launched import run_checked as _run
+from tests.gpu.test_train_slime_gpu import MEGATRON_DIR, ROLLOUT_RE, SLIME_DIR, STEP_RE, _dicts
 
 pytestmark = pytest.mark.gpu
 
@@ -55,25 +47,6 @@ SAMPLES = os.environ.get("KRL_GRPO_SAMPLES", "8")
 MIN_GAIN = float(os.environ.get("KRL_GRPO_MIN_GAIN", "0.15"))
 RUN_TIMEOUT_S = float(os.environ.get("KRL_TRAIN_TIMEOUT_S", "900"))
 LOGPROB_TOL = 0.05  # slime vs SGLang per-token log-probs at every step (0.0002-0.003 measured)
-
-
-def _artifacts() -> Path | None:
-    out = os.environ.get("KRL_GPU_ARTIFACTS")
-    return Path(out) if out else None
-
-
-def _keep_logs(run_dir: Path, label: str) -> None:
-    """Copy the run's logs into KRL_GPU_ARTIFACTS now (at most every 30 s)."""
-    art = _artifacts()
-    now = time.monotonic()
-    if art is None or now - _keep_logs.last < 30:  # type: ignore[attr-defined]
-        return
-    _keep_logs.last = now  # type: ignore[attr-defined]
-    if (run_dir / "logs").is_dir():
-        shutil.copytree(run_dir / "logs", art / f"logs-{label}", dirs_exist_ok=True)
-
-
-_keep_logs.last = 0.0  # type: ignore[attr-defined]
 
 
 def _sft_model(tmp_path: Path) -> Path:
@@ -126,33 +99,7 @@ def _setup(tmp_path: Path) -> dict[str, str]:
 
 
 def _launch(env: dict[str, str], label: str) -> tuple[Path, str, float]:
-    """The launcher as a user starts it, until the trainer window's command ends; then stop.sh,
-    the plots, the logs into the artifacts. Returns the run dir, slime's log and the wall time."""
-    run_dir = Path(env["RUNS_ROOT"]) / env["RUN_NAME"]
-    rc_file = run_dir / "pids" / "trainer.rc"
-    rc_file.unlink(missing_ok=True)  # a resumed run: the last one's exit code is not this one's
-    t0 = time.monotonic()
-    try:
-        _run(["bash", "scripts/run_kbench_multiturn.sh"], env)
-        while not rc_file.exists() and time.monotonic() - t0 < RUN_TIMEOUT_S:
-            time.sleep(5)
-            _keep_logs(run_dir, label)  # a device call cut short still brings back the logs so far
-        rc = rc_file.read_text().strip() if rc_file.exists() else None
-    finally:
-        subprocess.run(
-            ["bash", "scripts/stop.sh", str(run_dir)], cwd=REPO, env=env, capture_output=True, timeout=300
-        )
-        subprocess.run(
-            [sys.executable, "-m", "tools.plot_run", str(run_dir)], cwd=REPO, env=env, capture_output=True
-        )
-        if (art := _artifacts()) is not None:
-            shutil.copytree(run_dir / "logs", art / f"logs-{label}", dirs_exist_ok=True)
-            if (run_dir / "plots").is_dir():
-                shutil.copytree(run_dir / "plots", art / f"plots-{label}", dirs_exist_ok=True)
-    log = (run_dir / "logs" / "trainer.log").read_text(errors="replace")
-    wall = time.monotonic() - t0
-    assert rc == "0", f"trainer exited with {rc} after {wall:.0f} s:\n{log[-6000:]}"
-    return run_dir, log, wall
+    return run_launcher("run_kbench_multiturn.sh", env, label, RUN_TIMEOUT_S, plots=True)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S * 2 + 1800)
@@ -182,7 +129,7 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
         "reward_mean": [rollouts[i].get("rollout/kernel/mean_return") for i in range(STEPS)],
     }
     print("GRPO loop:", json.dumps(summary))
-    if (art := _artifacts()) is not None:
+    if (art := artifacts()) is not None:
         (art / "summary-grpo.json").write_text(json.dumps({"summary": summary, "steps": steps, "rollouts": rollouts},
                                                          indent=1, default=str))  # fmt: skip
     assert max(diffs) <= LOGPROB_TOL, summary  # SGLang generated with the weights slime trained

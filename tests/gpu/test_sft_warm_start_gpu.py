@@ -21,17 +21,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from krl_common.service import free_port
-from tests.gpu.test_train_slime_gpu import MEGATRON_DIR, REPO, SLIME_DIR, STEP_RE, _dicts, _missing, _run
+from tests.gpu.launched import artifacts, run_launcher, sglang_server
+from tests.gpu.launched import run_checked as _run
+from tests.gpu.test_train_slime_gpu import MEGATRON_DIR, SLIME_DIR, STEP_RE, _dicts, _missing
 
 pytestmark = pytest.mark.gpu
 
@@ -41,56 +39,6 @@ REPEAT = int(os.environ.get("KRL_SFT_REPEAT", "2"))  # 16 examples: 8 correct, 8
 BATCH = 16
 SAMPLES = int(os.environ.get("KRL_SFT_SAMPLES", "8"))
 RUN_TIMEOUT_S = float(os.environ.get("KRL_TRAIN_TIMEOUT_S", "900"))
-
-
-def _artifacts() -> Path | None:
-    out = os.environ.get("KRL_GPU_ARTIFACTS")
-    return Path(out) if out else None
-
-
-def _sft(root: Path, env: dict[str, str]) -> tuple[Path, str]:
-    run_dir = Path(env["RUNS_ROOT"]) / env["RUN_NAME"]
-    t0 = time.monotonic()
-    try:
-        _run(["bash", "scripts/run_sft.sh"], env)
-        rc_file = run_dir / "pids" / "trainer.rc"
-        while not rc_file.exists() and time.monotonic() - t0 < RUN_TIMEOUT_S:
-            time.sleep(5)
-        rc = rc_file.read_text().strip() if rc_file.exists() else None
-    finally:
-        subprocess.run(
-            ["bash", "scripts/stop.sh", str(run_dir)], cwd=REPO, env=env, capture_output=True, timeout=300
-        )
-        if (art := _artifacts()) is not None:
-            shutil.copytree(run_dir / "logs", art / "logs-sft", dirs_exist_ok=True)
-    log = (run_dir / "logs" / "trainer.log").read_text(errors="replace")
-    assert rc == "0", f"SFT trainer exited with {rc} after {time.monotonic() - t0:.0f} s:\n{log[-6000:]}"
-    return run_dir, log
-
-
-def _serve(model_dir: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir),
-        "--host", "127.0.0.1", "--port", str(port), "--attention-backend", "triton",
-        "--sampling-backend", "pytorch", "--dtype", "bfloat16", "--mem-fraction-static", "0.3",
-        "--disable-cuda-graph", "--skip-server-warmup", "--random-seed", "0",
-    ]  # fmt: skip
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"sglang exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{url}/get_model_info", timeout=5).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"sglang not up after 600 s:\n{log_path.read_text()[-4000:]}")
-        time.sleep(1)
 
 
 def _needs() -> list[str]:
@@ -132,9 +80,7 @@ def warm_start(tmp_path: Path) -> dict[str, Any]:
         MEGATRON_DIR=MEGATRON_DIR,
         PYTHON=sys.executable,
     )
-    t0 = time.monotonic()
-    run_dir, log = _sft(tmp_path, env)
-    sft_s = time.monotonic() - t0
+    run_dir, log, sft_s = run_launcher("run_sft.sh", env, "sft", RUN_TIMEOUT_S, what="SFT trainer")
     losses = {k: v["train/loss"] for k, v in _dicts(STEP_RE, log).items()}
     assert losses, f"no step lines in slime's log:\n{log[-4000:]}"
     ckpt = run_dir / "checkpoints"
@@ -142,7 +88,7 @@ def warm_start(tmp_path: Path) -> dict[str, Any]:
     out = tmp_path / "sft_hf"
     _run([sys.executable, "-m", "tools.convert_megatron_to_hf", "--input", str(ckpt / f"iter_{it:07d}"),
           "--hf-config-dir", str(hf), "--out", str(out)], env)  # fmt: skip
-    if (art := _artifacts()) is not None:  # the next GPU test can start from it (KRL_SFT_MODEL)
+    if (art := artifacts()) is not None:  # the next GPU test can start from it (KRL_SFT_MODEL)
         shutil.copytree(out, art / "sft_hf", dirs_exist_ok=True)
     return {"model": out, "losses": losses, "sft_s": sft_s, "iteration": it, "env": env}
 
@@ -158,17 +104,13 @@ def test_sft_warm_start_writes_kernels(tmp_path: Path) -> None:
     prompts = tmp_path / "sample_prompts.jsonl"
     _run([sys.executable, "-m", "tools.sample_prompts", "--out", str(prompts)], env)
 
-    proc, url = _serve(out, tmp_path / "sglang.log")
     report = tmp_path / "eval"
-    try:
+    with sglang_server(out, tmp_path / "sglang.log") as url:
         _run([sys.executable, "-m", "tools.eval_model", "--prompts", str(prompts), "--out", str(report),
               "--backend", "sglang", "--url", url, "--tokenizer", str(out), "--model", "sft-hd64",
               "--problems", "relu,softmax", "--split", "all", "--allow-train", "-k", str(SAMPLES),
               "--max-turns", "1", "--max-context-len", "4096", "--eval-devices", "0", "--no-progress"],
              env, timeout=900)  # fmt: skip
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=120)
     summary = json.loads((report / "summary.json").read_text())
     results = [json.loads(line) for line in (report / "results.jsonl").open()]
     turns = [r["turns"][0] for r in results if r.get("turns")]
@@ -187,7 +129,7 @@ def test_sft_warm_start_writes_kernels(tmp_path: Path) -> None:
         "summary": summary,
     }
     print("SFT warm start:", json.dumps({k: v for k, v in result.items() if k not in ("losses", "summary")}))
-    if (art := _artifacts()) is not None:
+    if (art := artifacts()) is not None:
         art.mkdir(parents=True, exist_ok=True)
         (art / "summary-sft.json").write_text(json.dumps(result, indent=1, default=str))
         shutil.copytree(report, art / "eval-sft", dirs_exist_ok=True)

@@ -21,10 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from krl_common.service import free_port
+from tests.gpu.launched import artifacts, sglang_server
 
 pytestmark = pytest.mark.gpu
 
@@ -50,11 +46,6 @@ MAX_TOL = 0.3
 NEW_TOKENS = 48
 
 
-def _artifacts() -> Path | None:
-    out = os.environ.get("KRL_GPU_ARTIFACTS")
-    return Path(out) if out else None
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from slime_ext.dev_engine.tiny_model import write_model_dir
@@ -68,42 +59,15 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def server(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
     log_path = tmp_path_factory.mktemp("sglang_log") / "sglang.log"
-    cmd = [
-        sys.executable, "-m", "sglang.launch_server",
-        "--model-path", str(models["a"]), "--host", "127.0.0.1", "--port", str(port),
-        "--attention-backend", ATTENTION_BACKEND, "--sampling-backend", "pytorch",
-        "--dtype", "bfloat16", "--mem-fraction-static", "0.3", "--disable-cuda-graph",
-        "--skip-server-warmup", "--random-seed", "0",
-    ]  # fmt: skip
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"sglang exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                if httpx.get(f"{url}/get_model_info", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"sglang not up after {START_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}")
-            time.sleep(1)
+    with sglang_server(
+        models["a"],
+        log_path,
+        attention_backend=ATTENTION_BACKEND,
+        start_timeout_s=START_TIMEOUT_S,
+        keep_log_as="sglang_serve.log",
+    ) as url:
         yield url
-    finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-        if (out := _artifacts()) is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            shutil.copy(log_path, out / "sglang_serve.log")
 
 
 def _prompt_ids(model_dir: Path) -> list[int]:
@@ -163,7 +127,7 @@ def test_generate_token_in_token_out_logprobs_match_transformers(
     prompt_lps = [float(t[0]) for t in meta["input_token_logprobs"][1:]]  # the first token has none
     prompt = _diff(prompt_lps, ref[: len(ids) - 1])
     summary = {"prompt_tokens": len(ids), "generated": gen, "prompt": prompt, "model": "hd64-a"}
-    if (art := _artifacts()) is not None:
+    if (art := artifacts()) is not None:
         art.mkdir(parents=True, exist_ok=True)
         (art / "sglang_logprobs.json").write_text(json.dumps(summary, indent=1))
     print("sglang vs transformers log-probs:", json.dumps(summary))

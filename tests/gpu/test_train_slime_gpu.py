@@ -33,15 +33,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.gpu.launched import REPO, artifacts, run_launcher
+from tests.gpu.launched import run_checked as _run
+
 SLIME_DIR = Path(os.environ.get("SLIME_DIR", REPO / "third_party" / "slime"))
 MEGATRON_DIR = os.environ.get("MEGATRON_DIR", str(REPO / "third_party" / "Megatron-LM"))
 RUN_TIMEOUT_S = float(os.environ.get("KRL_TRAIN_TIMEOUT_S", "600"))
@@ -71,12 +71,6 @@ def _missing() -> list[str]:
         if shutil.which(tool) is None:
             missing.append(f"the {tool} command")
     return missing
-
-
-def _run(cmd: list[str], env: dict[str, str], timeout: float = 600) -> str:
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, f"{' '.join(cmd)} -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return r.stdout
 
 
 def _dicts(pattern: re.Pattern[str], log: str) -> dict[int, dict[str, Any]]:
@@ -146,24 +140,8 @@ def _train(base: dict[str, Any], credit: str, layout: str) -> dict[str, Any]:
         CP=str(cp),
         TRAIN_GPUS=str(tp * cp),
     )
-    run_dir = Path(env["RUNS_ROOT"]) / env["RUN_NAME"]
-    t0 = time.monotonic()
-    try:
-        _run(["bash", "scripts/run_kbench_multiturn.sh"], env)
-        rc_file = run_dir / "pids" / "trainer.rc"
-        while not rc_file.exists() and time.monotonic() - t0 < RUN_TIMEOUT_S:
-            time.sleep(5)
-        rc = rc_file.read_text().strip() if rc_file.exists() else None
-    finally:
-        subprocess.run(
-            ["bash", "scripts/stop.sh", str(run_dir)], cwd=REPO, env=env, capture_output=True, timeout=300
-        )
-        artifacts = os.environ.get("KRL_GPU_ARTIFACTS")
-        if artifacts:
-            shutil.copytree(run_dir / "logs", Path(artifacts) / f"logs-{name}", dirs_exist_ok=True)
-    log = (run_dir / "logs" / "trainer.log").read_text(errors="replace")
-    assert rc == "0", f"trainer exited with {rc} after {time.monotonic() - t0:.0f} s:\n{log[-6000:]}"
-    return {"run_dir": run_dir, "log": log, "wall_s": time.monotonic() - t0}
+    run_dir, log, wall = run_launcher("run_kbench_multiturn.sh", env, name, RUN_TIMEOUT_S)
+    return {"run_dir": run_dir, "log": log, "wall_s": wall}
 
 
 def _convert_and_check(base: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -259,8 +237,8 @@ def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str, layout:
     assert result["iteration"] == num_rollout - 1
     assert result["tensors_changed"] > 0, result
     assert result["logits_finite"], result
-    artifacts = os.environ.get("KRL_GPU_ARTIFACTS")
-    if artifacts:
+    art = artifacts()
+    if art is not None:
         summary = dict(
             result,
             credit=credit,
@@ -271,6 +249,4 @@ def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str, layout:
             steps=steps,
             correct_rate=correct,
         )
-        (Path(artifacts) / f"summary-{credit}-{layout}.json").write_text(
-            json.dumps(summary, indent=1, default=str)
-        )
+        (art / f"summary-{credit}-{layout}.json").write_text(json.dumps(summary, indent=1, default=str))
