@@ -296,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             if not run_path.is_file():
                 raise FileNotFoundError(f"{run_path} not found: is {args.out} an eval_model output folder?")
             run = json.loads(run_path.read_text(encoding="utf-8"))
-            load_results(args.out / RESULTS_NAME)  # no results: the error says which file
+            if not (args.out / RESULTS_NAME).is_file():  # _report would say "no sample finished"
+                raise FileNotFoundError(f"results file not found: {args.out / RESULTS_NAME}")
             _report(args, run, run.get("max_turns"))
             return 0
         _check_args(args, p)

@@ -49,9 +49,9 @@ else
   # SGLang's attention backend (slime --sglang-attention-backend, configs/run/kbench_multiturn.sh);
   # set but empty: no flag, SGLang chooses.
   : "${SGLANG_ATTENTION_BACKEND=triton}"
-  # More SGLang server flags, slime-prefixed words (configs/run/kbench_multiturn.sh), e.g.
-  # "--sglang-sampling-backend pytorch --sglang-disable-cuda-graph" as tests/gpu/test_sglang_serve_gpu.py runs.
-  : "${SGLANG_EXTRA_ARGS:=}"
+  # SGLANG_EXTRA_ARGS (configs/run/kbench_multiturn.sh, empty by default) adds more SGLang server
+  # flags as slime-prefixed words, e.g. "--sglang-sampling-backend pytorch --sglang-disable-cuda-graph"
+  # as tests/gpu/test_sglang_serve_gpu.py serves.
 fi
 
 # --- a few small steps -----------------------------------------------------------------------
