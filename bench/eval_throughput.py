@@ -185,6 +185,10 @@ def run_ours(
                         side: (res.get(f"{side}_timing") or {}).get("warmup_ms")
                         for side in ("reference", "candidate")
                     },
+                    "trials": {
+                        side: (res.get(f"{side}_timing") or {}).get("trials")
+                        for side in ("reference", "candidate")
+                    },
                 }
             )
             print(

@@ -78,6 +78,10 @@ CASES: tuple[NoiseCase, ...] = (
     _case("sum_dim_large", BATCH=16, DIM1=1024, DIM2=1024),  # 64 MB, ~20 us
     _case("small_elementwise"),  # swish on 8 MB, ~8 us
     _case("layernorm_large"),  # 134 MB, ~72 us
+    # KernelBench's sizes, trials >= 1 ms (Hardening.long_trial_ms: the long-trial interval)
+    _case("relu_large"),  # 6.4 GB in + out, ~4 ms
+    _case("sum_dim_large"),  # 8.6 GB in, ~3 ms
+    _case("gemm_scale_leakyrelu_large"),  # 1024 x 8192 x 8192 fp32, ~3-9 ms
 )
 
 

@@ -155,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(after at least 20 trials, at most the request's timing_trials); 0 = always timing_trials",
     )
     dev.add_argument(
+        "--long-trial-ci",
+        type=float,
+        default=0.005,
+        help="--timing-ci for problems whose reference trial takes at least 1 ms (their reference's "
+        "spot check is 10 trials); 0 = always timing_trials",
+    )
+    dev.add_argument(
         "--warmup-ms",
         type=float,
         default=200.0,
@@ -201,6 +208,7 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "excessive_speedup": args.excessive_speedup,
         "drift_tolerance": args.drift_tolerance,
         "timing_ci_rel": args.timing_ci,
+        "long_trial_ci_rel": args.long_trial_ci,
         "precision_policy": args.precision_policy,
         "warmup_ms": args.warmup_ms,
         "warmup_busy_ms": args.warmup_busy_ms,

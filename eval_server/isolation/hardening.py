@@ -28,6 +28,11 @@ class Hardening:
     # decides when the candidate's timing stops; shorter problems keep the figures above.
     long_trial_ms: float = 1.0
     long_trial_trials: int = 10
+    # The interval such a problem's candidate timing stops at: its reference's spot check is 10
+    # trials without the interval rule, and +-0.1 % ran GEMM's candidate to 78 trials on average
+    # (softmax and sum now and then to 40-100) for speedups that agreed with +-0.5 % to 0.15 %
+    # (H200, docs/BENCHMARKS.md, 2026-11-27 fifth session).
+    long_trial_ci_rel: float = 0.005
     # Warm-up before timed trials (timing._warm_up): the reference's timing is the first GPU
     # timing of the process, on a GPU that may have idled, and warms for warmup_ms; the
     # candidate's follows the reference's timing and the correctness trials (the GPU busy
@@ -56,6 +61,10 @@ class Hardening:
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_fraction <= 1:
             raise ValueError(f"gpu_memory_fraction must be in (0, 1], got {self.gpu_memory_fraction}")
+        if not 0 <= self.long_trial_ci_rel < 1:
+            raise ValueError(
+                f"long_trial_ci_rel (--long-trial-ci) must be in [0, 1), got {self.long_trial_ci_rel}"
+            )
         if self.long_trial_trials < 2 or self.long_trial_ms <= 0:
             raise ValueError(
                 "need long_trial_trials >= 2 and long_trial_ms > 0, "

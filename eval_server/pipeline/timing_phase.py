@@ -32,12 +32,12 @@ from eval_server.schema import Check, EvalOptions, EvalResult, TimingStats
 
 
 def adaptive_settings(hard: Hardening, *, busy: bool = False, long: bool = False) -> dict[str, Any]:
-    """time_gpu's adaptive arguments: the minimum of trials (fewer for a `long` problem: see
-    Hardening.long_trial_ms) and warm-up (shorter when the GPU has been `busy` with this
+    """time_gpu's adaptive arguments: the minimum of trials and the interval that stops them
+    (fewer trials and a wider interval for a `long` problem: see Hardening.long_trial_ms) and warm-up (shorter when the GPU has been `busy` with this
     evaluation: see Hardening.warmup_busy_ms)."""
     return {
         "min_trials": hard.long_trial_trials if long else hard.timing_min_trials,
-        "ci_rel": hard.timing_ci_rel,
+        "ci_rel": hard.long_trial_ci_rel if long else hard.timing_ci_rel,
         "min_warmup_ms": hard.warmup_busy_ms if busy else hard.warmup_ms,
         "max_warmup_ms": hard.warmup_ms,
     }
@@ -190,13 +190,15 @@ def timing_phase(
                 **adaptive_settings(hard, busy=True, long=long_trial(ref_stats, hard)),
             )
         check_not_patched(result, guard)
-        timed_kernel_checks(result, ctx, checked, launches_per_call)
-        verify_timed_calls(result, ctx, ref, guard, opts, checked.kept, checked.rng)
+        with ctx.phase("timed_checks"):  # sub-phase of timing: the timed calls' checks
+            timed_kernel_checks(result, ctx, checked, launches_per_call)
+            verify_timed_calls(result, ctx, ref, guard, opts, checked.kept, checked.rng)
         return stats
 
     cand = time_candidate()
     # The same buffers refilled with fresh values must give fresh results (no caching).
-    refill_and_verify(result, ctx, ref, guard, model, sets[0], ref.check_seeds[0], opts)
+    with ctx.phase("refill"):  # sub-phase of timing
+        refill_and_verify(result, ctx, ref, guard, model, sets[0], ref.check_seeds[0], opts)
     if cand.escaped_ms:
         # Work may have run outside the timed stream while the lead kept it busy. The method is
         # never switched (that made the speedup of one kernel jump between evaluations): a host

@@ -403,6 +403,7 @@ class Worker:
             os.environ["TMPDIR"] = str(evaldir)
             tempfile.tempdir = str(evaldir)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            started_at = time.monotonic()
             self._child_prepare()
             prepared_at = time.monotonic()
             raw = _read_all(request_fd)
@@ -417,6 +418,7 @@ class Worker:
             os.dup2(log_fd, 2)
             result = self._child_evaluate(request, evaldir, busy_at)
             result.phases["spare_wait"] = round(spare_wait, 6)
+            result.phases["spare_prepare"] = round(prepared_at - started_at, 6)
             payload = json.dumps(result.to_json()).encode()
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
             if request is not None:

@@ -75,4 +75,5 @@ def test_spare_wait_is_the_wait_for_a_slow_preparation(
         w.close()
     assert result.status == "compile_error", result.feedback
     assert 0.9 <= result.phases["spare_wait"] <= result.elapsed_s
+    assert result.phases["spare_prepare"] >= 1.0  # the preparation itself, however long it waited
     assert result.phases["child_exit"] < result.elapsed_s
