@@ -162,11 +162,13 @@ class FakeTimer:
     per_call_ms: float
     escapes: list[float] = field(default_factory=list)
     calls: list[tuple[int, int]] = field(default_factory=list)
+    min_trials: list[int | None] = field(default_factory=list)  # each timing's adaptive minimum
 
     def __call__(
         self, fn: Any, sets: Any, *, trials: int, calls_per_trial: int = 1, **kw: Any
     ) -> TimingStats:
         self.calls.append((trials, calls_per_trial))
+        self.min_trials.append(kw.get("min_trials"))
         if kw.get("verification") is not None:
             for k, args in enumerate(sets):
                 kw["verification"].kept.append((k, copy_output(fn(*clone_args(args)))))
@@ -233,6 +235,19 @@ def test_cached_method_is_kept_even_when_the_spot_check_would_choose_another(fak
     res = _time_reference(ctx)
     assert timer.calls == [(21, 32), (100, 32)] and res.reference_timing.calls_per_trial == 32
     assert res.reference_timing_source.startswith("remeasured")
+
+
+def test_a_long_reference_that_drifted_is_remeasured_by_the_long_rule(fake_gpu):
+    timer, ctx = fake_gpu
+    timer.per_call_ms = 2.0  # a 2 ms reference: long trials (Hardening.long_trial_ms)
+    _time_reference(ctx)
+    timer.calls.clear()
+    timer.min_trials.clear()
+    timer.per_call_ms = 2.5  # drifted: spot check, then the full re-measure
+    res = _time_reference(ctx)
+    assert res.reference_timing_source.startswith("remeasured")
+    long = ctx.hardening.long_trial_trials
+    assert timer.calls == [(long + 1, 1), (100, 1)] and timer.min_trials == [long, long]
 
 
 def test_entry_from_before_the_method_field_is_not_used(fake_gpu, tmp_path):
