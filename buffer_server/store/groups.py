@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import sqlite3
+from collections.abc import Collection
 from typing import Any
 
 from buffer_server.store.core import StoreCore
@@ -127,13 +128,18 @@ class GroupMaintenance(StoreCore):
             "cutoff": -math.inf if timeout is None else now - timeout,
         }
 
-    def _eligible(self, cur: sqlite3.Cursor, now: float, limit: int | None = None) -> list[tuple[str, int]]:
+    def _eligible(
+        self, cur: sqlite3.Cursor, now: float, limit: int | None = None, exclude: Collection[str] = ()
+    ) -> list[tuple[str, int]]:
         """Eligible groups as (instance_id, size), oldest first (by their first record's
-        arrival), at most `limit`; call after `_maintain` (which dropped the flat ones)."""
-        return cur.execute(
+        arrival), at most `limit`, none of the instances in `exclude`; call after `_maintain`
+        (which dropped the flat ones)."""
+        rows = cur.execute(
             f"SELECT instance_id, size FROM ready_groups WHERE {_ELIGIBLE} ORDER BY first_seq LIMIT :limit",
-            {**self._group_params(now), "limit": -1 if limit is None else limit},
+            {**self._group_params(now), "limit": -1 if limit is None else limit + len(exclude)},
         ).fetchall()
+        rows = [row for row in rows if row[0] not in exclude]
+        return rows if limit is None else rows[:limit]
 
     def _partial(self, cur: sqlite3.Cursor, now: float) -> list[tuple[str, int]]:
         """Groups still waiting for records, as (instance_id, size)."""

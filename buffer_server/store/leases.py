@@ -59,6 +59,12 @@ class Leases(GroupMaintenance):
         deadline = start + max(0.0, timeout_s)
         lease_id: str | None = None
         held = 0
+        # One group per instance per lease: the reply is keyed by instance, so a second group of
+        # an instance that became eligible while the lease waited (the agent runner starts the
+        # next epoch's group once the first left `ready`) would reach the reader merged with the
+        # first, as one group of twice the size (a GPU run consumed 3 groups in one step that
+        # way, and its last step waited for data the runner never made). It waits for a later lease.
+        held_instances: set[str] = set()
         rows: list[tuple[int, str, int, int, int]] = []
         expires_at: float | None = None
         while True:
@@ -67,7 +73,7 @@ class Leases(GroupMaintenance):
             with self._transaction() as cur:
                 now = self._clock()
                 self._maintain(cur, now)
-                take = self._eligible(cur, now, max_groups - held)
+                take = self._eligible(cur, now, max_groups - held, exclude=held_instances)
                 if take:
                     if lease_id is None:
                         lease_id = uuid.uuid4().hex
@@ -91,6 +97,7 @@ class Leases(GroupMaintenance):
                             (cur.rowcount, lease_id),
                         )
                     held += len(take)
+                    held_instances.update(instance_id for instance_id, _size in take)
                     self._bump(cur, "groups_leased", len(take))
                 remaining = deadline - time.monotonic()
                 done = held >= max_groups or remaining <= 0

@@ -430,6 +430,27 @@ def test_lease_waits_for_groups_written_meanwhile(open_store):
     assert 0.2 < elapsed < 5.0 and lease.waited_s == pytest.approx(elapsed, abs=0.1)
 
 
+def test_a_lease_takes_one_group_per_instance_while_it_waits(open_store):
+    """A second group of an instance that becomes eligible while a lease waits (the runner starts
+    the next epoch's group of a prompt once the first left `ready`) is left for a later lease: one
+    lease holding both handed them out merged, as one group of twice the size."""
+    store = open_store(group_size=2)
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(store.lease(2, timeout_s=120.0)))
+    reader.start()
+    store.put(group("p0", 2))
+    deadline = time.monotonic() + 60.0
+    while store.stats()["records"]["leased"] < 2:  # the waiting lease holds p0's first group
+        assert time.monotonic() < deadline, "the lease never took the first group"
+        time.sleep(0.01)
+    store.put([rec("p0-e1-0", "p0"), rec("p0-e1-1", "p0", 1.0)])  # p0's next group
+    store.put(group("p1", 2))
+    reader.join()
+    (lease,) = got
+    assert uids(lease) == {"p0": ["p0-0", "p0-1"], "p1": ["p1-0", "p1-1"]}
+    assert uids(store.lease(1, timeout_s=0.0)) == {"p0": ["p0-e1-0", "p0-e1-1"]}
+
+
 def test_lease_returns_what_is_ready_at_the_deadline(open_store):
     store = open_store(group_size=2)
     store.put(group("p0", 2))
