@@ -37,6 +37,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,6 +175,13 @@ def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: 
             max(1, need - len(groups)), timeout_s=min(cfg.batch_wait_s, remaining), lease_s=cfg.lease_s
         )
         if not reply.get("groups"):
+            why = runner_exhausted(_stats_or_none(st.client))
+            if why is not None:
+                raise RuntimeError(
+                    f"rollout buffer {st.client.url}: this step has {len(groups)} of its {need} groups and "
+                    f"no more can come: {why}. Raise kernel_rl.runner.epochs in the recipe, or lower "
+                    "NUM_ROLLOUT (slime's --num-rollout)"
+                )
             continue
         lease_id = reply["lease_id"]
         try:
@@ -232,6 +240,29 @@ def _decode(body: bytes, path: str) -> TrajectoryRecord:
         return decode(body)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def runner_exhausted(stats: Mapping[str, Any] | None) -> str | None:
+    """Why no group can come any more, from the buffer's /stats: its agent runner has run every
+    group of its epochs and the buffer holds no record (none ready, partial or leased); None
+    while more can come (or the stats are unknown). Without it a run whose steps need more groups
+    than the runner's epochs make waited out max_wait_s (an hour by default) at its last step."""
+    if not stats:
+        return None
+    runner, records = stats.get("runner") or {}, stats.get("records") or {}
+    if not runner.get("finished") or records.get("stored") != 0:
+        return None
+    return (
+        f"the agent runner has run every group of its {runner.get('epochs')} epoch(s) over "
+        f"{runner.get('prompts')} prompt(s) and the buffer holds no records"
+    )
+
+
+def _stats_or_none(client: BufferClient) -> dict[str, Any] | None:
+    try:
+        return client.stats()
+    except BufferError:
+        return None
 
 
 def _stats_summary(client: BufferClient) -> Any:

@@ -26,6 +26,7 @@ from krl_common.service import ServiceProcess, free_port, start_service
 from slime_ext.rollout.chat import ChatRenderer
 from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 from slime_ext.rollout.prompts import PromptConfig, build_messages
+from slime_ext.slime_plugins.rollout import runner_exhausted
 from tests.sglang_double import SGLangDouble
 from tests.tiny_qwen3 import tiny_model, tiny_tokenizer
 
@@ -132,6 +133,7 @@ def test_small_epoch_end_to_end_with_an_eval_outage(tmp_path: Path) -> None:
             url, lambda s: s["runner"]["backpressure"]["waiting"] and s["runner"]["groups"]["written"] == 2
         )
         assert stats["runner"]["groups"]["scheduled"] == 2 and stats["groups"]["ready"] == 2
+        assert runner_exhausted(stats) is None
         evals.stop()  # the outage starts before the trainer takes the two groups
 
         reply = httpx.post(f"{url}/batches", json={"num_groups": 8, "timeout_s": 5}, timeout=30).json()
@@ -158,6 +160,8 @@ def test_small_epoch_end_to_end_with_an_eval_outage(tmp_path: Path) -> None:
         # both group-3 episodes answered the correct kernel at once (early stop): equal rewards ->
         # the group is dropped, and counted
         assert stats["records"]["total"] == 6 and stats["dropped_groups"]["zero_variance"] == 1
+        # the rollout function's test of "no group can come any more", on the real /stats
+        assert runner_exhausted(stats) is not None and stats["records"]["stored"] == 0
         cur = runner["curriculum"]
         assert cur["enabled"] and cur["tier"] == 1 and cur["level"] == 2
         assert cur["rates"]["1"] == {
