@@ -7,15 +7,10 @@ for a candidate's first launch once another kernel has run (worker.py, `_child_p
 CPU the interpreter's first launch imports ~50 modules (Triton's code generator, its gluon
 package): done once in the worker before it forks, each child finds them loaded (the median
 in-worker time of the bundled relu sample fell from 158 to 90 ms on a 2-core VM, 2026-11-27).
-A CUDA context must not exist in the worker (it forks), so on a GPU the spare child does it;
-the worker computes the parts of a first launch that need no GPU (warm_host_caches) before it
-forks, once.
+A CUDA context must not exist in the worker (it forks), so on a GPU the spare child does it.
 """
 
 from __future__ import annotations
-
-import importlib
-from typing import Any
 
 import torch
 import triton
@@ -37,42 +32,3 @@ def warm_up(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     if not bool((x == 1).all()):
         raise RuntimeError("the Triton warm-up kernel did not run")
-
-
-def _triton_function(candidates: tuple[tuple[str, str], ...]) -> Any:
-    """The first of (module, name) that this Triton has, else None (the names moved between
-    releases)."""
-    for module, name in candidates:
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            continue
-    return None
-
-
-# Per-process caches (functools.lru_cache) of Triton that need no GPU.
-_HOST_CACHES = {
-    # the hash of Triton's compiler sources and of libtriton, part of every kernel's cache key
-    "triton_key": (("triton.runtime.cache", "triton_key"), ("triton.compiler.compiler", "triton_key")),
-    # the CUDA driver library's directories (runs `ldconfig -p`)
-    "libcuda_dirs": (("triton.backends.nvidia.driver", "libcuda_dirs"),),
-}
-
-
-def warm_host_caches() -> list[str]:
-    """Fill Triton's GPU-free per-process caches in the worker, before it forks, so that no
-    evaluation child computes them again: `triton_key` hashes libtriton (hundreds of MB) and was
-    most of the ~0.5 s first launch of a spare child on the H100 host (docs/BENCHMARKS.md).
-    Nothing here creates a CUDA context (the worker forks). Best effort: what fails is computed
-    by each child as before. Returns the names of the caches filled."""
-    warmed = []
-    for name, candidates in _HOST_CACHES.items():
-        fn = _triton_function(candidates)
-        if fn is None:
-            continue
-        try:
-            fn()
-        except Exception:  # noqa: BLE001, S112 - e.g. no libcuda on a CPU host
-            continue
-        warmed.append(name)
-    return warmed

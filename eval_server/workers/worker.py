@@ -7,9 +7,8 @@ segfault) dies with that child and never reaches the next evaluation. The worker
 hard wall-clock timeout and the memory cap on the child's whole process tree.
 
 The child is forked one evaluation ahead (the *spare*): while an evaluation runs, the next
-child starts its CUDA context (~0.14 s), launches a trivial Triton kernel (the first launch in a
-process costs ~0.5 s, a candidate's first launch after it ~2 ms; the worker fills Triton's
-GPU-free caches before it forks, e.g. the hash of libtriton: triton_warmup.py) and starts
+child starts its CUDA context (~0.25 s), launches a trivial Triton kernel (the first launch in a
+process costs ~0.45 s, a candidate's first launch after it ~2 ms; triton_warmup.py) and starts
 the CUDA activity profiler once and loads the output comparison's kernel (a few small kernels
 of GPU work, without the GPU lock), then waits for its request. It has run only evaluator code
 when the request arrives, and it serves exactly one evaluation, so isolation is unchanged.
@@ -140,15 +139,13 @@ class Worker:
         LAUNCHES.install()
         THREADS.install()
         torch.set_num_threads(max(1, self.threads))
-        from eval_server.workers import triton_warmup
-
         if self.device_kind != "cuda":  # the interpreter's lazy imports, once before any fork
+            from eval_server.workers import triton_warmup
+
             try:
                 triton_warmup.warm_up(torch.device("cpu"))
             except Exception as exc:  # noqa: BLE001 - best effort: each evaluation then imports them
                 print(f"worker: Triton warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
-        else:  # what Triton's first launch computes without the GPU, once before any fork
-            triton_warmup.warm_host_caches()
         self.versions = {
             "torch": torch.__version__,
             "triton": triton.__version__,
