@@ -108,9 +108,16 @@ def _kernel_time_lines(result: EvalResult) -> list[str]:
         return []
     head = f"GPU time of one forward: {kt.own_share:.0%} in your kernels ({kt.own_us:.4g} of {kt.total_us:.4g} us)"
     if not kt.others:
-        return [head + "."]
-    rest = ", ".join(f"{o['name'][:60]} {o['us'] / kt.total_us:.0%}" for o in kt.others)
-    lines = [f"{head}; the rest: {rest}."]
+        lines = [head + "."]
+    else:
+        rest = ", ".join(f"{o['name'][:60]} {o['us'] / kt.total_us:.0%}" for o in kt.others)
+        lines = [f"{head}; the rest: {rest}."]
+    if kt.reference_us:
+        ref = f"The reference's forward: {kt.reference_us:.4g} us"
+        if kt.reference_top:
+            top = kt.reference_top[0]
+            ref += f", {top['us'] / kt.reference_us:.0%} of it in {str(top['name'])[:60]} (its bottleneck)"
+        lines.append(ref + ".")
     if kt.own_share < LOW_OWN_SHARE:
         lines.append(
             "Most of the time is not in your kernels: avoid copies and fills that the computation does "

@@ -167,6 +167,10 @@ class KernelTime:
     own_us: float
     total_us: float
     others: list[dict[str, Any]] = field(default_factory=list)  # [{"name", "us"}], largest first
+    # the reference's forward on the same device (profiled once per problem and device, cached
+    # with its facts): all its device time, and its largest activities (the first: its bottleneck)
+    reference_us: float | None = None
+    reference_top: list[dict[str, Any]] = field(default_factory=list)  # [{"name", "us"}], largest first
 
 
 @dataclass

@@ -11,36 +11,57 @@ speedup bonus by it, and the feedback shows the model where the time went.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from eval_server.schema import KernelTime
 
-__all__ = ["TOP_OTHERS", "kernel_time"]
+__all__ = ["TOP_OTHERS", "kernel_time", "reference_kernels", "top_activities", "with_reference"]
 
 TOP_OTHERS = 3  # other activities named in the result and the feedback
+
+
+def top_activities(times: Iterable[tuple[str, float]], n: int) -> tuple[float, list[dict[str, float | str]]]:
+    """All device time of `times` ((activity name, microseconds)) and its `n` largest activities,
+    summed by name, as [{"name", "us"}] largest first (negative durations are clock artefacts)."""
+    by_name: dict[str, float] = defaultdict(float)
+    for name, us in times:
+        if us >= 0:
+            by_name[name] += us
+    largest = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return sum(by_name.values()), [{"name": name[:120], "us": round(us, 3)} for name, us in largest]
+
+
+def reference_kernels(times: Iterable[tuple[str, float]]) -> dict[str, object] | None:
+    """What a profiled reference forward leaves for the comparison (cached with the reference's
+    facts): {"total_us", "top"}; None when the device recorded no time."""
+    total, top = top_activities(times, TOP_OTHERS)
+    return None if total <= 0 else {"total_us": round(total, 3), "top": top}
+
+
+def with_reference(kt: KernelTime | None, reference: dict[str, object] | None) -> KernelTime | None:
+    """The candidate's split with the reference's forward beside it (reference_kernels)."""
+    if kt is None or not reference:
+        return kt
+    top = reference.get("top")
+    return dataclasses.replace(
+        kt,
+        reference_us=float(reference["total_us"]),  # type: ignore[arg-type]
+        reference_top=[dict(t) for t in top] if isinstance(top, list) else [],
+    )
 
 
 def kernel_time(times: Iterable[tuple[str, float]], is_own: Callable[[str], bool]) -> KernelTime | None:
     """The split of `times` ((activity name, microseconds) of one profiled forward) into the
     candidate's kernels (`is_own`) and the rest, the rest's largest activities named (summed by
     name); None when the device recorded no time at all."""
-    own = 0.0
-    others: dict[str, float] = defaultdict(float)
-    for name, us in times:
-        if us < 0:
-            continue  # a clock artefact, not time spent
-        if is_own(name):
-            own += us
-        else:
-            others[name] += us
-    total = own + sum(others.values())
+    times = list(times)
+    own = sum(us for name, us in times if us >= 0 and is_own(name))
+    rest, largest = top_activities(((n, us) for n, us in times if not is_own(n)), TOP_OTHERS)
+    total = own + rest
     if total <= 0:
         return None
-    largest = sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_OTHERS]
     return KernelTime(
-        own_share=round(own / total, 4),
-        own_us=round(own, 3),
-        total_us=round(total, 3),
-        others=[{"name": name[:120], "us": round(us, 3)} for name, us in largest],
+        own_share=round(own / total, 4), own_us=round(own, 3), total_us=round(total, 3), others=largest
     )

@@ -20,6 +20,7 @@ import torch
 from eval_server.checks.compare import error_parts, error_ratio, flatten_output, normalized_error
 from eval_server.pipeline import loader
 from eval_server.pipeline.context import EvalContext, Precision, Reference, sync
+from eval_server.pipeline.kernel_time import reference_kernels
 from eval_server.pipeline.timing_phase import reference_timing
 from eval_server.pipeline.verdicts import reference_errors
 from eval_server.schema import EvalRequest, EvalResult
@@ -28,7 +29,7 @@ from eval_server.schema import EvalRequest, EvalResult
 FRESH_SEED_OFFSET = 1_000_003
 
 # Version of what _reference_facts computes (part of its cache key: a change makes old entries misses).
-REFERENCE_FACTS_VERSION = 1
+REFERENCE_FACTS_VERSION = 2  # 2: the profiled forward's device activities (kernels)
 
 
 def post_timing_check_seeds(seeds: list[int], timing_sets: int, base_seed: int) -> list[int]:
@@ -87,6 +88,7 @@ def reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult, 
         output_bytes=facts.output_bytes,
         input_bytes=facts.input_bytes,
         flops=facts.flops,
+        kernels=facts.kernels,
         check_seeds=check_seeds,
         pool=pool,
         in_pool=in_pool,
@@ -108,6 +110,9 @@ class _Facts:
     output_bytes: int
     input_bytes: int
     flops: int
+    # one profiled forward's device time and largest activities (kernel_time.reference_kernels;
+    # None off CUDA or without kernel profiling)
+    kernels: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,6 +125,7 @@ class _Facts:
             output_bytes=int(d["output_bytes"]),
             input_bytes=int(d["input_bytes"]),
             flops=int(d["flops"]),
+            kernels=d.get("kernels"),
         )
 
 
@@ -150,11 +156,31 @@ def _reference_facts(
         with in_pool():
             first, flops = forward_counting_flops(model, args)
         input_bytes = _nbytes(args)
-        del args
         sync(device)
+    kernels = None
+    if device.type == "cuda" and ctx.hardening.profile_kernels:
+        with ctx.phase("reference_profile"), in_pool():  # sub-phase of reference
+            kernels = _profile_forward(model, args, device)
+    del args
     with ctx.phase("reference_precision"):  # sub-phase of reference: the float64 pass
         precision = precision_baseline(module, model, seed, first, device, ctx.hardening.precision_policy)
-    return _Facts(precision=precision, output_bytes=_nbytes(first), input_bytes=input_bytes, flops=flops)
+    return _Facts(
+        precision=precision, output_bytes=_nbytes(first), input_bytes=input_bytes, flops=flops, kernels=kernels
+    )
+
+
+def _profile_forward(model: torch.nn.Module, args: list[Any], device: torch.device) -> dict[str, Any] | None:
+    """Where a (second, warm) reference forward's GPU time goes, by CUPTI: what the candidate's
+    kernel_time is shown beside (its bottleneck first). Best effort: None when profiling fails."""
+    from eval_server.checks.runtime import profile_device_activity
+
+    times: list[tuple[str, float]] = []
+    try:
+        out, _, _ = profile_device_activity(lambda: model(*args), device, times)
+    except Exception:  # noqa: BLE001 - the reference ran once already; this is a report, not a check
+        return None
+    del out
+    return reference_kernels(times)
 
 
 def forward_counting_flops(model: torch.nn.Module, args: list[Any]) -> tuple[Any, int]:

@@ -26,6 +26,7 @@ from eval_server.checks.runtime import (
 from eval_server.pipeline import loader
 from eval_server.pipeline.candidate import own_kernels, run_candidate
 from eval_server.pipeline.context import LAUNCHES, EvalContext, Reference, sync
+from eval_server.pipeline.kernel_time import with_reference
 from eval_server.pipeline.verdicts import Stop, candidate_code, reference_errors, reject
 from eval_server.schema import STATUS_INCORRECT, STATUS_REJECTED, Check, EvalOptions, EvalResult, TrialResult
 
@@ -95,6 +96,8 @@ def correctness_phase(
             i == 0 or (i == last and (ctx.cuda is not None or last <= 1 or recorded[0] != recorded[1]))
         )
         out, ops, launches = run_candidate(model, args, ctx, result, poison_bytes, profile)
+        if profile:
+            result.kernel_time = with_reference(result.kernel_time, ref.kernels)
         recorded.append(LAUNCHES.count)
         if launches is not None and (profile or not profiled):
             per_call.append(launches)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eval_server.feedback import build_feedback
-from eval_server.pipeline.kernel_time import TOP_OTHERS, kernel_time
+from eval_server.pipeline.kernel_time import TOP_OTHERS, kernel_time, reference_kernels, with_reference
 from eval_server.schema import EvalResult, KernelTime, TimingStats, ValidationError
 
 pytestmark = pytest.mark.unit
@@ -72,3 +72,42 @@ def test_feedback_says_where_the_time_went() -> None:
     busy = build_feedback(_ok(kernel_time([("relu_kernel", 9.5), ("Memset (Device)", 0.5)], _own)))
     assert "95% in your kernels" in busy and "Most of the time" not in busy
     assert "GPU time of one forward" not in build_feedback(_ok(None))  # not profiled: nothing said
+
+
+def test_the_reference_forward_is_summarised_and_shown_beside_the_candidates() -> None:
+    """The reference's profiled forward (once per problem and device, with its cached facts):
+    its device time and largest activities, the first its bottleneck, in the result and the
+    feedback."""
+    ref = reference_kernels(
+        [("ampere_sgemm_128x64_nn", 80.0), ("void at::native::vectorized_elementwise_kernel", 15.0),
+         ("ampere_sgemm_128x64_nn", 20.0), ("Memset (Device)", 5.0), ("clock artefact", -1.0)]
+    )  # fmt: skip
+    assert ref == {
+        "total_us": 120.0,
+        "top": [
+            {"name": "ampere_sgemm_128x64_nn", "us": 100.0},
+            {"name": "void at::native::vectorized_elementwise_kernel", "us": 15.0},
+            {"name": "Memset (Device)", "us": 5.0},
+        ],
+    }
+    assert reference_kernels([]) is None
+    kt = with_reference(kernel_time([("relu_kernel", 40.0)], _own), ref)
+    assert kt is not None and kt.reference_us == 120.0 and kt.reference_top[0]["us"] == 100.0
+    assert kt.own_us == 40.0  # the candidate's own split is unchanged
+    assert EvalResult.from_json(_ok(kt).to_json()).kernel_time == kt
+    text = build_feedback(_ok(kt))
+    assert "The reference's forward: 120 us, 83% of it in ampere_sgemm_128x64_nn (its bottleneck)." in text
+    assert with_reference(None, ref) is None
+    assert with_reference(kernel_time([("relu_kernel", 1.0)], _own), None).reference_us is None
+
+
+def test_reference_facts_keep_the_profile_through_the_cache(tmp_path) -> None:
+    from eval_server.pipeline.ref_cache import RefTimingCache
+    from eval_server.pipeline.reference import _Facts
+
+    facts = _Facts(precision=None, output_bytes=8, input_bytes=8, flops=0, kernels=reference_kernels([("k", 2.0)]))
+    cache = RefTimingCache(tmp_path / "ref.sqlite")
+    cache.put_facts({"problem": "p"}, facts.to_json())
+    cache.close()
+    back = _Facts.from_json(RefTimingCache(tmp_path / "ref.sqlite").get_facts({"problem": "p"}))
+    assert back == facts and back.kernels == {"total_us": 2.0, "top": [{"name": "k", "us": 2.0}]}
