@@ -1,0 +1,1 @@
+"""Supervised fine-tuning without Megatron: LoRA / QLoRA on one GPU (transformers + PEFT)."""
