@@ -104,6 +104,7 @@ def episode_records(
         "num_turns": len(turns),
         "early_stopped": ep.early_stopped,
         "finish_reasons": [t.finish_reason for t in turns],
+        "roles": [t.role for t in turns],
         "eval_errors": [t.eval_error for t in turns],
         "gen_s": [round(t.gen_s, 4) for t in turns],
         "eval_s": [round(t.eval_s, 4) for t in turns],

@@ -33,6 +33,7 @@ from slime_ext.clients.eval_client import EvalClient
 from slime_ext.clients.sglang_client import FINISH_ABORT, FINISH_LENGTH
 from slime_ext.rollout.episode import EpisodeConfig, evaluate_response, problem_fields
 from slime_ext.rollout.prompts import build_messages
+from slime_ext.rollout.roles import GENERATOR
 from slime_ext.trajectory.record import STATUS_ABORTED, STATUS_COMPLETED, STATUS_TRUNCATED
 
 __all__ = [
@@ -260,6 +261,7 @@ class ChatTurn:
     reward: float = 0.0
     gen_s: float = 0.0
     eval_s: float = 0.0
+    role: str = GENERATOR  # slime_ext/rollout/roles.py
 
 
 @dataclass
@@ -305,6 +307,7 @@ async def run_chat_episode(
         problem_id=problem_id, messages=[dict(m) for m in build_messages(reference, config.prompt)]
     )
     gen_total = eval_total = 0.0
+    role = GENERATOR
     for t in range(config.max_turns):
         try:
             comp = await chat.complete(
@@ -324,7 +327,7 @@ async def run_chat_episode(
             if comp.reasoning is None
             else f"<think>\n{comp.reasoning}\n</think>\n\n{comp.content}"
         )
-        turn = ChatTurn(index=t, finish_reason=comp.finish_reason, text=text, gen_s=comp.latency_s)
+        turn = ChatTurn(index=t, finish_reason=comp.finish_reason, text=text, gen_s=comp.latency_s, role=role)
         ep.turns.append(turn)
         ep.messages.append({"role": "assistant", "content": comp.content})
         if comp.finish_reason == FINISH_ABORT:
@@ -344,5 +347,6 @@ async def run_chat_episode(
                 ep.status = STATUS_TRUNCATED
             break
         ep.messages.append(step.next_message)
+        role = step.next_role
     ep.timing = {"total_s": time.monotonic() - started, "generate_s": gen_total, "eval_s": eval_total}
     return ep

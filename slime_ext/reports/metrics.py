@@ -18,6 +18,9 @@ Definitions (docs/EVAL_REPORTS.md has the worked examples):
   the turn statuses of `results.py` (`ok`, `compile_error`, `runtime_error`, `incorrect`,
   `rejected`, `timeout`, `crashed`, `no_code`, `eval_refused`, ...). Samples without any turn
   (no room for a first generation) count as `no_response`.
+- Per role (generator, fixer, optimizer: slime_ext/rollout/roles.py): over every attempt made in
+  that role, its correct rate, the geometric-mean speedup of its correct timed attempts, and
+  fast_1 (correct and faster than the reference) over all its attempts.
 - Aborted samples (not the model's outcome) are left out of every metric and counted apart.
 """
 
@@ -170,6 +173,7 @@ def group_summary(
     for t in range(n_turns):
         attempts.append(dict(sorted(Counter(s.turns[t].status for s in scored if len(s.turns) > t).items())))
     summary["attempt_status_per_turn"] = attempts
+    summary["per_role"] = role_summary(scored)
     n_min = min(counts)
     wanted = sorted(set(ks if ks is not None else (1, n_min)))
     pass_k: dict[str, float] = {}
@@ -181,6 +185,27 @@ def group_summary(
             pass_k[str(k)] = sum(values) / len(values)
     summary["pass_at_k"] = pass_k
     return summary
+
+
+def role_summary(samples: Sequence[SampleResult]) -> dict[str, dict[str, Any]]:
+    """Per role (slime_ext/rollout/roles.py), over every attempt made in that role: attempts,
+    correct rate, the geometric-mean speedup of its correct timed attempts and the share of them
+    faster than the reference. Attempts of results written before roles are left out."""
+    by_role: dict[str, list[TurnResult]] = defaultdict(list)
+    for s in samples:
+        for t in s.turns:
+            if t.role is not None:
+                by_role[t.role].append(t)
+    out: dict[str, dict[str, Any]] = {}
+    for role, turns in sorted(by_role.items()):
+        timed = [t.speedup for t in turns if t.correct and t.speedup is not None]
+        out[role] = {
+            "attempts": len(turns),
+            "correct_rate": sum(t.correct for t in turns) / len(turns),
+            "geomean_speedup": geomean(timed),
+            "fast_1": sum(x > 1.0 for x in timed) / len(turns),
+        }
+    return out
 
 
 def summarize(

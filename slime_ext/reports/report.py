@@ -162,6 +162,16 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             )
     out += [markdown_table(["level", "turn", "attempts", *columns], rows), ""]
 
+    rows = [
+        [_level_label(key), role, r["attempts"], fmt_rate(r["correct_rate"]), fmt_rate(r["fast_1"]),
+         _fmt_speedup(r["geomean_speedup"])]
+        for key, g in groups
+        for role, r in g.get("per_role", {}).items()
+    ]  # fmt: skip
+    if rows:
+        out += ["## Per role (every attempt made in that role)", ""]
+        out += [markdown_table(["level", "role", "attempts", "correct", "fast_1", "geomean speedup"], rows), ""]
+
     out += ["## Per problem (best of all turns)", ""]
     rows = [
         [

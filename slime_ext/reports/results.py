@@ -41,6 +41,7 @@ from krl_common.validation import ValidationError, check_type, reject_unknown
 from slime_ext.rollout.episode import EPISODE_STATUSES
 from slime_ext.rollout.problems import PromptRecord
 from slime_ext.rollout.rewards import is_rejected
+from slime_ext.rollout.roles import ROLES
 from slime_ext.trajectory.record import STATUS_ABORTED
 
 __all__ = [
@@ -81,10 +82,12 @@ class TurnResult:
     eval_s: float = 0.0
     candidate: str | None = None
     error: str | None = None
+    role: str | None = None  # slime_ext/rollout/roles.py; None in results written before roles
 
     def to_json(self) -> dict[str, Any]:
         return {
             "turn": self.turn,
+            "role": self.role,
             "status": self.status,
             "compiled": self.compiled,
             "correct": self.correct,
@@ -160,6 +163,7 @@ class _TurnLike(Protocol):
     reward: float
     gen_s: float
     eval_s: float
+    role: str
 
 
 class EpisodeLike(Protocol):
@@ -188,6 +192,7 @@ def turn_result(turn: _TurnLike) -> TurnResult:
         "gen_s": float(turn.gen_s),
         "eval_s": float(turn.eval_s),
         "candidate": turn.candidate,
+        "role": turn.role,
     }
     if turn.eval_result is None:
         if turn.candidate is None:
@@ -293,6 +298,11 @@ def _check_fields(path: str, data: Any, spec: Mapping[str, tuple[type | tuple[ty
 
 
 def _parse_turn(data: Any, path: str) -> TurnResult:
+    check_type(path, data, dict)
+    data = dict(data)
+    role = data.pop("role", None)  # optional: results written before roles have none
+    if role is not None and role not in ROLES:
+        raise ValidationError(f"{path}.role: unknown role {role!r}; known: {list(ROLES)}")
     _check_fields(path, data, _TURN_FIELDS)
     if data["status"] not in TURN_STATUSES:
         raise ValidationError(
@@ -316,6 +326,7 @@ def _parse_turn(data: Any, path: str) -> TurnResult:
         eval_s=float(data["eval_s"]),
         candidate=data["candidate"],
         error=data["error"],
+        role=role,
     )
 
 

@@ -59,6 +59,7 @@ from slime_ext.rollout.rewards import (
     trajectory_return,
     turn_reward,
 )
+from slime_ext.rollout.roles import FIXER, GENERATOR, role_after
 from slime_ext.trajectory.record import STATUS_ABORTED, STATUS_COMPLETED, STATUS_TRUNCATED
 
 __all__ = [
@@ -119,6 +120,7 @@ class Turn:
     reward: float = 0.0
     gen_s: float = 0.0
     eval_s: float = 0.0
+    role: str = GENERATOR  # roles.py: generator (turn 0), then fixer or optimizer by the turn before
 
 
 @dataclass
@@ -254,6 +256,7 @@ class TurnStep:
     stop: bool = False
     abort_reason: str | None = None
     next_message: dict[str, str] = field(default_factory=dict)
+    next_role: str = FIXER  # the role next_message hands the next turn to (roles.role_after)
 
     def record(self, turn: Any) -> None:
         """Copy the outcome onto a turn record (`Turn`, or the chat loop's turn); an aborted
@@ -305,6 +308,7 @@ async def evaluate_response(
                 step.abort_reason = f"evaluator-side failure: status {result.status}"
                 return step
             step.next_message = feedback_message(result, config.prompt)
+            step.next_role = role_after(result)
     step.reward = turn_reward(result, config.reward)
     step.stop = should_stop(result, config.reward)
     return step
@@ -345,6 +349,7 @@ async def run_episode(
     )
     build = _Builder(ep)
     gen_total = eval_total = 0.0
+    role = GENERATOR
 
     for t in range(config.max_turns):
         n_context = len(ep.prompt_ids) + len(ep.response_ids)
@@ -360,8 +365,9 @@ async def run_episode(
         start, end = build.sampled(gen.token_ids, gen.logprobs)
         text = renderer.decode(gen.token_ids)
         turn = Turn(
-            index=t, start=start, end=end, finish_reason=gen.finish_reason, text=text, gen_s=gen.latency_s
-        )
+            index=t, start=start, end=end, finish_reason=gen.finish_reason, text=text, gen_s=gen.latency_s,
+            role=role,
+        )  # fmt: skip
         ep.turns.append(turn)
         ep.messages.append({"role": "assistant", "content": text})
         if gen.finish_reason == FINISH_ABORT:
@@ -391,6 +397,7 @@ async def run_episode(
             break
         build.context(extra)
         ep.messages.append(next_message)
+        role = step.next_role
 
     ep.check()
     ep.timing = {"total_s": time.monotonic() - started, "generate_s": gen_total, "eval_s": eval_total}

@@ -17,10 +17,12 @@ one-shot example: a ReLU built with `load_inline`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from eval_server.schema import EvalResult
 from slime_ext.clients.backends import CUDA, TRITON, check_backend
+from slime_ext.rollout.roles import FIXER, GENERATOR, OPTIMIZER, ROLES, RolePrompt, role_after
 
 __all__ = [
     "CUDA_EXAMPLE",
@@ -188,6 +190,19 @@ class PromptConfig:
     no_code_feedback: str = DEFAULT_NO_CODE_FEEDBACK
     eval_refused: str = "The evaluator refused the candidate: {error}"  # a 4xx from the eval server
     max_feedback_chars: int = 4000  # evaluator feedback longer than this keeps its head and tail
+    # per-role wording (roles.py: generator, fixer, optimizer); a role not named keeps the above.
+    # Given as a mapping, kept as sorted (role, RolePrompt) pairs (the config stays hashable).
+    roles: Mapping[str, RolePrompt] | tuple[tuple[str, RolePrompt], ...] = ()
+
+    def __post_init__(self) -> None:
+        pairs = dict(self.roles.items() if isinstance(self.roles, Mapping) else self.roles)
+        unknown = sorted(set(pairs) - set(ROLES))
+        if unknown:
+            raise ValueError(f"prompt.roles: unknown role(s) {unknown}; the roles are {list(ROLES)}")
+        object.__setattr__(self, "roles", tuple(sorted(pairs.items())))
+
+    def role(self, name: str) -> RolePrompt:
+        return dict(self.roles).get(name) or RolePrompt()  # type: ignore[arg-type]
 
 
 def default_prompt(backend: str = TRITON) -> PromptConfig:
@@ -206,10 +221,13 @@ def _fence(source: str) -> str:
 def build_messages(reference: str, config: PromptConfig | None = None) -> list[dict[str, str]]:
     """System (optional) + first user message for a KernelBench-format reference source."""
     config = config or PromptConfig()
-    parts = [config.instructions]
+    generator = config.role(GENERATOR)
+    parts = [p for p in (generator.preamble, config.instructions) if p]
     if config.one_shot:
         parts.append(f"{config.example_header}\n\n{_fence(config.example)}")
     parts.append(f"{config.reference_header}\n\n{_fence(reference)}")
+    if generator.instruction:
+        parts.append(generator.instruction)
     messages: list[dict[str, str]] = []
     if config.system:
         messages.append({"role": "system", "content": config.system})
@@ -225,12 +243,23 @@ def _trim(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {len(text) - limit} characters omitted ...]\n{text[-tail:]}"
 
 
+def _handover(config: PromptConfig, role: str, body: str, default_instruction: str | None) -> str:
+    """The user message that hands the next turn to `role`: its preamble, the body, its closing
+    instruction (the role's, else `default_instruction`; None: none)."""
+    wording = config.role(role)
+    instruction = wording.instruction or default_instruction
+    parts = [wording.preamble, body, instruction]
+    return "\n\n".join(p for p in parts if p)
+
+
 def feedback_text(result: EvalResult, config: PromptConfig | None = None) -> str:
-    """Content of the user message that follows an evaluated turn."""
+    """Content of the user message that follows an evaluated turn (to the optimizer when the
+    kernel was correct, else to the fixer)."""
     config = config or PromptConfig()
-    body = result.feedback.strip() or f"Evaluation status: {result.status}."
-    instruction = config.faster_instruction if result.correct else config.fix_instruction
-    return f"{_trim(body, config.max_feedback_chars)}\n\n{instruction}"
+    body = _trim(result.feedback.strip() or f"Evaluation status: {result.status}.", config.max_feedback_chars)
+    role = role_after(result)
+    default = config.faster_instruction if role == OPTIMIZER else config.fix_instruction
+    return _handover(config, role, body, default)
 
 
 def feedback_message(result: EvalResult, config: PromptConfig | None = None) -> dict[str, str]:
@@ -238,12 +267,13 @@ def feedback_message(result: EvalResult, config: PromptConfig | None = None) -> 
 
 
 def no_code_feedback(config: PromptConfig | None = None) -> dict[str, str]:
+    """The next user turn (to the fixer) when the answer had no code block."""
     config = config or PromptConfig()
-    return {"role": "user", "content": config.no_code_feedback}
+    return {"role": "user", "content": _handover(config, FIXER, config.no_code_feedback, None)}
 
 
 def refused_feedback(error: str, config: PromptConfig | None = None) -> dict[str, str]:
-    """The next user turn when the eval server refused the request (e.g. candidate too long)."""
+    """The next user turn (to the fixer) when the eval server refused the request (e.g. candidate too long)."""
     config = config or PromptConfig()
     text = _trim(config.eval_refused.format(error=error), config.max_feedback_chars)
-    return {"role": "user", "content": f"{text}\n\n{config.fix_instruction}"}
+    return {"role": "user", "content": _handover(config, FIXER, text, config.fix_instruction)}

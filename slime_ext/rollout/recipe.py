@@ -22,6 +22,7 @@ types come from the dataclass annotations); `episode_config_from_recipe` is the 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from collections.abc import Mapping
@@ -36,6 +37,7 @@ from krl_common.validation import ValidationError, check_type
 from slime_ext.clients.backends import DEFAULT_BACKEND, check_backend
 from slime_ext.rollout.episode import EpisodeConfig
 from slime_ext.rollout.prompts import PromptConfig, default_prompt
+from slime_ext.rollout.roles import ROLES, RolePrompt
 
 __all__ = [
     "ROOT_KEY",
@@ -120,12 +122,28 @@ def episode_config_from_dict(
         section = dict(section)
         backend = check_backend(section.get("backend", DEFAULT_BACKEND), f"{path}.backend")
         if section.get("prompt") is not None:
-            section["prompt"] = parse_settings(
-                PromptConfig, section["prompt"], f"{path}.prompt", base=default_prompt(backend)
-            )
+            section["prompt"] = _prompt_config(section["prompt"], f"{path}.prompt", default_prompt(backend))
         if "eval_options" in section:
             section["eval_options"] = _eval_options(section["eval_options"], f"{path}.eval_options", path)
     return parse_settings(EpisodeConfig, section, path)
+
+
+def _prompt_config(data: Any, path: str, base: PromptConfig) -> PromptConfig:
+    """The prompt section over the backend's wording; `roles` maps a role name (roles.py) to its
+    RolePrompt (`preamble`, `instruction`)."""
+    if not isinstance(data, Mapping) or data.get("roles") is None:
+        return parse_settings(PromptConfig, data, path, base=base)
+    data = dict(data)
+    roles = data.pop("roles")
+    if not isinstance(roles, Mapping):
+        raise ValidationError(f"{path}.roles: expected a mapping of role -> {{preamble, instruction}}")
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown:
+        raise ValidationError(f"{path}.roles: unknown role(s) {unknown}; the roles are {list(ROLES)}")
+    parsed = {
+        name: parse_settings(RolePrompt, value or {}, f"{path}.roles.{name}") for name, value in roles.items()
+    }
+    return dataclasses.replace(parse_settings(PromptConfig, data, path, base=base), roles=parsed)
 
 
 def _eval_options(data: Any, path: str, episode_path: str) -> EvalOptions:

@@ -73,7 +73,9 @@ class Tokenized:
     mask: list[int]
 
 
-def prepare_data(cfg: LoraSFTConfig, tokenizer: Any) -> tuple[list[Tokenized], list[Tokenized], dict[str, int]]:
+def prepare_data(
+    cfg: LoraSFTConfig, tokenizer: Any
+) -> tuple[list[Tokenized], list[Tokenized], dict[str, int]]:
     """(train, eval, counts): the conversations tokenized with their loss masks; those over
     max_len or without a trained token skipped and counted; eval from eval_data or a seeded share."""
 
@@ -98,7 +100,9 @@ def prepare_data(cfg: LoraSFTConfig, tokenizer: Any) -> tuple[list[Tokenized], l
         train = [train[i] for i in sorted(order[n_eval:])]
         skipped_eval = 0
     if not train:
-        raise ValueError(f"{cfg.data}: no conversation to train on (all over max_len {cfg.max_len} or untrained)")
+        raise ValueError(
+            f"{cfg.data}: no conversation to train on (all over max_len {cfg.max_len} or untrained)"
+        )
     return train, held, {"train": len(train), "eval": len(held), "skipped": skipped + skipped_eval}
 
 
@@ -122,9 +126,14 @@ def _load_base(cfg: LoraSFTConfig, device: Any, quantized: bool) -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(f"QLoRA needs transformers with bitsandbytes support ({exc})") from exc
     quant = BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype, bnb_4bit_use_double_quant=True
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=dtype,
+        bnb_4bit_use_double_quant=True,
     )
-    return AutoModelForCausalLM.from_pretrained(cfg.model, quantization_config=quant, dtype=dtype, device_map={"": device.index or 0})
+    return AutoModelForCausalLM.from_pretrained(
+        cfg.model, quantization_config=quant, dtype=dtype, device_map={"": device.index or 0}
+    )
 
 
 def _peft_model(cfg: LoraSFTConfig, base: Any) -> Any:
@@ -229,7 +238,9 @@ def train(cfg: LoraSFTConfig, log: Callable[[str], None] = print) -> dict[str, A
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     trainable = sum(p.numel() for p in params)
-    log(f"model: {cfg.model}, {trainable} trainable parameters (LoRA r={cfg.lora_r}{', 4-bit base' if cfg.qlora else ''}) on {device}")
+    log(
+        f"model: {cfg.model}, {trainable} trainable parameters (LoRA r={cfg.lora_r}{', 4-bit base' if cfg.qlora else ''}) on {device}"
+    )
 
     step, cursor = 0, 0  # optimizer steps done; conversations consumed (over epochs)
     resumed = _latest_checkpoint(out)
@@ -279,7 +290,11 @@ def train(cfg: LoraSFTConfig, log: Callable[[str], None] = print) -> dict[str, A
             record["eval_loss"] = None if eval_loss is None else round(eval_loss, 6)
         if step % cfg.log_every == 0 or step == total or "eval_loss" in record:
             rate = tokens_seen / max(time.monotonic() - t0, 1e-9)
-            log(f"step {step}/{total} loss {loss:.4f}" + (f" eval_loss {eval_loss:.4f}" if "eval_loss" in record and eval_loss is not None else "") + f" ({rate:.0f} tokens/s)")
+            log(
+                f"step {step}/{total} loss {loss:.4f}"
+                + (f" eval_loss {eval_loss:.4f}" if "eval_loss" in record and eval_loss is not None else "")
+                + f" ({rate:.0f} tokens/s)"
+            )
             logf.write(json.dumps(record) + "\n")
             logf.flush()
         if step % cfg.save_every == 0 or step == total:
@@ -296,7 +311,9 @@ def train(cfg: LoraSFTConfig, log: Callable[[str], None] = print) -> dict[str, A
     if not cfg.adapter_only:
         # the adapter onto a fresh full-precision base (a 4-bit base cannot be merged exactly)
         del model
-        merged = PeftModel.from_pretrained(_load_base(cfg, device, quantized=False), adapter_dir).merge_and_unload()
+        merged = PeftModel.from_pretrained(
+            _load_base(cfg, device, quantized=False), adapter_dir
+        ).merge_and_unload()
         merged_dir = out / "merged"
         shutil.rmtree(merged_dir, ignore_errors=True)
         merged.save_pretrained(merged_dir)

@@ -10,7 +10,9 @@ are counted once); aborted trajectories are only counted in `aborted_rate`:
 - `mean_turns`, `early_stop_rate`, `mean_return`: the mean reward of each trajectory's first
   sample (R under trajectory credit, G_0 under per_turn: both are sum_t gamma^t r_t);
 - `eval_latency_s/{mean,p50,max}` over evaluated turns (the eval server's `elapsed_s`);
-- `speedup_correct/mean` over correct, timed turns.
+- `speedup_correct/mean` over correct, timed turns;
+- per role (`role/{generator,fixer,optimizer}/...`: slime_ext/rollout/roles.py), over the turns
+  played in that role: `n`, `correct_rate`, `fast_1_rate`, `speedup_correct_mean`.
 """
 
 from __future__ import annotations
@@ -86,6 +88,18 @@ def kernel_metrics(samples: Sequence[Any], prefix: str = "rollout/kernel/") -> d
             out[f"turn{t}/correct_rate"] = _rate([x["correct"] for x in turns])
             out[f"turn{t}/fast_1_rate"] = _rate([_fast1(x) for x in turns])
             out[f"turn{t}/mean_reward"] = sum(x["reward"] for x in turns) / len(turns)
+        by_role: dict[str, list[dict[str, Any]]] = {}
+        for m, _ in live:
+            for x in m["turns"]:
+                if x.get("role"):
+                    by_role.setdefault(x["role"], []).append(x)
+        for role, turns in sorted(by_role.items()):
+            out[f"role/{role}/n"] = float(len(turns))
+            out[f"role/{role}/correct_rate"] = _rate([x["correct"] for x in turns])
+            out[f"role/{role}/fast_1_rate"] = _rate([_fast1(x) for x in turns])
+            timed = [x["speedup"] for x in turns if x["correct"] and x["speedup"] is not None]
+            if timed:
+                out[f"role/{role}/speedup_correct_mean"] = sum(timed) / len(timed)
     all_turns = [t for m, _ in trajectories for t in m["turns"]]
     latencies = [float(t["eval_s"]) for t in all_turns if t.get("eval_s") is not None]
     if latencies:

@@ -59,8 +59,18 @@ class SampleInvariantError(ValueError):
     """A Sample that slime would reject or mis-train; the message names the field."""
 
 
-def turn_summary(eval_result: Mapping[str, Any] | None, reward: float) -> dict[str, Any]:
-    """What the rollout metrics need from one turn (the full eval result stays in the buffer)."""
+def turn_summary(
+    eval_result: Mapping[str, Any] | None, reward: float, role: str | None = None
+) -> dict[str, Any]:
+    """What the rollout metrics need from one turn (the full eval result stays in the buffer);
+    `role` (slime_ext/rollout/roles.py) where the episode recorded it."""
+    summary = _turn_outcome(eval_result, reward)
+    if role is not None:
+        summary["role"] = role
+    return summary
+
+
+def _turn_outcome(eval_result: Mapping[str, Any] | None, reward: float) -> dict[str, Any]:
     if eval_result is None:
         return {
             "evaluated": False,
@@ -177,7 +187,13 @@ def fill_sample(
 
 
 def _turns(record: TrajectoryRecord) -> list[dict[str, Any]]:
-    return [turn_summary(r, rw) for r, rw in zip(record.turn_eval_results, record.turn_rewards, strict=True)]
+    roles = record.metadata.get("roles")
+    if not (isinstance(roles, list) and len(roles) == len(record.turn_eval_results)):
+        roles = [None] * len(record.turn_eval_results)  # records written before roles existed
+    return [
+        turn_summary(r, rw, role)
+        for r, rw, role in zip(record.turn_eval_results, record.turn_rewards, roles, strict=True)
+    ]
 
 
 def _record_metadata(
@@ -265,7 +281,7 @@ def group_to_samples(
 
 
 def _episode_metadata(ep: Episode, base: Mapping[str, Any], turn: int | None) -> dict[str, Any]:
-    turns = [turn_summary(t.eval_result, t.reward) for t in ep.turns]
+    turns = [turn_summary(t.eval_result, t.reward, t.role) for t in ep.turns]
     return {
         METADATA_KEY: {
             **base,

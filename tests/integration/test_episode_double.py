@@ -306,3 +306,32 @@ def test_thinking_off_and_concurrent_episodes(double, tok) -> None:
         assert r.decode(ep.response_ids[t0.end : t1.start]).endswith("assistant\n<think>\n\n</think>\n\n")
         assert tuple(ep.prompt_ids) in sent and tuple(ep.tokens[: len(ep.prompt_ids) + t1.start]) in sent
         ep.check()
+
+
+def test_roles_follow_the_outcomes_and_their_wording_reaches_the_model(double, tok) -> None:
+    """Turn 0 is the generator; after an incorrect kernel the fixer, after a correct one the
+    optimizer; each handover message carries the role's preamble and instruction from the recipe."""
+    from slime_ext.rollout.prompts import PromptConfig
+    from slime_ext.rollout.roles import RolePrompt
+
+    double.scripted.extend([f"{F}python\nv1 = 1\n{F}", f"{F}python\nv2 = 2\n{F}", f"{F}python\nv3 = 3\n{F}"])
+    ev = ScriptedEvaluator(
+        [
+            EvalResult(status="incorrect", compiled=True, feedback="Status: incorrect."),
+            EvalResult(status="ok", compiled=True, correct=True, speedup=0.8, feedback="Status: ok, slower."),
+            EvalResult(status="ok", compiled=True, correct=True, speedup=1.3, feedback="Status: ok."),
+        ]
+    )
+    prompt = PromptConfig(
+        roles={
+            "fixer": RolePrompt(preamble="FIXER-ROLE", instruction="FIX-IT"),
+            "optimizer": RolePrompt(preamble="OPTIMIZER-ROLE"),
+        }
+    )
+    ep = episode(double, tok, ev, prompt=prompt, max_turns=3, reward=RewardConfig(early_stop_min_speedup=5.0))
+    assert [t.role for t in ep.turns] == ["generator", "fixer", "optimizer"]
+    users = [m["content"] for m in ep.messages if m["role"] == "user"]
+    to_fixer, to_optimizer = users[1], users[2]
+    assert to_fixer.startswith("FIXER-ROLE") and to_fixer.endswith("FIX-IT")
+    assert to_optimizer.startswith("OPTIMIZER-ROLE") and to_optimizer.endswith(PromptConfig().faster_instruction)
+    assert_token_exact(ep, double)

@@ -35,6 +35,7 @@ class FakeTurn:
     reward: float = 0.0
     gen_s: float = 0.5
     eval_s: float = 0.25
+    role: str = "generator"
 
 
 @dataclass
