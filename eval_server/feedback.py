@@ -95,10 +95,22 @@ def build_feedback(result: EvalResult, tolerance: float | None = None) -> str:
                 )
         else:
             lines.append("Speed was not measured on this evaluator.")
+        lines += _roofline_lines(result)
         lines += _kernel_time_lines(result)
     if result.status in _FIXES:
         lines += ["", _FIXES[result.status]]
     return "\n".join(lines).strip()
+
+
+def _roofline_lines(result: EvalResult) -> list[str]:
+    """How close the measured time came to the GPU's peaks, when the device is in the table."""
+    r = result.roofline
+    if r is None:
+        return []
+    text = f"Throughput: {r.gbs:.4g} GB/s, {r.bandwidth_share:.0%} of the {r.device}'s peak memory bandwidth"
+    if r.tflops is not None and r.compute_share is not None:
+        text += f"; {r.tflops:.3g} TFLOP/s, {r.compute_share:.0%} of its dense tensor-core peak"
+    return [text + " (estimated from the inputs, outputs and FLOPs of one call)."]
 
 
 def _kernel_time_lines(result: EvalResult) -> list[str]:

@@ -174,6 +174,19 @@ class KernelTime:
 
 
 @dataclass
+class Roofline:
+    """How close the candidate's measured time came to the device's peaks (an estimate: the bytes
+    are one call's inputs and outputs, the FLOPs what torch's counter sees in the reference's
+    forward, the peaks the vendor's; physics_floor.py's table)."""
+
+    device: str  # the table entry, e.g. "H100 SXM"
+    gbs: float  # achieved memory throughput, GB/s (inputs + outputs / candidate time)
+    bandwidth_share: float  # of the peak memory bandwidth, 0..1
+    tflops: float | None = None  # achieved TFLOP/s (None: no counted FLOPs)
+    compute_share: float | None = None  # of the dense fp16/bf16 tensor-core peak
+
+
+@dataclass
 class EvalResult:
     status: str
     compiled: bool = False
@@ -186,6 +199,7 @@ class EvalResult:
     # CUDA: its own __global__ kernels seen by the GPU profiler)
     kernel_launches: int = 0
     kernel_time: KernelTime | None = None  # null where not profiled (CPU, a failed forward)
+    roofline: Roofline | None = None  # null without timing or on a device not in the peak table
     reference_timing: TimingStats | None = None
     candidate_timing: TimingStats | None = None
     speedup: float | None = None  # reference median / candidate median; null without timing
@@ -220,6 +234,8 @@ class EvalResult:
                 data[key] = _build(TimingStats, f"result.{key}", data[key])
         if data.get("kernel_time") is not None:
             data["kernel_time"] = _build(KernelTime, "result.kernel_time", data["kernel_time"])
+        if data.get("roofline") is not None:
+            data["roofline"] = _build(Roofline, "result.roofline", data["roofline"])
         return cls(**data)
 
 

@@ -97,3 +97,23 @@ def floor_for(
     if calls_per_trial > 1:
         return Floor(max(0, input_bytes + output_bytes - l2_bytes), max(0, flops), peak)
     return Floor(input_bytes + max(0, output_bytes - l2_bytes), max(0, flops), peak)
+
+
+def roofline(
+    input_bytes: int, output_bytes: int, flops: int, peak: DevicePeak, time_us: float
+) -> dict[str, object] | None:
+    """Achieved memory throughput and FLOP/s of one call that took `time_us`, against the peaks
+    (no headroom: this is how close the kernel came, not a bound); None without a time or bytes."""
+    moved = input_bytes + output_bytes
+    if time_us <= 0 or moved <= 0:
+        return None
+    gbs = moved / (time_us * 1e-6) / 1e9
+    out: dict[str, object] = {
+        "device": peak.name,
+        "gbs": round(gbs, 2),
+        "bandwidth_share": round(gbs / peak.bandwidth_gbs, 4),
+    }
+    if flops > 0:
+        tflops = flops / (time_us * 1e-6) / 1e12
+        out.update(tflops=round(tflops, 3), compute_share=round(tflops / peak.tensor_tflops, 4))
+    return out

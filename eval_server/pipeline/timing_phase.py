@@ -26,7 +26,7 @@ from eval_server.pipeline.timed_calls import Verification
 from eval_server.pipeline.timing import TIMING_METHOD, calls_per_trial_for, time_gpu
 from eval_server.pipeline.verdicts import candidate_code, reject
 from eval_server.pipeline.verification import Guard, check_not_patched, refill_and_verify, verify_timed_calls
-from eval_server.schema import Check, EvalOptions, EvalResult, TimingStats
+from eval_server.schema import Check, EvalOptions, EvalResult, Roofline, TimingStats
 
 # ----------------------------------------------------------------------------- settings
 
@@ -267,6 +267,8 @@ def _physics_floor_check(
         note = f"no physics floor: {name} is not in the table of peak bandwidth and FLOP/s"
         result.checks.append(Check("runtime.physics_floor", note, "warn"))
         return
+    line = physics_floor.roofline(ref.input_bytes, ref.output_bytes, ref.flops, peak, cand.median_ms * 1e3)
+    result.roofline = None if line is None else Roofline(**line)  # type: ignore[arg-type]
     l2 = int(getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 0) or 0)
     floor = physics_floor.floor_for(
         ref.input_bytes, ref.output_bytes, l2, ref.flops, peak, calls_per_trial=ref_stats.calls_per_trial
