@@ -196,7 +196,8 @@ case "${cmd}" in
     if ((${#wheels[@]})); then
       # --platform is matched exactly: the list covers the manylinux tags these wheels use.
       "${py}" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+        --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
         --platform linux_x86_64 -d "${dir}" "${wheels[@]}"
     fi
