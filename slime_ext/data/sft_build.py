@@ -35,6 +35,7 @@ from slime_ext.data.kernelbook import (
 from slime_ext.data.report import FilterReport
 from slime_ext.data.sft_format import SFTExample, assistant_message
 from slime_ext.rollout.prompts import PromptConfig, build_messages, feedback_message
+from slime_ext.rollout.roles import GENERATOR, role_after
 
 __all__ = [
     "Attempt",
@@ -155,11 +156,13 @@ def _metadata(pair: Pair, turns: int, **extra: Any) -> dict[str, Any]:
 
 def single_turn_example(pair: Pair, prompt: PromptConfig, verified: bool = False) -> SFTExample:
     messages = [*build_messages(pair.reference, prompt), assistant_message(pair.answer)]
-    return SFTExample(messages=messages, metadata=_metadata(pair, 1, verified=verified))
+    return SFTExample(messages=messages, metadata=_metadata(pair, 1, verified=verified, role=GENERATOR))
 
 
 def multi_turn_example(pair: Pair, attempt: Attempt, result: EvalResult, prompt: PromptConfig) -> SFTExample:
-    """prompt -> failing attempt (not trained) -> real feedback -> the verified answer."""
+    """prompt -> failing attempt (not trained) -> real feedback -> the verified answer, which
+    plays the role the feedback hands the turn to (roles.py: the fixer after a failed attempt),
+    in that role's wording when `prompt` sets one."""
     messages = [
         *build_messages(pair.reference, prompt),
         assistant_message(attempt.candidate, trained=False),
@@ -167,8 +170,9 @@ def multi_turn_example(pair: Pair, attempt: Attempt, result: EvalResult, prompt:
         assistant_message(pair.answer),
     ]
     meta = _metadata(
-        pair, 2, verified=True, first_attempt_status=result.status, first_attempt_source=attempt.source
-    )
+        pair, 2, verified=True, first_attempt_status=result.status, first_attempt_source=attempt.source,
+        role=role_after(result),
+    )  # fmt: skip
     return SFTExample(messages=messages, metadata=meta)
 
 

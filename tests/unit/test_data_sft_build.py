@@ -91,6 +91,13 @@ def test_multi_turn_layout():
     assert roles == [("system", 1), ("user", 1), ("assistant", 0), ("user", 1), ("assistant", 1)]
     assert example.messages[3]["content"] == feedback_text(result)
     assert example.metadata["first_attempt_status"] == "incorrect"
+    assert example.metadata["role"] == "fixer"
+    assert single_turn_example(pair, PromptConfig()).metadata["role"] == "generator"
+    # the recipe's fixer wording reaches the SFT example, as it reaches the RL episode
+    from slime_ext.rollout.roles import RolePrompt
+
+    worded = multi_turn_example(pair, attempt, result, PromptConfig(roles={"fixer": RolePrompt(preamble="FIXER")}))
+    assert worded.messages[3]["content"].startswith("FIXER\n\n")
 
 
 def test_flip_arithmetic_changes_one_operator_in_a_launched_kernel():
