@@ -6,6 +6,7 @@ our converter takes and that computes what base + adapter compute."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     LoRA trains neither (it adapts the projections of a pretrained model, where they are not)."""
     d = tmp_path_factory.mktemp("base")
     torch.manual_seed(0)
-    model = tiny_model()
+    model = copy.deepcopy(tiny_model())  # tiny_model() is one shared instance per process: never edit it
     with torch.no_grad():
         model.model.norm.weight.mul_(8.0)
     model.save_pretrained(d)
