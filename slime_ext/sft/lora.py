@@ -17,7 +17,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,6 @@ class LoraSFTConfig:
     seed: int = 0
     adapter_only: bool = False
     device: str | None = None  # default: cuda if available, else cpu
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.grad_accum < 1 or self.max_len < 2 or self.lr <= 0:
@@ -310,7 +309,9 @@ def train(cfg: LoraSFTConfig, log: Callable[[str], None] = print) -> dict[str, A
     merged_dir = None
     if not cfg.adapter_only:
         # the adapter onto a fresh full-precision base (a 4-bit base cannot be merged exactly)
-        del model
+        del model, optimizer
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the trained copy's memory, before the full-precision base loads
         merged = PeftModel.from_pretrained(
             _load_base(cfg, device, quantized=False), adapter_dir
         ).merge_and_unload()
@@ -326,7 +327,7 @@ def train(cfg: LoraSFTConfig, log: Callable[[str], None] = print) -> dict[str, A
         "trainable_parameters": trainable,
         "adapter": str(adapter_dir),
         "merged": None if merged_dir is None else str(merged_dir),
-        "config": {k: v for k, v in asdict(cfg).items() if k != "extra"},
+        "config": asdict(cfg),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
