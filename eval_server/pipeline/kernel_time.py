@@ -56,9 +56,13 @@ def kernel_time(times: Iterable[tuple[str, float]], is_own: Callable[[str], bool
     """The split of `times` ((activity name, microseconds) of one profiled forward) into the
     candidate's kernels (`is_own`) and the rest, the rest's largest activities named (summed by
     name); None when the device recorded no time at all."""
-    times = list(times)
-    own = sum(us for name, us in times if us >= 0 and is_own(name))
-    rest, largest = top_activities(((n, us) for n, us in times if not is_own(n)), TOP_OTHERS)
+    own, others = 0.0, []
+    for name, us in times:
+        if not is_own(name):
+            others.append((name, us))
+        elif us >= 0:  # a negative duration is a clock artefact, not time spent
+            own += us
+    rest, largest = top_activities(others, TOP_OTHERS)
     total = own + rest
     if total <= 0:
         return None

@@ -260,7 +260,8 @@ def _physics_floor_check(
     result: EvalResult, ctx: EvalContext, ref: Reference, ref_stats: TimingStats, cand: TimingStats
 ) -> None:
     """Reject a candidate time below the physics floor (physics_floor.py); a warning says why no
-    floor applies when none does (unknown device, reference itself below it)."""
+    floor applies when none does (unknown device, reference itself below it). Records the
+    candidate's roofline on the way (the same device peaks and problem bytes/FLOPs)."""
     name = torch.cuda.get_device_name(ctx.device)
     peak = physics_floor.peak_for(name)
     if peak is None:

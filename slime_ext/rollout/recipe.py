@@ -37,7 +37,7 @@ from krl_common.validation import ValidationError, check_type
 from slime_ext.clients.backends import DEFAULT_BACKEND, check_backend
 from slime_ext.rollout.episode import EpisodeConfig
 from slime_ext.rollout.prompts import PromptConfig, default_prompt
-from slime_ext.rollout.roles import ROLES, RolePrompt
+from slime_ext.rollout.roles import RolePrompt
 
 __all__ = [
     "ROOT_KEY",
@@ -137,13 +137,13 @@ def _prompt_config(data: Any, path: str, base: PromptConfig) -> PromptConfig:
     roles = data.pop("roles")
     if not isinstance(roles, Mapping):
         raise ValidationError(f"{path}.roles: expected a mapping of role -> {{preamble, instruction}}")
-    unknown = sorted(set(roles) - set(ROLES))
-    if unknown:
-        raise ValidationError(f"{path}.roles: unknown role(s) {unknown}; the roles are {list(ROLES)}")
     parsed = {
         name: parse_settings(RolePrompt, value or {}, f"{path}.roles.{name}") for name, value in roles.items()
     }
-    return dataclasses.replace(parse_settings(PromptConfig, data, path, base=base), roles=parsed)
+    try:  # PromptConfig names the roles it does not know
+        return dataclasses.replace(parse_settings(PromptConfig, data, path, base=base), roles=parsed)
+    except ValueError as exc:
+        raise ValidationError(f"{path}: {exc}") from None
 
 
 def _eval_options(data: Any, path: str, episode_path: str) -> EvalOptions:

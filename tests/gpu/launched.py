@@ -13,10 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-import pytest
-
-from krl_common.service import free_port
+from krl_common.service import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 LOG_COPY_EVERY_S = 30.0  # while a run goes on, its logs reach the artifacts this often
@@ -107,18 +104,7 @@ def sglang_server(
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"sglang exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                if httpx.get(f"{url}/get_model_info", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"sglang not up after {start_timeout_s} s:\n{log_path.read_text()[-4000:]}")
-            time.sleep(1)
+        wait_healthy(url, proc, start_timeout_s, log_path, health_path="/get_model_info", name="sglang")
         yield url
     finally:
         os.killpg(proc.pid, 15)
