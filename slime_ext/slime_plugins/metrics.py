@@ -10,7 +10,9 @@ are counted once); aborted trajectories are only counted in `aborted_rate`:
 - `mean_turns`, `early_stop_rate`, `mean_return`: the mean reward of each trajectory's first
   sample (R under trajectory credit, G_0 under per_turn: both are sum_t gamma^t r_t);
 - `eval_latency_s/{mean,p50,max}` over evaluated turns (the eval server's `elapsed_s`);
-- `speedup_correct/mean` over correct, timed turns;
+- `speedup_correct/mean` over correct, timed turns; `own_share_correct/mean` over correct, profiled
+  turns (GPU: the share of the forward's GPU time in the candidate's own kernels, which the
+  recipe's `reward.profile_scale` / `reward.prs_min_share` read);
 - per role (`role/{generator,fixer,optimizer}/...`: slime_ext/rollout/roles.py), over the turns
   played in that role: `n`, `correct_rate`, `fast_1_rate`, `speedup_correct_mean`.
 """
@@ -109,4 +111,7 @@ def kernel_metrics(samples: Sequence[Any], prefix: str = "rollout/kernel/") -> d
     speedups = [t["speedup"] for t in all_turns if t["correct"] and t["speedup"] is not None]
     if speedups:
         out["speedup_correct/mean"] = sum(speedups) / len(speedups)
+    shares = [t["own_share"] for t in all_turns if t["correct"] and t.get("own_share") is not None]
+    if shares:
+        out["own_share_correct/mean"] = sum(shares) / len(shares)
     return {prefix + k: v for k, v in out.items()}

@@ -78,16 +78,20 @@ def _turn_outcome(eval_result: Mapping[str, Any] | None, reward: float) -> dict[
             "compiled": False,
             "correct": False,
             "speedup": None,
+            "own_share": None,
             "eval_s": None,
             "reward": float(reward),
         }
     speedup = eval_result.get("speedup")
+    kernel_time = eval_result.get("kernel_time")
     return {
         "evaluated": True,
         "status": eval_result.get("status"),
         "compiled": bool(eval_result.get("compiled")),
         "correct": bool(eval_result.get("correct")) and eval_result.get("status") == "ok",
         "speedup": None if speedup is None else float(speedup),
+        # share of the profiled forward's GPU time in the candidate's kernels (GPU only)
+        "own_share": float(kernel_time["own_share"]) if isinstance(kernel_time, Mapping) else None,
         "eval_s": eval_result.get("elapsed_s"),
         "reward": float(reward),
     }

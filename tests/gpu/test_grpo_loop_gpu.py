@@ -22,6 +22,9 @@ generated with the weights slime had just trained, i.e. the weight push works; a
 rate climbs: the mean of the last three steps is at least KRL_GRPO_MIN_GAIN above the first
 step's, or at least 0.9. KRL_GPU_ARTIFACTS=DIR keeps the logs, the plots and a JSON summary.
 Settings: KRL_GRPO_STEPS (default 12), KRL_GRPO_LR (1e-4), KRL_GRPO_SAMPLES (8 per prompt).
+
+A third test runs the learning-signal options of issue 29 together (TRLOO, PR, PRS, MRS) for
+three steps and checks that each one's metrics are logged.
 """
 
 from __future__ import annotations
@@ -170,3 +173,45 @@ def test_in_slime_mode_trains_from_the_warm_start(tmp_path: Path) -> None:
     print(
         "in-slime:", json.dumps({i: rollouts.get(i, {}).get("rollout/kernel/correct_rate") for i in (0, 1)})
     )
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 1800)
+def test_learning_signal_options_run_in_the_loop(tmp_path: Path) -> None:
+    """Issue 29 item 4: the learning-signal options together in the closed loop for three steps:
+    TRLOO credit (the reward post-process), the profiling-based reward (PR) and rejection (PRS)
+    on the evaluator's CUPTI split, and slime's mismatch rejection (MISMATCH=mrs, its own mis.py).
+    Every step trains, and each option's metrics are in slime's log."""
+    env = _setup(tmp_path)
+    env.update(
+        CREDIT="trloo",
+        MISMATCH="mrs",
+        NUM_ROLLOUT="3",
+        RUN_NAME="signal",
+        TMUX_SESSION="krl-gpu-signal",
+        RECIPE_SET=env["RECIPE_SET"] + " episode.reward.profile_scale=true episode.reward.prs_min_share=0.5",
+    )
+    _, log, _ = _launch(env, "signal")
+    steps = _dicts(STEP_RE, log)
+    rollouts = _dicts(ROLLOUT_RE, log)
+    assert sorted(steps) == [0, 1, 2] and sorted(rollouts) == [0, 1, 2], (sorted(steps), sorted(rollouts))
+    assert all("rollout/buffer/prs_dropped" in r for r in rollouts.values()), rollouts[0]
+    shares = [r["rollout/kernel/own_share_correct/mean"] for r in rollouts.values()
+              if "rollout/kernel/own_share_correct/mean" in r]  # fmt: skip
+    assert shares and all(0 < s <= 1 for s in shares), "no correct kernel was profiled"
+    assert all(any("mis_" in k for k in m) for m in steps.values()), sorted(steps[0])
+    assert all(m["train/train_rollout_logprob_abs_diff"] <= LOGPROB_TOL for m in steps.values()), steps
+    keep = (
+        "rollout/buffer/prs_dropped",
+        "rollout/kernel/own_share_correct/mean",
+        "rollout/kernel/correct_rate",
+    )
+    summary = {
+        "rollout": {i: {k: r.get(k) for k in keep} for i, r in sorted(rollouts.items())},
+        "train": {
+            i: {k: v for k, v in m.items() if "mis_" in k or k in ("train/loss", "train/grad_norm")}
+            for i, m in sorted(steps.items())
+        },
+    }
+    print("signal:", json.dumps(summary))
+    if (art := artifacts()) is not None:
+        (art / "summary-signal.json").write_text(json.dumps({"steps": steps, "rollouts": rollouts}, indent=1))

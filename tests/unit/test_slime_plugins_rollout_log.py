@@ -75,6 +75,22 @@ def test_metrics_by_level_and_turn() -> None:
     assert m[k + "speedup_correct/mean"] == pytest.approx(2.25)
 
 
+def test_own_share_of_correct_profiled_turns() -> None:
+    """GPU evaluations carry kernel_time: its own_share is averaged over correct turns only."""
+
+    def profiled(status: str, share: float) -> dict:
+        return dict(result(status, speedup=1.2 if status == "ok" else None), kernel_time={"own_share": share})
+
+    recs = [
+        rec("a", 1, [profiled("incorrect", 0.1), profiled("ok", 0.9)], [0.1, 0.5]),
+        rec("b", 1, [profiled("ok", 0.5)], [0.5]),
+        rec("c", 1, [result("ok", speedup=1.1)], [0.4]),  # not profiled (CPU): not counted
+    ]
+    samples, _ = group_to_samples(recs, credit="trajectory", group_index=0, first_index=0)
+    assert kernel_metrics(samples)["rollout/kernel/own_share_correct/mean"] == pytest.approx(0.7)
+    assert "rollout/kernel/own_share_correct/mean" not in kernel_metrics(trajectory_samples())
+
+
 def test_per_turn_siblings_count_once() -> None:
     def turn(uid: str, k: int, res: dict, reward: float) -> object:
         return rec(uid, 1, [res], [reward], sample_index=k, metadata={"level": 1, TRAJECTORY_KEY: "e1"})
