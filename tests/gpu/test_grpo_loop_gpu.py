@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -50,7 +51,11 @@ STEPS = int(os.environ.get("KRL_GRPO_STEPS", "12"))
 LR = os.environ.get("KRL_GRPO_LR", "1e-4")
 SAMPLES = os.environ.get("KRL_GRPO_SAMPLES", "8")
 MIN_GAIN = float(os.environ.get("KRL_GRPO_MIN_GAIN", "0.15"))
-RUN_TIMEOUT_S = float(os.environ.get("KRL_TRAIN_TIMEOUT_S", "900"))
+# H100, 2026-11-27 (sixth session): ~4.5 min from the launch to the first rollout, then 30-47 s a step
+# (the rollout: on-policy groups are generated and evaluated after each weight push); 900 s cut a
+# 20-step run at step 16
+RUN_TIMEOUT_S = float(os.environ.get("KRL_TRAIN_TIMEOUT_S", str(600 + 60 * STEPS)))
+TRAIN_PERF_RE = re.compile(r"train_metric_utils\.py:\d+ - perf (\d+): (\{.*\})")  # slime's step times
 LOGPROB_TOL = 0.05  # slime vs SGLang per-token log-probs at every step (0.0002-0.003 measured)
 
 
@@ -92,12 +97,16 @@ def _setup(tmp_path: Path) -> dict[str, str]:
         ROLLOUT_BATCH_SIZE="2",
         N_SAMPLES_PER_PROMPT=SAMPLES,
         LR=LR,
-        EVAL_WORKERS_PER_DEVICE="3",
+        # the step waits for its groups' evaluations (3 s each at p50 with 3 workers beside SGLang
+        # and Megatron on one GPU; each new candidate is a Triton compile, CPU work): 6 workers, and
+        # all 16 episodes of a step at once
+        EVAL_WORKERS_PER_DEVICE="6",
         # two turns, and an episode ends at its first correct kernel (the tiny task's speedups are
         # not the point here)
         # runner.epochs: the runner makes groups until slime has its steps (the recipe's 10 passes
         # over 2 prompts were 20 groups: too few for 12 steps of 2 and the resumed step)
-        RECIPE_SET="episode.max_turns=2 episode.reward.early_stop_min_speedup=null runner.epochs=1000",
+        RECIPE_SET="episode.max_turns=2 episode.reward.early_stop_min_speedup=null runner.epochs=1000 "
+        "runner.concurrency=16",
         # on-policy: groups generated before the last weight push are dropped, so slime's
         # log-probs are compared with SGLang's for the weights slime just pushed
         BUFFER_MAX_STALENESS="0",
@@ -118,6 +127,7 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
     _, log, wall = _launch(env, "grpo")
     steps = _dicts(STEP_RE, log)
     rollouts = _dicts(ROLLOUT_RE, log)
+    perf = _dicts(TRAIN_PERF_RE, log)
     assert sorted(steps) == list(range(STEPS)) and sorted(rollouts) == list(range(STEPS)), (
         sorted(steps),
         sorted(rollouts),
@@ -137,6 +147,13 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
         "loss": [steps[i].get("train/loss") for i in range(STEPS)],
         "grad_norm": [steps[i].get("train/grad_norm") for i in range(STEPS)],
         "reward_mean": [rollouts[i].get("rollout/kernel/mean_return") for i in range(STEPS)],
+        "turn0_correct_rate": [rollouts[i].get("rollout/kernel/turn0/correct_rate") for i in range(STEPS)],
+        "turn1_correct_rate": [rollouts[i].get("rollout/kernel/turn1/correct_rate") for i in range(STEPS)],
+        "eval_latency_p50_s": [rollouts[i].get("rollout/kernel/eval_latency_s/p50") for i in range(STEPS)],
+        "rollout_s": [rollouts[i].get("perf/rollout_time") for i in range(STEPS)],
+        "train_s": [perf.get(i, {}).get("perf/train_time") for i in range(STEPS)],
+        "update_weights_s": [perf.get(i, {}).get("perf/update_weights_time") for i in range(STEPS)],
+        "step_s": [perf.get(i, {}).get("perf/step_time") for i in range(STEPS)],
     }
     print("GRPO loop:", json.dumps(summary))
     if (art := artifacts()) is not None:
@@ -144,8 +161,9 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
                                                          indent=1, default=str))  # fmt: skip
     assert max(diffs) <= LOGPROB_TOL, summary  # SGLang generated with the weights slime trained
     assert any(k > 0 for k in moved[1:]), summary  # ... and those weights moved
-    last = sum(correct[-3:]) / 3
-    assert last >= 0.9 or last >= correct[0] + MIN_GAIN, summary
+    # means of three steps: one step's rate is 16 trajectories (+-0.2 from step to step on the H100)
+    first, last = sum(correct[:3]) / 3, sum(correct[-3:]) / 3
+    assert last >= 0.9 or last >= first + MIN_GAIN, summary
 
     # resume as a user would: the same RUN_NAME, one step more; slime continues from the last
     # checkpoint (saved at the last step) and trains step STEPS only

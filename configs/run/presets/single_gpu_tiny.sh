@@ -51,10 +51,7 @@ else
   : "${SGLANG_ATTENTION_BACKEND=triton}"
   # SGLANG_EXTRA_ARGS (configs/run/kbench_multiturn.sh, empty by default) adds more SGLang server
   # flags as slime-prefixed words, e.g. "--sglang-sampling-backend pytorch --sglang-disable-cuda-graph"
-  # as tests/gpu/test_sglang_serve_gpu.py serves. Here: decode CUDA graphs up to batch 16 only (a
-  # step's episodes run at most runner.concurrency=8 at once); SGLang's default list up to 160+
-  # took 81 s of the engine's start on an H100 (docs/GPU_TESTS.md).
-  : "${SGLANG_EXTRA_ARGS=--sglang-cuda-graph-max-bs 16}"
+  # as tests/gpu/test_sglang_serve_gpu.py serves.
 fi
 
 # --- a few small steps -----------------------------------------------------------------------
