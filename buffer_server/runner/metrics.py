@@ -96,6 +96,7 @@ class RunnerCounters:
     groups_scheduled: int = 0
     groups_written: int = 0
     groups_short: int = 0  # written with fewer episodes than group_size (given-up samples)
+    groups_discarded: int = 0  # unfinished at an on-policy stop (max_staleness 0): not written
     records_written: int = 0
     records_duplicate: int = 0
     write_errors: int = 0

@@ -210,7 +210,7 @@ def test_aborted_episodes_are_retried_never_written_and_given_up(tmp_path: Path,
     assert ep["retried"] == 2 + 2 * 2 + 1
     assert stats["aborts_by_reason"] == {"eval_unavailable": 5, "generate_error": 2, "error": 1}
     assert stats["last_error"] is None and stats["records"]["lost"] == 0
-    assert stats["groups"] == {"scheduled": 3, "written": 3, "short": 1, "in_flight": 0}
+    assert stats["groups"] == {"scheduled": 3, "written": 3, "short": 1, "discarded": 0, "in_flight": 0}
     assert script.calls[("p0", 1)] == 3
     written = store.uids_with_prefix("t:")
     assert "t:e0:s1:p0" not in written and len(written) == 5
@@ -282,6 +282,51 @@ def test_stop_lets_in_flight_episodes_finish_and_start_resumes(tmp_path: Path, s
     runner.stop()  # idempotent
     stats, _ = run_to_end(runner, store)
     assert len(store.uids_with_prefix("t:")) == 12 and stats["records"]["written"] == 12
+
+
+class HoldSample1:
+    """Episodes of sample 0 finish at once; sample 1's wait until `release` is set (a slow episode)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls: dict[int, int] = {0: 0, 1: 0}
+
+    async def __call__(self, problem: PromptRecord, *, request_headers: dict[str, str], **_: Any) -> Episode:
+        sample = int(request_headers["X-SMG-Routing-Key"].split(":")[2][1:])
+        self.calls[sample] += 1
+        while sample == 1 and not self.release.is_set():
+            await asyncio.sleep(0.01)
+        return make_episode([0.1, 0.3])
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_an_on_policy_stop_cancels_at_once_and_writes_no_unfinished_group(
+    tmp_path: Path, max_staleness: int
+) -> None:
+    """max_staleness 0: what a stop would drain is dropped at the next policy version anyway, so
+    the stop cancels and the unfinished group writes nothing, not even its finished sample (which
+    runs again, with the group, at the next start). Otherwise the group is written short, as before."""
+    rules = GroupRules(group_size=2, drop_zero_variance=False, max_staleness=max_staleness)
+    with BufferStore(tmp_path / "buffer.sqlite", rules) as store:
+        script = HoldSample1()
+        runner = make_runner(tmp_path, store, script, n_prompts=1, concurrency=2, stop_timeout_s=0.2)
+        assert runner.start()
+        wait_for(lambda: runner.stats()["episodes"]["completed"] == 1 and script.calls[1] == 1)
+        runner.stop()
+        stats = runner.stats()
+        assert stats["episodes"]["cancelled"] == 1
+        written = store.uids_with_prefix("t:")
+        if max_staleness == 0:
+            assert not written and stats["groups"]["discarded"] == 1 and stats["groups"]["written"] == 0
+        else:
+            assert written == {"t:e0:s0:p0"} and stats["groups"]["short"] == 1
+        script.release.set()
+        stats, consumed = run_to_end(runner, store)
+        uids = sorted(r["uid"] for r in consumed)
+        if max_staleness == 0:  # the whole group, sample 0 run again
+            assert uids == ["t:e0:s0:p0", "t:e0:s1:p0"] and script.calls == {0: 2, 1: 2}
+        else:  # the given-up sample 1 forms its own small group at the next start
+            assert "t:e0:s1:p0" in uids and script.calls[0] == 1
 
 
 def test_curriculum_state_is_reported_and_persisted(tmp_path: Path, store: BufferStore) -> None:
