@@ -114,7 +114,11 @@ RUN_CURVES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
     "grad_norm": ("gradient norm", "norm", [("grad norm", "train/grad_norm")]),
     "evals_per_min": ("eval server", "evaluations / min", [("evaluations/min", "eval/per_min")]),
     "step_time": ("step time", "seconds", [("step", "perf/step_time"), ("train", "perf/train_time"),
-                                           ("rollout", "perf/rollout_time")]),
+                                           ("rollout", "perf/rollout_time"),
+                                           ("weight update", "perf/update_weights_time")]),
+    "episode_time": ("episode time (mean)", "seconds", [("episode", "rollout/kernel/episode_s/mean"),
+                                                      ("generate", "rollout/kernel/episode_generate_s/mean"),
+                                                      ("evaluate", "rollout/kernel/episode_eval_s/mean")]),
 }  # fmt: skip
 
 

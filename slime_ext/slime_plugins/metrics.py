@@ -10,6 +10,9 @@ are counted once); aborted trajectories are only counted in `aborted_rate`:
 - `mean_turns`, `early_stop_rate`, `mean_return`: the mean reward of each trajectory's first
   sample (R under trajectory credit, G_0 under per_turn: both are sum_t gamma^t r_t);
 - `eval_latency_s/{mean,p50,max}` over evaluated turns (the eval server's `elapsed_s`);
+- `episode_s/mean`, `episode_generate_s/mean`, `episode_eval_s/mean`: where an episode's wall time
+  went (generation vs evaluation; episodes run concurrently, so these do not add up to the step's
+  rollout time), over trajectories whose writer recorded it;
 - `speedup_correct/mean` over correct, timed turns; `own_share_correct/mean` over correct, profiled
   turns (GPU: the share of the forward's GPU time in the candidate's own kernels, which the
   recipe's `reward.profile_scale` / `reward.prs_min_share` read);
@@ -108,6 +111,15 @@ def kernel_metrics(samples: Sequence[Any], prefix: str = "rollout/kernel/") -> d
         out["eval_latency_s/mean"] = sum(latencies) / len(latencies)
         out["eval_latency_s/p50"] = float(percentile(latencies, 0.5))
         out["eval_latency_s/max"] = max(latencies)
+    timings = [m["timing"] for m, _ in trajectories if m.get("timing")]
+    for key, name in (
+        ("total_s", "episode_s"),
+        ("generate_s", "episode_generate_s"),
+        ("eval_s", "episode_eval_s"),
+    ):
+        values = [t[key] for t in timings if key in t]
+        if values:
+            out[f"{name}/mean"] = sum(values) / len(values)
     speedups = [t["speedup"] for t in all_turns if t["correct"] and t["speedup"] is not None]
     if speedups:
         out["speedup_correct/mean"] = sum(speedups) / len(speedups)

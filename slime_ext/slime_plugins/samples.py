@@ -214,6 +214,7 @@ def _record_metadata(
             "turns": turns,
             "status": status,
             "early_stopped": bool(meta.get("early_stopped", False)),
+            "timing": _timing(meta.get("timing")),
             "policy_version": record.policy_version,
             "uid": record.uid,
         }
@@ -284,6 +285,13 @@ def group_to_samples(
     return out, index
 
 
+def _timing(value: Any) -> dict[str, float] | None:
+    """The episode's seconds (`total_s`, `generate_s`, `eval_s`) where its writer recorded them."""
+    if not isinstance(value, Mapping):
+        return None
+    return {k: float(v) for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def _episode_metadata(ep: Episode, base: Mapping[str, Any], turn: int | None) -> dict[str, Any]:
     turns = [turn_summary(t.eval_result, t.reward, t.role) for t in ep.turns]
     return {
@@ -294,6 +302,7 @@ def _episode_metadata(ep: Episode, base: Mapping[str, Any], turn: int | None) ->
             "status": ep.status,
             "abort_reason": ep.abort_reason,
             "early_stopped": ep.early_stopped,
+            "timing": _timing(ep.timing),
         }
     }
 

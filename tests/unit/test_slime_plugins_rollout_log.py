@@ -91,6 +91,23 @@ def test_own_share_of_correct_profiled_turns() -> None:
     assert "rollout/kernel/own_share_correct/mean" not in kernel_metrics(trajectory_samples())
 
 
+def test_episode_time_split_from_the_records_timing() -> None:
+    """The runner's records carry metadata.timing: the metrics average it over trajectories that have it."""
+    recs = [
+        rec("a", 1, [result("ok")], [0.3], metadata={"level": 1, "timing": {"total_s": 10.0, "generate_s": 4.0,
+                                                                          "eval_s": 6.0}}),
+        rec("b", 1, [result("ok")], [0.3], metadata={"level": 1, "timing": {"total_s": 6.0, "generate_s": 2.0,
+                                                                          "eval_s": 4.0}}),
+        rec("c", 1, [result("ok")], [0.3]),  # no timing recorded: not counted
+    ]  # fmt: skip
+    samples, _ = group_to_samples(recs, credit="trajectory", group_index=0, first_index=0)
+    m = kernel_metrics(samples)
+    k = "rollout/kernel/"
+    assert m[k + "episode_s/mean"] == pytest.approx(8.0)
+    assert m[k + "episode_generate_s/mean"] == pytest.approx(3.0) and m[k + "episode_eval_s/mean"] == 5.0
+    assert k + "episode_s/mean" not in kernel_metrics(trajectory_samples())
+
+
 def test_per_turn_siblings_count_once() -> None:
     def turn(uid: str, k: int, res: dict, reward: float) -> object:
         return rec(uid, 1, [res], [reward], sample_index=k, metadata={"level": 1, TRAJECTORY_KEY: "e1"})
