@@ -151,6 +151,10 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
         "turn1_correct_rate": [rollouts[i].get("rollout/kernel/turn1/correct_rate") for i in range(STEPS)],
         "eval_latency_p50_s": [rollouts[i].get("rollout/kernel/eval_latency_s/p50") for i in range(STEPS)],
         "rollout_s": [rollouts[i].get("perf/rollout_time") for i in range(STEPS)],
+        "episode_generate_s": [
+            rollouts[i].get("rollout/kernel/episode_generate_s/mean") for i in range(STEPS)
+        ],
+        "episode_eval_s": [rollouts[i].get("rollout/kernel/episode_eval_s/mean") for i in range(STEPS)],
         "train_s": [perf.get(i, {}).get("perf/train_time") for i in range(STEPS)],
         "update_weights_s": [perf.get(i, {}).get("perf/update_weights_time") for i in range(STEPS)],
         "step_s": [perf.get(i, {}).get("perf/step_time") for i in range(STEPS)],
