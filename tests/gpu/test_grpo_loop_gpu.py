@@ -24,7 +24,8 @@ step's, or at least 0.9. KRL_GPU_ARTIFACTS=DIR keeps the logs, the plots and a J
 Settings: KRL_GRPO_STEPS (default 12), KRL_GRPO_LR (1e-4), KRL_GRPO_SAMPLES (8 per prompt).
 
 A third test runs the learning-signal options of issue 29 together (TRLOO, PR, PRS, MRS) for
-three steps and checks that each one's metrics are logged.
+three steps and checks that each one's metrics are logged; a fourth, on 2 GPUs only, runs the
+2-GPU form (trainer on GPU 0, SGLang and the eval server on GPU 1, no --colocate).
 """
 
 from __future__ import annotations
@@ -175,6 +176,47 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
     _, log2, _ = _launch(resumed_env, "grpo-resume")
     resumed = _dicts(STEP_RE, log2[len(log) :] if log2.startswith(log) else log2)
     assert sorted(resumed) == [STEPS], f"steps of the resumed run: {sorted(resumed)}"
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 1800)
+def test_two_gpu_form_trainer_on_one_sglang_and_eval_on_the_other(tmp_path: Path) -> None:
+    """Issue 28 item 4's 2-GPU form: Megatron on GPU 0; SGLang and the eval server on GPU 1 (no
+    --colocate: the agent runner is never paused, slime pushes the weights over NCCL after every
+    step). Three steps; every step trains on rollouts of the weights it just pushed."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs (nvidia-h100-x2)")
+    env = dict(
+        _setup(tmp_path),
+        COLOCATE="0",
+        TRAIN_GPUS="1",
+        ROLLOUT_GPUS="1",
+        EVAL_GPUS="0",
+        EVAL_DEVICES="1",
+        SGLANG_MEM_FRACTION="0.6",
+        NUM_ROLLOUT="3",
+        RUN_NAME="two-gpu",
+        TMUX_SESSION="krl-gpu-two-gpu",
+    )
+    _, log, _ = _launch(env, "two-gpu")
+    steps = _dicts(STEP_RE, log)
+    rollouts = _dicts(ROLLOUT_RE, log)
+    assert sorted(steps) == [0, 1, 2] and sorted(rollouts) == [0, 1, 2], (sorted(steps), sorted(rollouts))
+    diffs = [steps[i]["train/train_rollout_logprob_abs_diff"] for i in range(3)]
+    assert max(diffs) <= LOGPROB_TOL, diffs
+    perf = _dicts(TRAIN_PERF_RE, log)
+    print(
+        "two-gpu:",
+        json.dumps(
+            {
+                "correct_rate": [rollouts[i].get("rollout/kernel/correct_rate") for i in range(3)],
+                "logprob_abs_diff": diffs,
+                "step_s": [perf.get(i, {}).get("perf/step_time") for i in range(3)],
+                "update_weights_s": [perf.get(i, {}).get("perf/update_weights_time") for i in range(3)],
+            }
+        ),
+    )
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 1800)
