@@ -11,6 +11,7 @@ Run: `python -m pytest -m gpu tests/gpu/test_sft_lora_gpu.py -s`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.gpu.launched import sglang_server
+from tests.gpu.sglang_checks import MAX_TOL, MEAN_TOL, served_vs_forward
 
 pytestmark = pytest.mark.gpu
 
@@ -79,6 +83,17 @@ def test_lora_on_the_tiny_model_learns_the_warm_start(tmp_path: Path) -> None:
     # that it learns, on the training and the held-out loss, not that it converges
     assert rec["last_loss"] < 0.8 * rec["first_loss"], rec
     assert len(rec["eval_losses"]) >= 2 and rec["eval_losses"][-1] < rec["eval_losses"][0], rec
+
+    # the merged checkpoint is what SGLang serves as is (issue 26): its /generate log-probs match a
+    # transformers forward of the same directory
+    if importlib.util.find_spec("sglang") is None:
+        return
+    merged = tmp_path / "lora" / "merged"
+    with sglang_server(merged, tmp_path / "sglang.log", keep_log_as="sglang_lora_merged.log") as url:
+        served = served_vs_forward(url, merged)
+    print("SGLang serving the merged LoRA model:", json.dumps(served))
+    assert served["generated"]["mean"] <= MEAN_TOL and served["generated"]["max"] <= MAX_TOL, served
+    assert served["prompt"]["mean"] <= MEAN_TOL and served["prompt"]["max"] <= MAX_TOL, served
 
 
 def test_qlora_on_a_small_real_architecture(tmp_path: Path) -> None:
