@@ -21,6 +21,7 @@ Real modules are imported once per process and kept aside between uses.
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -145,6 +146,9 @@ def _installed(name: str) -> bool:
 def _stand_in(name: str, names: dict[str, Any]) -> types.ModuleType:
     module = _StandInModule(name, f"TEST DOUBLE of {name} (tests/real_slime.py): not the real package")
     module.__path__ = []  # a package, so that submodule stand-ins import
+    # a spec without a loader: importlib.util.find_spec answers (accelerate probes wandb that way,
+    # then finds no distribution metadata and treats it as absent) instead of raising
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
     for attr, kind in names.items():
         if kind == "class":
             value: Any = _NotExercised(attr, (), {"__module__": name})

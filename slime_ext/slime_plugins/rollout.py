@@ -11,8 +11,10 @@ the RolloutManager actor). For training it:
 2. on first use, starts the buffer's agent runner (`POST /rollout/start`, idempotent); when slime
    offloads the engines between steps (`--colocate`, `--offload-rollout`; or
    `kernel_rl.plugins.pause_runner: true`), it starts the runner at every step and stops it
-   (`POST /rollout/stop`: episodes in flight finish) before returning, so that no request reaches
-   an engine whose memory slime has released for training;
+   (`POST /rollout/stop`: episodes in flight finish, or are cancelled when the buffer is
+   on-policy) and then has slime abort what is left on its engines until they are idle (slime's
+   own `abort_servers_until_idle`) before returning, so that no request reaches an engine whose
+   memory slime releases for training (SGLang asserts an idle server there);
 3. leases groups (`POST /batches`, long-poll) until it holds `--rollout-batch-size` groups and
    at least `--global-batch-size` trajectories (slime counts rollouts, not samples, per step and
    asserts at least one step; timed-out buffer groups may be smaller than n),
@@ -49,7 +51,12 @@ from slime_ext.slime_plugins.config import PluginConfig, episode_config, plugin_
 from slime_ext.slime_plugins.resources import get_resources, run_problem
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples, group_to_samples
-from slime_ext.slime_plugins.slime_api import eval_output, sample_class, train_output
+from slime_ext.slime_plugins.slime_api import (
+    abort_engines_until_idle,
+    eval_output,
+    sample_class,
+    train_output,
+)
 from slime_ext.trajectory.codec import decode
 from slime_ext.trajectory.record import TrajectoryRecord
 
@@ -142,6 +149,10 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
             if pause:
                 st.client.stop_runner()
                 st.runner_started = False
+                # an on-policy stop cancels episodes mid-generation (buffer_server/runner): their
+                # requests must be gone before slime releases the engines' memory
+                if getattr(args, "sglang_router_ip", None) and not getattr(args, "debug_train_only", False):
+                    abort_engines_until_idle(args)
 
 
 def runner_pauses(args: Any, cfg: PluginConfig) -> bool:

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["eval_output", "log_metrics", "rollout_step", "sample_class", "train_output"]
+__all__ = [
+    "abort_engines_until_idle",
+    "eval_output",
+    "log_metrics",
+    "rollout_step",
+    "sample_class",
+    "train_output",
+]
 
 
 def sample_class() -> Any:
@@ -42,3 +49,19 @@ def log_metrics(args: Any, metrics: dict[str, Any], step_key: str) -> None:
     from slime.observability import logging_utils
 
     logging_utils.log(args, metrics, step_key=step_key)
+
+
+def abort_engines_until_idle(args: Any) -> None:
+    """What slime does after its own rollouts (`sglang_rollout.abort`): `/abort_request` with
+    `abort_all` to every SGLang worker behind its router, until their loads report no request
+    (`server_control.abort_servers_until_idle`). slime offloads colocated engines next, and SGLang's
+    `release_memory_occupation` asserts an idle server."""
+    from slime.backends.sglang_utils.server_control import abort_servers_until_idle
+    from slime.utils.async_utils import run
+    from slime.utils.http_utils import get
+
+    async def abort() -> None:
+        workers = await get(f"http://{args.sglang_router_ip}:{args.sglang_router_port}/workers")
+        await abort_servers_until_idle([w["url"] for w in workers["workers"]])
+
+    run(abort())

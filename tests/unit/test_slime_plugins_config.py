@@ -200,14 +200,17 @@ def test_runner_stops_between_steps_when_slime_offloads_the_engines(
     state = rollout._BufferState(client)  # type: ignore[arg-type]
     monkeypatch.setattr(rollout, "_state", lambda cfg: state)
     monkeypatch.setattr(rollout, "_collect", lambda *a: f"groups of version {a[-1]}")
+    # slime's own abort-until-idle of its engines (slime_api): recorded, its HTTP is slime's
+    monkeypatch.setattr(rollout, "abort_engines_until_idle", lambda args: client.calls.append("abort"))
     plugins = {"buffer_url": client.url} | ({} if setting is None else {"pause_runner": setting})
     args = SimpleNamespace(
-        rollout_batch_size=1, n_samples_per_prompt=2, kernel_rl={"plugins": plugins}, **slime_args
-    )
+        rollout_batch_size=1, n_samples_per_prompt=2, kernel_rl={"plugins": plugins},
+        sglang_router_ip="127.0.0.1", sglang_router_port=30000, **slime_args,
+    )  # fmt: skip
     assert rollout.runner_pauses(args, rollout.plugin_config(args)) is pauses
     for rid in (0, 1):
         assert rollout.generate_rollout(args, rid, None) == f"groups of version {rid}"
     if pauses:
-        assert client.calls == ["version 0", "start", "stop", "version 1", "start", "stop"]
+        assert client.calls == ["version 0", "start", "stop", "abort", "version 1", "start", "stop", "abort"]
     else:
         assert client.calls == ["version 0", "start", "version 1"]

@@ -1,0 +1,98 @@
+"""Our call of slime's REAL abort-until-idle (slime_api.abort_engines_until_idle, which the buffer-mode
+rollout function makes after stopping the runner, before slime offloads colocated engines) against
+a labelled TEST DOUBLE of the SGLang router's `GET /workers` and of SGLang's `POST /abort_request`
+and `GET /v1/loads?include=core`, in the shapes slime's `server_control` reads. The double's
+requests leave only when aborted, one abort at a time: the call returns once slime saw the worker
+idle. slime's source from tests/real_slime.py (skipped without it)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+
+import pytest
+
+from tests.real_slime import real_slime
+
+pytestmark = pytest.mark.integration
+
+
+class _Engines:
+    """TEST DOUBLE (not SGLang, not its router): one worker with `running` requests; each
+    `abort_all` removes at most two of them (a request mid-step outlives one abort)."""
+
+    def __init__(self, running: int) -> None:
+        self.running = running
+        self.aborts: list[dict] = []
+        self.lock = threading.Lock()
+
+
+def _server(engines: _Engines) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def _reply(self, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            host, port = self.server.server_address[:2]
+            if self.path == "/workers":
+                self._reply({"workers": [{"url": f"http://{host}:{port}"}]})
+            elif self.path == "/v1/loads?include=core":
+                with engines.lock:
+                    self._reply({"loads": [{"num_reqs": engines.running}]})
+            else:
+                self.send_error(404)
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path != "/abort_request":
+                self.send_error(404)
+                return
+            with engines.lock:
+                engines.aborts.append(body)
+                if body.get("abort_all"):
+                    engines.running = max(0, engines.running - 2)
+            self._reply({})
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+
+@pytest.fixture(scope="module")
+def slime() -> Iterator[None]:
+    with real_slime():
+        from slime.utils import http_utils
+
+        http_utils.init_http_client(
+            SimpleNamespace(rollout_num_gpus=1, rollout_num_gpus_per_engine=1, sglang_server_concurrency=4,
+                            use_distributed_post=False)
+        )  # fmt: skip
+        yield
+
+
+@pytest.mark.parametrize("running", [0, 3])
+def test_engines_are_aborted_until_idle(slime: None, running: int) -> None:
+    from slime_ext.slime_plugins.slime_api import abort_engines_until_idle
+
+    engines = _Engines(running)
+    server = _server(engines)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        host, port = server.server_address[:2]
+        abort_engines_until_idle(SimpleNamespace(sglang_router_ip=host, sglang_router_port=port))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert engines.running == 0
+    # idle at once: one abort; 3 requests: aborted, 1 left (slime waits and retries), aborted again
+    assert engines.aborts == [{"abort_all": True}] * (1 if running == 0 else 2)
