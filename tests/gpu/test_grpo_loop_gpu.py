@@ -25,7 +25,9 @@ Settings: KRL_GRPO_STEPS (default 12), KRL_GRPO_LR (1e-4), KRL_GRPO_SAMPLES (8 p
 
 A third test runs the learning-signal options of issue 29 together (TRLOO, PR, PRS, MRS) for
 three steps and checks that each one's metrics are logged; a fourth, on 2 GPUs only, runs the
-2-GPU form (trainer on GPU 0, SGLang and the eval server on GPU 1, no --colocate).
+2-GPU form (trainer on GPU 0, SGLang and the eval server on GPU 1, no --colocate); a fifth, on 4
+GPUs only, the default split scaled down (issue 27: TP=2 training, one engine, one eval GPU),
+resumed, and with train_async.py.
 """
 
 from __future__ import annotations
@@ -219,6 +221,65 @@ def test_two_gpu_form_trainer_on_one_sglang_and_eval_on_the_other(tmp_path: Path
             }
         ),
     )
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S * 3 + 1800)
+def test_four_gpu_split_resume_and_overlapped_rollout(tmp_path: Path) -> None:
+    """Issue 27 scaled to the 4-GPU kinds (the 8-GPU ones are withheld): Megatron at TP=2 with
+    sequence parallelism on GPUs 0-1, one SGLang engine on GPU 2, the eval server on GPU 3 (no
+    --colocate). Three steps of train.py, on-policy at every step; the same run resumed for one
+    more; then train_async.py (the next rollout generated while a step trains: one policy version
+    behind, so its log-prob difference is not held to the on-policy bound) for three steps."""
+    import torch
+
+    if torch.cuda.device_count() < 4:
+        pytest.skip("needs 4 GPUs (nvidia-h100-x4)")
+    env = dict(
+        _setup(tmp_path),
+        COLOCATE="0",
+        TRAIN_GPUS="2",
+        TP="2",
+        ROLLOUT_GPUS="1",
+        EVAL_GPUS="0",
+        EVAL_DEVICES="3",
+        SGLANG_MEM_FRACTION="0.7",
+        NUM_ROLLOUT="3",
+        RUN_NAME="four-gpu",
+        TMUX_SESSION="krl-gpu-four",
+    )
+    _, log, _ = _launch(env, "four-gpu")
+    steps, rollouts, perf = _dicts(STEP_RE, log), _dicts(ROLLOUT_RE, log), _dicts(TRAIN_PERF_RE, log)
+    assert sorted(steps) == [0, 1, 2] and sorted(rollouts) == [0, 1, 2], (sorted(steps), sorted(rollouts))
+    diffs = [steps[i]["train/train_rollout_logprob_abs_diff"] for i in range(3)]
+    assert max(diffs) <= LOGPROB_TOL, diffs
+    _, log2, _ = _launch(dict(env, NUM_ROLLOUT="4"), "four-gpu-resume")
+    resumed = _dicts(STEP_RE, log2[len(log) :] if log2.startswith(log) else log2)
+    assert sorted(resumed) == [3], f"steps of the resumed run: {sorted(resumed)}"
+    _, log3, _ = _launch(dict(env, TRAIN_ENTRY="train_async.py", RUN_NAME="four-gpu-async"), "four-gpu-async")
+    async_steps, async_perf = _dicts(STEP_RE, log3), _dicts(TRAIN_PERF_RE, log3)
+    assert sorted(async_steps) == [0, 1, 2], sorted(async_steps)
+
+    def split(rows: dict[int, dict[str, Any]], rolls: dict[int, dict[str, Any]] | None = None) -> list[dict]:
+        keys = ("perf/step_time", "perf/train_time", "perf/update_weights_time", "perf/rollout_time")
+        out = [{k.split("/")[1]: r.get(k) for k in keys} for _, r in sorted(rows.items())]
+        for i, r in enumerate(out):
+            roll = (rolls or {}).get(i, {})
+            r["generate_s"] = roll.get("rollout/kernel/episode_generate_s/mean")
+            r["eval_s"] = roll.get("rollout/kernel/episode_eval_s/mean")
+        return out
+
+    summary = {
+        "correct_rate": [rollouts[i].get("rollout/kernel/correct_rate") for i in range(3)],
+        "logprob_abs_diff": diffs,
+        "train_py": split(perf, rollouts),
+        "train_async_py": split(async_perf, _dicts(ROLLOUT_RE, log3)),
+        "async_logprob_abs_diff": [
+            m.get("train/train_rollout_logprob_abs_diff") for _, m in sorted(async_steps.items())
+        ],
+    }
+    print("four-gpu:", json.dumps(summary))
+    if (art := artifacts()) is not None:
+        (art / "summary-four-gpu.json").write_text(json.dumps(summary, indent=1, default=str))
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 1800)
