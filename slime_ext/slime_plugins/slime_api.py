@@ -51,17 +51,30 @@ def log_metrics(args: Any, metrics: dict[str, Any], step_key: str) -> None:
     logging_utils.log(args, metrics, step_key=step_key)
 
 
-def abort_engines_until_idle(args: Any) -> None:
+def abort_engines_until_idle(args: Any, timeout_s: float = 120.0) -> None:
     """What slime does after its own rollouts (`sglang_rollout.abort`): `/abort_request` with
     `abort_all` to every SGLang worker behind its router, until their loads report no request
     (`server_control.abort_servers_until_idle`). slime offloads colocated engines next, and SGLang's
-    `release_memory_occupation` asserts an idle server."""
+    `release_memory_occupation` asserts an idle server. slime's loop retries without end; past
+    `timeout_s` this raises instead (a step that fails says why; a hung one does not)."""
+    import asyncio
+
     from slime.backends.sglang_utils.server_control import abort_servers_until_idle
     from slime.utils.async_utils import run
     from slime.utils.http_utils import get
 
-    async def abort() -> None:
-        workers = await get(f"http://{args.sglang_router_ip}:{args.sglang_router_port}/workers")
-        await abort_servers_until_idle([w["url"] for w in workers["workers"]])
+    router = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    urls: list[str] = []
 
-    run(abort())
+    async def abort() -> None:
+        workers = await get(f"{router}/workers")
+        urls.extend(w["url"] for w in workers["workers"])
+        await asyncio.wait_for(abort_servers_until_idle(urls), timeout_s)
+
+    try:
+        run(abort())
+    except TimeoutError:
+        raise RuntimeError(
+            f"SGLang workers {urls} behind {router} still had requests {timeout_s:g} s after "
+            "/abort_request: slime cannot release their memory for training"
+        ) from None

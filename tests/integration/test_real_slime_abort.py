@@ -96,3 +96,22 @@ def test_engines_are_aborted_until_idle(slime: None, running: int) -> None:
     assert engines.running == 0
     # idle at once: one abort; 3 requests: aborted, 1 left (slime waits and retries), aborted again
     assert engines.aborts == [{"abort_all": True}] * (1 if running == 0 else 2)
+
+
+def test_engines_that_stay_busy_fail_the_step_with_the_reason(slime: None) -> None:
+    """slime's own loop would retry without end; ours gives up after its timeout and says why."""
+    from slime_ext.slime_plugins.slime_api import abort_engines_until_idle
+
+    engines = _Engines(10**6)  # never idle within the bound
+    server = _server(engines)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host, port = server.server_address[:2]
+        with pytest.raises(RuntimeError, match=r"still had requests 0\.5 s after /abort_request"):
+            abort_engines_until_idle(
+                SimpleNamespace(sglang_router_ip=host, sglang_router_port=port), timeout_s=0.5
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert engines.aborts  # it did abort, at least once
