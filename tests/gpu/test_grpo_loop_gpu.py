@@ -38,7 +38,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -124,26 +124,79 @@ def _launch(env: dict[str, str], label: str) -> tuple[Path, str, float]:
     return run_launcher("run_kbench_multiturn.sh", env, label, RUN_TIMEOUT_S, plots=True)
 
 
+class Run(NamedTuple):
+    """One launch: slime's log, its lines by step (train metrics, rollout metrics, step times)."""
+
+    log: str
+    steps: dict[int, dict[str, Any]]
+    rollouts: dict[int, dict[str, Any]]
+    perf: dict[int, dict[str, Any]]
+    wall: float
+
+
+def _train(env: dict[str, str], label: str) -> Run:
+    _, log, wall = _launch(env, label)
+    return Run(log, _dicts(STEP_RE, log), _dicts(ROLLOUT_RE, log), _dicts(TRAIN_PERF_RE, log), wall)
+
+
+def _assert_steps(run: Run, n: int) -> None:
+    """Steps 0..n-1 trained, each with its rollout."""
+    assert sorted(run.steps) == list(range(n)) and sorted(run.rollouts) == list(range(n)), (
+        sorted(run.steps),
+        sorted(run.rollouts),
+    )
+
+
+def _logprob_diffs(run: Run) -> list[float]:
+    """slime's vs SGLang's log-probs of the rollout tokens, per step."""
+    return [m["train/train_rollout_logprob_abs_diff"] for _, m in sorted(run.steps.items())]
+
+
+def _step_times(run: Run) -> dict[str, list[Any]]:
+    """Per step, where the time went: slime's step/train/weight-update times, the rollout's, and
+    the episodes' mean generation and evaluation (rollout metrics)."""
+    n = len(run.steps)
+    perf = {
+        "step_s": "perf/step_time",
+        "train_s": "perf/train_time",
+        "update_weights_s": "perf/update_weights_time",
+    }
+    rollout = {"rollout_s": "perf/rollout_time", "episode_generate_s": "rollout/kernel/episode_generate_s/mean",
+               "episode_eval_s": "rollout/kernel/episode_eval_s/mean"}  # fmt: skip
+    out = {name: [run.perf.get(i, {}).get(key) for i in range(n)] for name, key in perf.items()}
+    out.update({name: [run.rollouts.get(i, {}).get(key) for i in range(n)] for name, key in rollout.items()})
+    return out
+
+
+def _resumed_steps(env: dict[str, str], first: Run, num_rollout: int, label: str) -> list[int]:
+    """The same RUN_NAME launched again for `num_rollout` rollouts: the steps it trained (slime's
+    log continues the first run's)."""
+    log = _launch(dict(env, NUM_ROLLOUT=str(num_rollout)), label)[1]
+    return sorted(_dicts(STEP_RE, log[len(first.log) :] if log.startswith(first.log) else log))
+
+
+def _needs_gpus(n: int, kind: str) -> None:
+    import torch
+
+    if torch.cuda.device_count() < n:
+        pytest.skip(f"needs {n} GPUs ({kind})")
+
+
 @pytest.mark.timeout(RUN_TIMEOUT_S * 2 + 1800)
 def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
     env = _setup(tmp_path)
-    _, log, wall = _launch(env, "grpo")
-    steps = _dicts(STEP_RE, log)
-    rollouts = _dicts(ROLLOUT_RE, log)
-    perf = _dicts(TRAIN_PERF_RE, log)
-    assert sorted(steps) == list(range(STEPS)) and sorted(rollouts) == list(range(STEPS)), (
-        sorted(steps),
-        sorted(rollouts),
-    )
+    run = _train(env, "grpo")
+    _assert_steps(run, STEPS)
+    steps, rollouts = run.steps, run.rollouts
     correct = [rollouts[i]["rollout/kernel/correct_rate"] for i in range(STEPS)]
-    diffs = [steps[i]["train/train_rollout_logprob_abs_diff"] for i in range(STEPS)]
+    diffs = _logprob_diffs(run)
     moved = [
         max(steps[i].get("train/ppo_kl", 0.0) or 0.0, steps[i].get("train/kl_loss", 0.0) or 0.0)
         for i in range(STEPS)
     ]
     summary: dict[str, Any] = {
         "steps": STEPS,
-        "wall_s": round(wall, 1),
+        "wall_s": round(run.wall, 1),
         "correct_rate": correct,
         "logprob_abs_diff": diffs,
         "kl": moved,
@@ -153,14 +206,7 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
         "turn0_correct_rate": [rollouts[i].get("rollout/kernel/turn0/correct_rate") for i in range(STEPS)],
         "turn1_correct_rate": [rollouts[i].get("rollout/kernel/turn1/correct_rate") for i in range(STEPS)],
         "eval_latency_p50_s": [rollouts[i].get("rollout/kernel/eval_latency_s/p50") for i in range(STEPS)],
-        "rollout_s": [rollouts[i].get("perf/rollout_time") for i in range(STEPS)],
-        "episode_generate_s": [
-            rollouts[i].get("rollout/kernel/episode_generate_s/mean") for i in range(STEPS)
-        ],
-        "episode_eval_s": [rollouts[i].get("rollout/kernel/episode_eval_s/mean") for i in range(STEPS)],
-        "train_s": [perf.get(i, {}).get("perf/train_time") for i in range(STEPS)],
-        "update_weights_s": [perf.get(i, {}).get("perf/update_weights_time") for i in range(STEPS)],
-        "step_s": [perf.get(i, {}).get("perf/step_time") for i in range(STEPS)],
+        **_step_times(run),
     }
     print("GRPO loop:", json.dumps(summary))
     if (art := artifacts()) is not None:
@@ -172,10 +218,8 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
     # resume as a user would: the same RUN_NAME, one step more; slime continues from the last
     # checkpoint (saved at the last step) and trains step STEPS only. Run before the climb is
     # judged, so one GPU run answers both.
-    resumed_env = dict(env, NUM_ROLLOUT=str(STEPS + 1))
-    _, log2, _ = _launch(resumed_env, "grpo-resume")
-    resumed = _dicts(STEP_RE, log2[len(log) :] if log2.startswith(log) else log2)
-    assert sorted(resumed) == [STEPS], f"steps of the resumed run: {sorted(resumed)}"
+    resumed = _resumed_steps(env, run, STEPS + 1, "grpo-resume")
+    assert resumed == [STEPS], f"steps of the resumed run: {resumed}"
 
     # means of three steps: one step's rate is 16 trajectories (+-0.2 from step to step on the H100)
     first, last = sum(correct[:3]) / 3, sum(correct[-3:]) / 3
@@ -187,10 +231,7 @@ def test_two_gpu_form_trainer_on_one_sglang_and_eval_on_the_other(tmp_path: Path
     """Issue 28 item 4's 2-GPU form: Megatron on GPU 0; SGLang and the eval server on GPU 1 (no
     --colocate: the agent runner is never paused, slime pushes the weights over NCCL after every
     step). Three steps; every step trains on rollouts of the weights it just pushed."""
-    import torch
-
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 GPUs (nvidia-h100-x2)")
+    _needs_gpus(2, "nvidia-h100-x2")
     env = dict(
         _setup(tmp_path),
         COLOCATE="0",
@@ -203,24 +244,12 @@ def test_two_gpu_form_trainer_on_one_sglang_and_eval_on_the_other(tmp_path: Path
         RUN_NAME="two-gpu",
         TMUX_SESSION="krl-gpu-two-gpu",
     )
-    _, log, _ = _launch(env, "two-gpu")
-    steps = _dicts(STEP_RE, log)
-    rollouts = _dicts(ROLLOUT_RE, log)
-    assert sorted(steps) == [0, 1, 2] and sorted(rollouts) == [0, 1, 2], (sorted(steps), sorted(rollouts))
-    diffs = [steps[i]["train/train_rollout_logprob_abs_diff"] for i in range(3)]
+    run = _train(env, "two-gpu")
+    _assert_steps(run, 3)
+    diffs = _logprob_diffs(run)
     assert max(diffs) <= LOGPROB_TOL, diffs
-    perf = _dicts(TRAIN_PERF_RE, log)
-    print(
-        "two-gpu:",
-        json.dumps(
-            {
-                "correct_rate": [rollouts[i].get("rollout/kernel/correct_rate") for i in range(3)],
-                "logprob_abs_diff": diffs,
-                "step_s": [perf.get(i, {}).get("perf/step_time") for i in range(3)],
-                "update_weights_s": [perf.get(i, {}).get("perf/update_weights_time") for i in range(3)],
-            }
-        ),
-    )
+    correct = [run.rollouts[i].get("rollout/kernel/correct_rate") for i in range(3)]
+    print("two-gpu:", json.dumps({"correct_rate": correct, "logprob_abs_diff": diffs, **_step_times(run)}))
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S * 3 + 1800)
@@ -230,10 +259,7 @@ def test_four_gpu_split_resume_and_overlapped_rollout(tmp_path: Path) -> None:
     --colocate). Three steps of train.py, on-policy at every step; the same run resumed for one
     more; then train_async.py (the next rollout generated while a step trains: one policy version
     behind, so its log-prob difference is not held to the on-policy bound) for three steps."""
-    import torch
-
-    if torch.cuda.device_count() < 4:
-        pytest.skip("needs 4 GPUs (nvidia-h100-x4)")
+    _needs_gpus(4, "nvidia-h100-x4")
     env = dict(
         _setup(tmp_path),
         COLOCATE="0",
@@ -247,35 +273,20 @@ def test_four_gpu_split_resume_and_overlapped_rollout(tmp_path: Path) -> None:
         RUN_NAME="four-gpu",
         TMUX_SESSION="krl-gpu-four",
     )
-    _, log, _ = _launch(env, "four-gpu")
-    steps, rollouts, perf = _dicts(STEP_RE, log), _dicts(ROLLOUT_RE, log), _dicts(TRAIN_PERF_RE, log)
-    assert sorted(steps) == [0, 1, 2] and sorted(rollouts) == [0, 1, 2], (sorted(steps), sorted(rollouts))
-    diffs = [steps[i]["train/train_rollout_logprob_abs_diff"] for i in range(3)]
+    run = _train(env, "four-gpu")
+    _assert_steps(run, 3)
+    diffs = _logprob_diffs(run)
     assert max(diffs) <= LOGPROB_TOL, diffs
-    _, log2, _ = _launch(dict(env, NUM_ROLLOUT="4"), "four-gpu-resume")
-    resumed = _dicts(STEP_RE, log2[len(log) :] if log2.startswith(log) else log2)
-    assert sorted(resumed) == [3], f"steps of the resumed run: {sorted(resumed)}"
-    _, log3, _ = _launch(dict(env, TRAIN_ENTRY="train_async.py", RUN_NAME="four-gpu-async"), "four-gpu-async")
-    async_steps, async_perf = _dicts(STEP_RE, log3), _dicts(TRAIN_PERF_RE, log3)
-    assert sorted(async_steps) == [0, 1, 2], sorted(async_steps)
-
-    def split(rows: dict[int, dict[str, Any]], rolls: dict[int, dict[str, Any]] | None = None) -> list[dict]:
-        keys = ("perf/step_time", "perf/train_time", "perf/update_weights_time", "perf/rollout_time")
-        out = [{k.split("/")[1]: r.get(k) for k in keys} for _, r in sorted(rows.items())]
-        for i, r in enumerate(out):
-            roll = (rolls or {}).get(i, {})
-            r["generate_s"] = roll.get("rollout/kernel/episode_generate_s/mean")
-            r["eval_s"] = roll.get("rollout/kernel/episode_eval_s/mean")
-        return out
-
+    resumed = _resumed_steps(env, run, 4, "four-gpu-resume")
+    assert resumed == [3], f"steps of the resumed run: {resumed}"
+    overlapped = _train(dict(env, TRAIN_ENTRY="train_async.py", RUN_NAME="four-gpu-async"), "four-gpu-async")
+    assert sorted(overlapped.steps) == [0, 1, 2], sorted(overlapped.steps)
     summary = {
-        "correct_rate": [rollouts[i].get("rollout/kernel/correct_rate") for i in range(3)],
+        "correct_rate": [run.rollouts[i].get("rollout/kernel/correct_rate") for i in range(3)],
         "logprob_abs_diff": diffs,
-        "train_py": split(perf, rollouts),
-        "train_async_py": split(async_perf, _dicts(ROLLOUT_RE, log3)),
-        "async_logprob_abs_diff": [
-            m.get("train/train_rollout_logprob_abs_diff") for _, m in sorted(async_steps.items())
-        ],
+        "train_py": _step_times(run),
+        "train_async_py": _step_times(overlapped),
+        "async_logprob_abs_diff": _logprob_diffs(overlapped),
     }
     print("four-gpu:", json.dumps(summary))
     if (art := artifacts()) is not None:
@@ -292,13 +303,12 @@ def test_in_slime_mode_trains_from_the_warm_start(tmp_path: Path) -> None:
         RUN_NAME="in-slime",
         TMUX_SESSION="krl-gpu-in-slime",
     )
-    _, log, _ = _launch(env, "in-slime")
-    steps = _dicts(STEP_RE, log)
-    rollouts = _dicts(ROLLOUT_RE, log)
-    assert sorted(steps) == [0, 1], sorted(steps)
-    assert all(m["train/train_rollout_logprob_abs_diff"] <= LOGPROB_TOL for m in steps.values()), steps
+    run = _train(env, "in-slime")
+    assert sorted(run.steps) == [0, 1], sorted(run.steps)
+    assert max(_logprob_diffs(run)) <= LOGPROB_TOL, run.steps
     print(
-        "in-slime:", json.dumps({i: rollouts.get(i, {}).get("rollout/kernel/correct_rate") for i in (0, 1)})
+        "in-slime:",
+        json.dumps({i: run.rollouts.get(i, {}).get("rollout/kernel/correct_rate") for i in (0, 1)}),
     )
 
 
@@ -317,16 +327,15 @@ def test_learning_signal_options_run_in_the_loop(tmp_path: Path) -> None:
         TMUX_SESSION="krl-gpu-signal",
         RECIPE_SET=env["RECIPE_SET"] + " episode.reward.profile_scale=true episode.reward.prs_min_share=0.5",
     )
-    _, log, _ = _launch(env, "signal")
-    steps = _dicts(STEP_RE, log)
-    rollouts = _dicts(ROLLOUT_RE, log)
-    assert sorted(steps) == [0, 1, 2] and sorted(rollouts) == [0, 1, 2], (sorted(steps), sorted(rollouts))
+    run = _train(env, "signal")
+    _assert_steps(run, 3)
+    steps, rollouts = run.steps, run.rollouts
     assert all("rollout/buffer/prs_dropped" in r for r in rollouts.values()), rollouts[0]
     shares = [r["rollout/kernel/own_share_correct/mean"] for r in rollouts.values()
               if "rollout/kernel/own_share_correct/mean" in r]  # fmt: skip
     assert shares and all(0 < s <= 1 for s in shares), "no correct kernel was profiled"
     assert all(any("mis_" in k for k in m) for m in steps.values()), sorted(steps[0])
-    assert all(m["train/train_rollout_logprob_abs_diff"] <= LOGPROB_TOL for m in steps.values()), steps
+    assert max(_logprob_diffs(run)) <= LOGPROB_TOL, steps
     keep = (
         "rollout/buffer/prs_dropped",
         "rollout/kernel/own_share_correct/mean",
