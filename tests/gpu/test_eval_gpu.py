@@ -132,12 +132,6 @@ def _eval(url: str, problem: str, candidate: str, **options) -> dict:
     return resp.json()
 
 
-@pytest.fixture(scope="module")
-def gpu_server(tmp_path_factory: pytest.TempPathFactory):
-    with running_server(tmp_path_factory.mktemp("gpu"), ["--devices", "0"]) as url:
-        yield url
-
-
 def test_samples_on_gpu_with_timing(gpu_server: str) -> None:
     wrong = []
     for case in samples.SAMPLE_CASES:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
 from eval_server import samples
-from eval_server.launch import running_server
+from tests.gpu.test_eval_gpu import _eval as eval_sample
 
 pytestmark = pytest.mark.gpu
 
@@ -38,19 +37,10 @@ GEMM_NAMES = ("gemm", "nvjet", "cutlass", "xmma", "matmul", "sm90", "sm80")
 
 
 def _eval(url: str, problem: str, candidate: str) -> dict:
-    body = {"reference": samples.load_problem(problem), "candidate": candidate}
-    resp = httpx.post(f"{url}/eval", json=body, timeout=600)
-    assert resp.status_code == 200, resp.text
-    res = resp.json()
+    res = eval_sample(url, problem, candidate)
     assert res["status"] == "ok", res["feedback"][:1500]
     print(problem, json.dumps(res["kernel_time"]))
     return res
-
-
-@pytest.fixture(scope="module")
-def gpu_server(tmp_path_factory: pytest.TempPathFactory):
-    with running_server(tmp_path_factory.mktemp("kt"), ["--devices", "0"]) as url:
-        yield url
 
 
 def test_own_share_and_the_reference_beside_it(gpu_server: str) -> None:
