@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
@@ -30,7 +31,10 @@ class _Engines:
         self.lock = threading.Lock()
 
 
-def _server(engines: _Engines) -> ThreadingHTTPServer:
+@contextmanager
+def _router(engines: _Engines) -> Iterator[SimpleNamespace]:
+    """The double served on loopback; yields slime's router arguments pointing at it."""
+
     class Handler(BaseHTTPRequestHandler):
         def _reply(self, body: dict) -> None:
             data = json.dumps(body).encode()
@@ -64,7 +68,14 @@ def _server(engines: _Engines) -> ThreadingHTTPServer:
         def log_message(self, *args: object) -> None:
             pass
 
-    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host, port = server.server_address[:2]
+        yield SimpleNamespace(sglang_router_ip=host, sglang_router_port=port)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +95,8 @@ def test_engines_are_aborted_until_idle(slime: None, running: int) -> None:
     from slime_ext.slime_plugins.slime_api import abort_engines_until_idle
 
     engines = _Engines(running)
-    server = _server(engines)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        host, port = server.server_address[:2]
-        abort_engines_until_idle(SimpleNamespace(sglang_router_ip=host, sglang_router_port=port))
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _router(engines) as args:
+        abort_engines_until_idle(args)
     assert engines.running == 0
     # idle at once: one abort; 3 requests: aborted, 1 left (slime waits and retries), aborted again
     assert engines.aborts == [{"abort_all": True}] * (1 if running == 0 else 2)
@@ -103,15 +107,9 @@ def test_engines_that_stay_busy_fail_the_step_with_the_reason(slime: None) -> No
     from slime_ext.slime_plugins.slime_api import abort_engines_until_idle
 
     engines = _Engines(10**6)  # never idle within the bound
-    server = _server(engines)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        host, port = server.server_address[:2]
-        with pytest.raises(RuntimeError, match=r"still had requests 0\.5 s after /abort_request"):
-            abort_engines_until_idle(
-                SimpleNamespace(sglang_router_ip=host, sglang_router_port=port), timeout_s=0.5
-            )
-    finally:
-        server.shutdown()
-        server.server_close()
+    with (
+        _router(engines) as args,
+        pytest.raises(RuntimeError, match=r"still had requests 0\.5 s after /abort_request"),
+    ):
+        abort_engines_until_idle(args, timeout_s=0.5)
     assert engines.aborts  # it did abort, at least once
