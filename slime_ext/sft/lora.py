@@ -179,9 +179,13 @@ def _eval_loss(model: Any, held: list[Tokenized], device: Any) -> float | None:
     return total / max(tokens, 1)
 
 
+def _checkpoints(root: Path) -> list[Path]:
+    """root's step-N folders, oldest first."""
+    return sorted(root.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+
+
 def _latest_checkpoint(out: Path) -> Path | None:
-    ckpts = sorted((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
-    done = [p for p in ckpts if (p / "trainer_state.json").exists()]
+    done = [p for p in _checkpoints(out / "checkpoints") if (p / "trainer_state.json").exists()]
     return done[-1] if done else None
 
 
@@ -200,7 +204,7 @@ def _save_checkpoint(out: Path, model: Any, optimizer: Any, state: dict[str, Any
     (tmp / "trainer_state.json").write_text(json.dumps(state))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    for old in sorted(root.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))[:-KEEP_CHECKPOINTS]:
+    for old in _checkpoints(root)[:-KEEP_CHECKPOINTS]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
