@@ -64,37 +64,22 @@ def turn_summary(
 ) -> dict[str, Any]:
     """What the rollout metrics need from one turn (the full eval result stays in the buffer);
     `role` (slime_ext/rollout/roles.py) where the episode recorded it."""
-    summary = _turn_outcome(eval_result, reward)
-    if role is not None:
-        summary["role"] = role
-    return summary
-
-
-def _turn_outcome(eval_result: Mapping[str, Any] | None, reward: float) -> dict[str, Any]:
-    if eval_result is None:
-        return {
-            "evaluated": False,
-            "status": None,
-            "compiled": False,
-            "correct": False,
-            "speedup": None,
-            "own_share": None,
-            "eval_s": None,
-            "reward": float(reward),
-        }
-    speedup = eval_result.get("speedup")
-    kernel_time = eval_result.get("kernel_time")
-    return {
-        "evaluated": True,
-        "status": eval_result.get("status"),
-        "compiled": bool(eval_result.get("compiled")),
-        "correct": bool(eval_result.get("correct")) and eval_result.get("status") == "ok",
+    r = eval_result or {}
+    speedup, kernel_time = r.get("speedup"), r.get("kernel_time")
+    summary = {
+        "evaluated": eval_result is not None,
+        "status": r.get("status"),
+        "compiled": bool(r.get("compiled")),
+        "correct": bool(r.get("correct")) and r.get("status") == "ok",
         "speedup": None if speedup is None else float(speedup),
         # share of the profiled forward's GPU time in the candidate's kernels (GPU only)
         "own_share": float(kernel_time["own_share"]) if isinstance(kernel_time, Mapping) else None,
-        "eval_s": eval_result.get("elapsed_s"),
+        "eval_s": r.get("elapsed_s"),
         "reward": float(reward),
     }
+    if role is not None:
+        summary["role"] = role
+    return summary
 
 
 def _is_int(value: Any) -> bool:
