@@ -101,10 +101,12 @@ krl_gpu_split() {
   need=0
   [[ -z "${TRAINER_CMD}" ]] && need=${RAY_NUM_GPUS}
   [[ -z "${EVAL_DEVICES:-}" ]] && need=$((RAY_NUM_GPUS + EVAL_GPUS))
-  total="${NUM_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
+  krl_gpu_ids
+  total="${NUM_GPUS:-${#KRL_GPU_IDS[@]}}"
   # PRINT_ONLY on any machine (no GPU, or fewer than the split): the configured split (by default
   # the documented one of configs/run/common.sh or the PRESET) is assumed, printed, not checked.
-  if [[ "${PRINT_ONLY}" == 1 && -z "${NUM_GPUS:-}" ]] && ((total < need)); then
+  # (CUDA_VISIBLE_DEVICES set counts as the caller's declared GPUs: checked like NUM_GPUS)
+  if [[ "${PRINT_ONLY}" == 1 && -z "${NUM_GPUS:-}" && ! -v CUDA_VISIBLE_DEVICES ]] && ((total < need)); then
     krl_info "PRINT_ONLY: ${total} GPU(s) visible; the GPU split is not checked: assuming the documented default split" \
       "(docs/LAUNCH.md; unless TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS/COLOCATE/PRESET change it): train ${TRAIN_GPUS}," \
       "rollout ${ROLLOUT_GPUS}, eval ${EVAL_GPUS}, colocate=${COLOCATE} = ${need} GPUs; set NUM_GPUS to check it"
@@ -113,10 +115,10 @@ krl_gpu_split() {
   ((total >= need)) || krl_die "the split needs ${need} GPUs (train ${TRAIN_GPUS}, rollout ${ROLLOUT_GPUS}," \
     "eval ${EVAL_GPUS}, colocate=${COLOCATE}) but ${total} are visible; set TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS or COLOCATE=1"
   if [[ -z "${EVAL_DEVICES:-}" ]]; then
-    EVAL_DEVICES="$(seq -s, "${RAY_NUM_GPUS}" $((need - 1)))"
+    EVAL_DEVICES="$(krl_gpu_range "${RAY_NUM_GPUS}" $((need - RAY_NUM_GPUS)))"
     [[ -n "${EVAL_DEVICES}" ]] || krl_die "EVAL_GPUS=0: set EVAL_DEVICES (e.g. cpu, or GPU ids shared with training)"
   fi
-  RAY_VISIBLE_DEVICES="$(seq -s, 0 $((RAY_NUM_GPUS - 1)))"
+  RAY_VISIBLE_DEVICES="$(krl_gpu_range 0 "${RAY_NUM_GPUS}")"
 }
 krl_gpu_split
 
@@ -175,7 +177,7 @@ ports=("${EVAL_PORT}")
 [[ "${MODE}" == buffer ]] && ports+=("${BUFFER_PORT}")
 [[ "${ENGINE}" == tiny && -z "${ENGINE_CMD}" ]] && ports+=("${ENGINE_PORT}")
 if [[ -z "${TRAINER_CMD}" ]]; then
-  ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}")
+  ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${RAY_CLIENT_PORT}" "${RAY_AGENT_PORT}")
   [[ "${TRAIN_ONLY}" == 1 ]] || ports+=("${ROUTER_PORT}")
 fi
 krl_preflight_session "${ports[@]}"
@@ -188,6 +190,7 @@ krl_report_resume "${LOAD_DIR}" "${REF_LOAD}"
 
 # --- run directory and window commands --------------------------------------------------------
 krl_init_run_dir EVAL_PORT BUFFER_PORT ENGINE_PORT ROUTER_HOST ROUTER_PORT RAY_PORT RAY_DASHBOARD_PORT \
+  RAY_CLIENT_PORT RAY_AGENT_PORT \
   EVAL_DEVICES RAY_VISIBLE_DEVICES TRAIN_GPUS ROLLOUT_GPUS EVAL_GPUS COLOCATE MODE TRAIN_ONLY \
   ROLLOUT_TEMPERATURE N_SAMPLES_PER_PROMPT RECIPE RUN_RECIPE PROMPT_DATA TRAIN_PROMPT_DATA SGLANG_URL
 

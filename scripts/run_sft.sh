@@ -29,7 +29,8 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 ((TRAIN_GPUS % (TP * CP * PP) == 0)) || krl_die "TRAIN_GPUS=${TRAIN_GPUS} is not a multiple of TP*CP*PP=$((TP * CP * PP))"
 # shellcheck disable=SC2034  # read by krl_write_trainer_cmd
 RAY_NUM_GPUS="${TRAIN_GPUS}"
-RAY_VISIBLE_DEVICES="$(seq -s, 0 $((TRAIN_GPUS - 1)))"
+krl_gpu_ids
+RAY_VISIBLE_DEVICES="$(krl_gpu_range 0 "${TRAIN_GPUS}")"
 KRL_RUN_ID="${RUN_NAME}-$$-${RANDOM}"
 RAY_TMPDIR="${RAY_TMPDIR:-${TMPDIR:-/tmp}/ray-${RUN_NAME}}"
 export RUN_DIR TMUX_SESSION
@@ -42,10 +43,10 @@ TRAIN_ARGS=("${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${SFT_ARGS[@]}" "${PERF_ARGS[@
   "${WANDB_ARGS[@]}" "${MISC_ARGS[@]}" --actor-num-nodes 1 --actor-num-gpus-per-node "${TRAIN_GPUS}")
 
 ports=()
-[[ -z "${TRAINER_CMD}" ]] && ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}")
+[[ -z "${TRAINER_CMD}" ]] && ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${RAY_CLIENT_PORT}" "${RAY_AGENT_PORT}")
 krl_preflight_session "${ports[@]}"
 krl_report_resume "${LOAD_DIR}" "${REF_LOAD}"
-krl_init_run_dir RAY_PORT RAY_DASHBOARD_PORT RAY_VISIBLE_DEVICES TRAIN_GPUS SFT_DATA
+krl_init_run_dir RAY_PORT RAY_DASHBOARD_PORT RAY_CLIENT_PORT RAY_AGENT_PORT RAY_VISIBLE_DEVICES TRAIN_GPUS SFT_DATA
 krl_write_trainer_cmd "${SFT_ENTRY}" "${TRAIN_ARGS[@]}"
 
 if [[ "${PRINT_ONLY}" == 1 ]]; then

@@ -64,6 +64,8 @@ SETTINGS = [
     "ROUTER_PORT",
     "RAY_PORT",
     "RAY_DASHBOARD_PORT",
+    "RAY_CLIENT_PORT",
+    "RAY_AGENT_PORT",
     "WANDB_PROJECT",
     "RUN_DIR",
 ]
@@ -387,7 +389,8 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def check_ports(s: Mapping[str, str]) -> Check:
-    names = ("EVAL_PORT", "BUFFER_PORT", "ROUTER_PORT", "RAY_PORT", "RAY_DASHBOARD_PORT")
+    names = ("EVAL_PORT", "BUFFER_PORT", "ROUTER_PORT", "RAY_PORT", "RAY_DASHBOARD_PORT", "RAY_CLIENT_PORT",
+             "RAY_AGENT_PORT")  # fmt: skip
     busy = [f"{n}={s[n]}" for n in names if not port_free(int(s[n]))]
     if busy:
         return Check(

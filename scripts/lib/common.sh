@@ -355,6 +355,34 @@ krl_init_run_dir() {
     "export PYTHONPATH=$(printf '%q' "${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}")")
 }
 
+# krl_gpu_ids: KRL_GPU_IDS, the physical ids of the GPUs a run may use: CUDA_VISIBLE_DEVICES's list
+# when it is set (a run on GPUs 4-7 of a node, two runs side by side on one machine), else 0..N-1
+# with N from NUM_GPUS or nvidia-smi. Ray, SGLang (through slime) and the eval server get their ids
+# from this list, so the launcher never reaches a GPU the caller hid.
+krl_gpu_ids() {
+  local id n
+  if [[ -v CUDA_VISIBLE_DEVICES ]]; then
+    IFS=, read -r -a KRL_GPU_IDS <<<"${CUDA_VISIBLE_DEVICES}"
+    for id in "${KRL_GPU_IDS[@]}"; do
+      [[ "${id}" =~ ^[0-9]+$ ]] ||
+        krl_die "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES}: list GPU indices (e.g. 4,5,6,7); the launcher does not take UUIDs"
+    done
+  else
+    n="${NUM_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
+    KRL_GPU_IDS=()
+    for ((id = 0; id < n; id++)); do KRL_GPU_IDS+=("${id}"); done
+  fi
+}
+
+# krl_gpu_range FROM COUNT: entries FROM..FROM+COUNT-1 of KRL_GPU_IDS, comma-separated; a position
+# past the list is its own index (PRINT_ONLY's assumed split on a machine with fewer GPUs).
+krl_gpu_range() {
+  local i out=()
+  for ((i = $1; i < $1 + $2; i++)); do out+=("${KRL_GPU_IDS[i]:-${i}}"); done
+  local IFS=,
+  printf '%s' "${out[*]}"
+}
+
 # krl_write_trainer_cmd ENTRY ARGS...: the trainer window's script: TRAINER_CMD when set (tests,
 # dry run), else ray_train.sh running slime's ENTRY (train.py, train_async.py) with ARGS on
 # RAY_NUM_GPUS GPUs (CUDA_VISIBLE_DEVICES=RAY_VISIBLE_DEVICES). SLIME_HOST_IP=ROUTER_HOST: the
@@ -362,7 +390,8 @@ krl_init_run_dir() {
 krl_write_trainer_cmd() {
   local env_lines=("${KRL_CMD_ENV[@]}")
   KRL_CMD_ENV+=("$(krl_env_line SLIME_DIR)" "$(krl_env_line MEGATRON_DIR)" "$(krl_env_line MASTER_ADDR)"
-    "$(krl_env_line RAY_PORT)" "$(krl_env_line RAY_DASHBOARD_PORT)" "$(krl_env_line RAY_TMPDIR)"
+    "$(krl_env_line RAY_PORT)" "$(krl_env_line RAY_DASHBOARD_PORT)" "$(krl_env_line RAY_CLIENT_PORT)"
+    "$(krl_env_line RAY_AGENT_PORT)" "$(krl_env_line RAY_TMPDIR)"
     "$(krl_env_line RAY_NUM_GPUS)" "export CUDA_VISIBLE_DEVICES=${RAY_VISIBLE_DEVICES}"
     "$(krl_env_line KRL_REPO_ROOT)" "export SLIME_HOST_IP=$(printf '%q' "${ROUTER_HOST}")"
     "$(krl_env_line TRAINER_PYTHONPATH)")

@@ -3,7 +3,7 @@
 #
 # Starts a Ray head for this run (its own temp dir, so stop.sh can find its processes), submits
 # `python3 ${SLIME_DIR}/ENTRY ARGS...` as a Ray job with Megatron-LM and this repository on
-# PYTHONPATH, and waits for it. Needs RAY_NUM_GPUS, RAY_PORT, RAY_DASHBOARD_PORT, MASTER_ADDR,
+# PYTHONPATH, and waits for it. Needs RAY_NUM_GPUS, RAY_PORT, RAY_DASHBOARD_PORT, RAY_CLIENT_PORT, RAY_AGENT_PORT, MASTER_ADDR,
 # RAY_TMPDIR, SLIME_DIR, MEGATRON_DIR, KRL_REPO_ROOT and SLIME_HOST_IP in the environment (the
 # launcher sets them). SLIME_HOST_IP goes into the job's runtime env too: the actor that starts
 # slime's SGLang router binds it there (slime's get_host_info()), where the agent runner calls it.
@@ -21,7 +21,8 @@ shift
 export RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true
 ray start --head --node-ip-address "${MASTER_ADDR}" --port "${RAY_PORT}" --num-gpus "${RAY_NUM_GPUS}" \
   --temp-dir "${RAY_TMPDIR}" --disable-usage-stats \
-  --dashboard-host 127.0.0.1 --dashboard-port "${RAY_DASHBOARD_PORT}"
+  --dashboard-host 127.0.0.1 --dashboard-port "${RAY_DASHBOARD_PORT}" \
+  --ray-client-server-port "${RAY_CLIENT_PORT}" --dashboard-agent-listen-port "${RAY_AGENT_PORT}"
 
 # The job's path: TRAINER_PYTHONPATH first (e.g. a NumPy 1.x for Megatron where the machine's default
 # is 2.x), then Megatron-LM and this repository, then the caller's PYTHONPATH (packages installed

@@ -45,6 +45,7 @@ def _run(script: str, tmp_path: Path, cwd: Path = REPO, **extra: str) -> subproc
         ENGINE_PORT="0",
     )
     env.pop("SLIME_HOST_IP", None)
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # the caller's GPUs are not the test's
     env.update(extra)
     return subprocess.run(
         ["bash", str(REPO / "scripts" / script)],
@@ -227,6 +228,38 @@ def test_sft_run(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "SFT data not found" in missing.stderr
 
 
+def test_gpu_ids_follow_cuda_visible_devices(tmp_path: Path) -> None:
+    """A run restricted with CUDA_VISIBLE_DEVICES (GPUs 8-15 of a node, or one GPU of two runs side
+    by side) gives Ray, the eval server and SFT ids from that list, never a GPU it hid; ids that
+    are not indices, or too few of them, are refused before anything starts."""
+    big = _run("run_kbench_multiturn.sh", tmp_path, CUDA_VISIBLE_DEVICES="15,14,13,12,11,10,9,8")
+    assert big.returncode == 0, big.stderr
+    run = tmp_path / "runs" / "r"
+    assert _exported(run / "cmd" / "trainer.sh", "CUDA_VISIBLE_DEVICES") == "15,14,13,12,11,10"
+    assert _flag(_argv(run, "eval"), "--devices") == "9,8"
+    (tmp_path / "one").mkdir()
+    one = _run(
+        "run_kbench_multiturn.sh", tmp_path / "one", PRESET="single_gpu_tiny", MODEL_ARGS_FILE="",
+        CUDA_VISIBLE_DEVICES="1", RAY_CLIENT_PORT="0", RAY_AGENT_PORT="0",
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    script = tmp_path / "one" / "runs" / "r" / "cmd" / "trainer.sh"
+    assert _exported(script, "CUDA_VISIBLE_DEVICES") == "1"
+    assert _flag(_argv(tmp_path / "one" / "runs" / "r", "eval"), "--devices") == "1"  # beside training
+    assert _exported(script, "RAY_CLIENT_PORT") == "0" and _exported(script, "RAY_AGENT_PORT") == "0"
+    (tmp_path / "sft").mkdir()
+    data = tmp_path / "sft.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "x"}]}\n')
+    sft = _run("run_sft.sh", tmp_path / "sft", SFT_DATA=str(data), TRAIN_GPUS="2", TP="2", CP="1",
+               CUDA_VISIBLE_DEVICES="6,7")  # fmt: skip
+    assert sft.returncode == 0, sft.stderr
+    assert _exported(tmp_path / "sft" / "runs" / "r" / "cmd" / "trainer.sh", "CUDA_VISIBLE_DEVICES") == "6,7"
+    uuid = _run("run_kbench_multiturn.sh", tmp_path, CUDA_VISIBLE_DEVICES="GPU-1a2b")
+    assert uuid.returncode == 1 and "list GPU indices" in uuid.stderr
+    few = _run("run_kbench_multiturn.sh", tmp_path, CUDA_VISIBLE_DEVICES="0,1")
+    assert few.returncode == 1 and "but 2 are visible" in few.stderr
+
+
 def _fake_ray(tmp_path: Path) -> tuple[Path, Path]:
     """A TEST DOUBLE of the `ray` CLI (Ray and slime cannot run here): it only records its
     arguments. Returns (its bin directory, the calls file)."""
@@ -257,6 +290,8 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
         "MASTER_ADDR": "127.0.0.1",
         "RAY_PORT": "6390",
         "RAY_DASHBOARD_PORT": "8270",
+        "RAY_CLIENT_PORT": "10011",
+        "RAY_AGENT_PORT": "52375",
         "RAY_NUM_GPUS": "6",
         "RAY_TMPDIR": str(tmp_path / "ray"),
         "SLIME_DIR": str(tmp_path / "slime"),
@@ -277,6 +312,8 @@ def test_ray_train_command_line(tmp_path: Path) -> None:
     assert start[:2] == ["start", "--head"]
     assert _flag(start, "--port") == "6390" and _flag(start, "--num-gpus") == "6"
     assert _flag(start, "--temp-dir") == str(tmp_path / "ray") and _flag(start, "--dashboard-port") == "8270"
+    assert _flag(start, "--ray-client-server-port") == "10011"
+    assert _flag(start, "--dashboard-agent-listen-port") == "52375"
     assert submit[:2] == ["job", "submit"] and _flag(submit, "--address") == "http://127.0.0.1:8270"
     runtime = json.loads(_flag(submit, "--runtime-env-json"))["env_vars"]
     assert runtime["PYTHONPATH"] == f"{tmp_path / 'megatron'}:{REPO}" and runtime["KRL_RUN_ID"] == "run-1"

@@ -79,6 +79,8 @@ def settings(tmp_path: Path, hf_dir: Path) -> dict[str, str]:
         "ROUTER_PORT": "0",
         "RAY_PORT": "0",
         "RAY_DASHBOARD_PORT": "0",
+        "RAY_CLIENT_PORT": "0",
+        "RAY_AGENT_PORT": "0",
         "WANDB_PROJECT": "",
         "RUN_DIR": str(tmp_path / "run"),
         "RUN_NAMED": "1",

@@ -32,7 +32,9 @@ fi
 : "${TRAIN_GPUS:=1}"
 : "${ROLLOUT_GPUS:=0}"
 : "${EVAL_GPUS:=0}"
-: "${EVAL_DEVICES:=0}"
+# the eval server shares the training GPU: the first of CUDA_VISIBLE_DEVICES when the caller set it
+_krl_first_gpu="${CUDA_VISIBLE_DEVICES:-0}"
+: "${EVAL_DEVICES:=${_krl_first_gpu%%,*}}"
 : "${TP:=1}"                 # and so no --sequence-parallel (configs/run/shared_args.sh)
 : "${CP:=1}"
 : "${PP:=1}"
