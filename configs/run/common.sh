@@ -68,7 +68,8 @@ fi
 : "${RAY_PORT:=6379}"
 : "${RAY_DASHBOARD_PORT:=8265}"
 # Ray's client server and dashboard agent: fixed ports by default, so two runs on one machine
-# (CUDA_VISIBLE_DEVICES=0,1 and =2,3) need their own, as they need their own RAY_PORT
+# (CUDA_VISIBLE_DEVICES=0,1 and =2,3) need their own, as they need their own RAY_PORT; not in
+# Ray's worker port range 10002-19999 (ray start refuses them there)
 : "${RAY_CLIENT_PORT:=10001}"
 : "${RAY_AGENT_PORT:=52365}"
 : "${MASTER_ADDR:=127.0.0.1}"

@@ -133,8 +133,10 @@ def worker(cases_path: Path, out_path: Path) -> None:
                 p.fill_(float("nan"))  # anything the checkpoint does not set stays NaN
         sharded = model.sharded_state_dict()
         loaded = dist_checkpointing.load(sharded, case["ckpt_dir"])
-        # load() merges common.pt (checkpoint_version, iteration) into what it returns.
-        assert set(loaded) - set(sharded) == {"checkpoint_version", "iteration"}, set(loaded) - set(sharded)
+        # load() merges common.pt (checkpoint_version, iteration, and the run's args as Megatron's
+        # save_checkpoint keeps them: slime_ext/convert/layout.py) into what it returns.
+        extra = set(loaded) - set(sharded)
+        assert extra in ({"checkpoint_version", "iteration"}, {"checkpoint_version", "iteration", "args"}), extra
         state = {k: v for k, v in loaded.items() if k in sharded}
         missing, unexpected = model.load_state_dict(state, strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state")]
