@@ -30,6 +30,7 @@ KEYS = (
     "global_batch_size", "rollout_temperature", "rollout_max_context_len", "eval_interval",
     "tensor_model_parallel_size", "context_parallel_size", "colocate", "debug_train_only",
     "input_key", "loss_type", "kernel_rl", "sglang_mem_fraction_static", "sglang_router_port",
+    "override_opt_param_scheduler", "use_checkpoint_opt_param_scheduler",
 )  # fmt: skip
 
 

@@ -27,6 +27,23 @@ if [[ "${GRAD_ACCUM_FUSION}" == 0 ]]; then
   PERF_ARGS+=(--no-gradient-accumulation-fusion)
 fi
 
+# A resumed run (same RUN_NAME) loads Megatron's LR schedule from the checkpoint, and Megatron
+# refuses one that differs from this launch's: a run extended with a larger NUM_ROLLOUT changes the
+# schedule's length (slime sizes it from num_rollout) and stopped at the first step (H200, 2026-11-27:
+# "class input value 208 and checkpoint value 192 for total number of iterations do not match").
+#   args        this launch's settings define the schedule; its position (steps done) still
+#               comes from the checkpoint (--override-opt_param-scheduler)
+#   checkpoint  the checkpoint's schedule is kept whatever this launch says
+#               (--use-checkpoint-opt_param-scheduler)
+#   strict      Megatron's check: a resume must repeat the schedule's settings exactly
+: "${LR_SCHEDULE_ON_RESUME:=args}"
+case "${LR_SCHEDULE_ON_RESUME}" in
+  args) OPTIMIZER_ARGS+=(--override-opt_param-scheduler) ;;
+  checkpoint) OPTIMIZER_ARGS+=(--use-checkpoint-opt_param-scheduler) ;;
+  strict) ;;
+  *) krl_die "LR_SCHEDULE_ON_RESUME=${LR_SCHEDULE_ON_RESUME}: use args, checkpoint or strict" ;;
+esac
+
 WANDB_ARGS=()
 if [[ -n "${WANDB_PROJECT}" ]]; then
   WANDB_ARGS=(--use-wandb --wandb-project "${WANDB_PROJECT}" --wandb-group "${WANDB_GROUP}")

@@ -81,6 +81,7 @@ def test_default_split_of_eight_gpus(tmp_path: Path) -> None:
     )
     assert _flag(trainer, "--actor-num-gpus-per-node") == "4" and _flag(trainer, "--rollout-num-gpus") == "2"
     assert "--colocate" not in trainer
+    assert "--override-opt_param-scheduler" in trainer  # a resumed run takes this launch's LR schedule
     assert _flag(trainer, "--rollout-temperature") == "0.7"  # from the recipe: one source
     assert _flag(trainer, "--rollout-function-path") == "slime_ext.slime_plugins.rollout.generate_rollout"
     assert _flag(trainer, "--custom-config-path") == str(run / "recipe.yaml")
@@ -162,6 +163,7 @@ def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
         ({"NUM_GPUS": "8", "MODEL_ARGS_FILE": "/nonexistent/model.sh"}, "model args not found"),
         ({"NUM_GPUS": "8", "RECIPE": "/nonexistent/recipe.yaml"}, "recipe not found"),
         ({"NUM_GPUS": "8", "MODE": "bogus"}, "use MODE=buffer or MODE=in_slime"),
+        ({"NUM_GPUS": "8", "LR_SCHEDULE_ON_RESUME": "bogus"}, "use args, checkpoint or strict"),
         ({"NUM_GPUS": "8", "ENGINE": "sglang"}, "use ENGINE=tiny"),
         ({"NUM_GPUS": "8", "TRAIN_ONLY": "1", "MODE": "in_slime"}, "TRAIN_ONLY=1 needs MODE=buffer"),
         ({"NUM_GPUS": "8", "TRAIN_ONLY": "1", "COLOCATE": "1"}, "nothing to colocate"),

@@ -89,6 +89,12 @@ def test_default_run(tmp_path: Path) -> None:
         False,
     )
     assert args["kernel_rl"]["plugins"]["policy_version_lag"] == 0
+    # a resume takes this launch's LR schedule (a run extended with more rollouts loads)
+    assert args["override_opt_param_scheduler"] is True and args["use_checkpoint_opt_param_scheduler"] is False
+    (tmp_path / "kept").mkdir()
+    kept = _parse(tmp_path / "kept", "run_kbench_multiturn.sh", NUM_GPUS="8", LR_SCHEDULE_ON_RESUME="checkpoint")
+    assert kept["args"]["use_checkpoint_opt_param_scheduler"] is True
+    assert kept["args"]["override_opt_param_scheduler"] is False
 
 
 def test_async_run(tmp_path: Path) -> None:
@@ -114,3 +120,4 @@ def test_sft_run(tmp_path: Path) -> None:
     assert args["rollout_function_path"] == "slime.rollout.sft_rollout.generate_rollout"
     assert args["debug_train_only"] is True and args["loss_type"] == "sft_loss"
     assert (args["tensor_model_parallel_size"], args["context_parallel_size"]) == (4, 2)
+    assert args["override_opt_param_scheduler"] is True
