@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -214,7 +215,13 @@ class AgentRunner:
         self._queued = 0  # episodes waiting for a slot
         self._waiting_retry = 0
         self._pause_until = 0.0  # monotonic; set by aborts (outage backoff)
-        self._consecutive_aborts = 0
+        self._consecutive_aborts = 0  # aborted episodes since the last completed one (reported)
+        # The outage backoff grows with escalations, not with aborts: episodes that were already in
+        # flight when an abort was seen fail from the same event (e.g. 8 generations aborted at
+        # once by a weight update) and say nothing new; counting each of them took the pause to
+        # 71 s in the 2-GPU loop (H200, 2026-11-27)
+        self._backoff_level = 0
+        self._escalated_at = -math.inf  # monotonic time of the last escalation
         self._outage_since: float | None = None  # monotonic; first abort of the current streak
         self._last_abort_category: str | None = None
         self._ready_groups = 0
@@ -549,9 +556,10 @@ class AgentRunner:
             sem.release()
             self._poke_local()
         if reason is not None or ep is None:
-            self._on_abort(uid, attempt, reason or "no episode")
+            self._on_abort(uid, attempt, reason or "no episode", started)
             return False
         self._consecutive_aborts = 0
+        self._backoff_level = 0
         self._outage_since = None
         extra = {
             "attempt": attempt,
@@ -563,7 +571,7 @@ class AgentRunner:
             records = episode_records(ep, task, k, run_id=cfg.run_id, policy_version=version, extra=extra)
         except ValidationError as exc:  # a bug in episode bookkeeping: never store such a record
             log.error("episode %s produced an invalid record: %s", uid, exc)
-            self._on_abort(uid, attempt, f"invalid record: {exc}")
+            self._on_abort(uid, attempt, f"invalid record: {exc}", started)
             return False
         with self._lock:
             self.counters.episodes_completed += 1
@@ -574,7 +582,9 @@ class AgentRunner:
             self._episode_s.add(time.monotonic() - started)
         return records
 
-    def _on_abort(self, uid: str, attempt: int, reason: str) -> None:
+    def _on_abort(self, uid: str, attempt: int, reason: str, started: float) -> None:
+        """Count an aborted episode; pause new work longer only if the episode started after the
+        last escalation (fresh evidence that the outage persists), else keep the pause as is."""
         cfg = self.config
         category = abort_category(reason)
         with self._lock:
@@ -582,11 +592,20 @@ class AgentRunner:
             self.counters.aborts_by_reason[category] = self.counters.aborts_by_reason.get(category, 0) + 1
         self._last_abort = reason
         self._last_abort_category = category
-        delay = backoff_delay(self._consecutive_aborts, cfg.backoff_s, cfg.max_backoff_s)
+        now = time.monotonic()
         if self._consecutive_aborts == 0:
-            self._outage_since = time.monotonic()
+            self._outage_since = now
         self._consecutive_aborts += 1
-        self._pause_until = max(self._pause_until, time.monotonic() + delay)
+        if started < self._escalated_at:
+            log.warning(
+                "episode %s attempt %d aborted (%s): in flight when the outage was seen, pause unchanged "
+                "(%.1f s left)", uid, attempt, reason, max(0.0, self._pause_until - now),
+            )  # fmt: skip
+            return
+        delay = backoff_delay(self._backoff_level, cfg.backoff_s, cfg.max_backoff_s)
+        self._backoff_level += 1
+        self._escalated_at = now
+        self._pause_until = max(self._pause_until, now + delay)
         log.warning(
             "episode %s attempt %d aborted (%s): pausing new work for %.1f s", uid, attempt, reason, delay
         )

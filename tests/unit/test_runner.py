@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -327,6 +328,41 @@ def test_an_on_policy_stop_cancels_at_once_and_writes_no_unfinished_group(
             assert uids == ["t:e0:s0:p0", "t:e0:s1:p0"] and script.calls == {0: 2, 1: 2}
         else:  # the given-up sample 1 forms its own small group at the next start
             assert "t:e0:s1:p0" in uids and script.calls[0] == 1
+
+
+class AbortTogether:
+    """The first attempt of every episode waits until `n` are in flight, then all end aborted by
+    the engine at once (what a weight update does to the generations it interrupts); later
+    attempts complete."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.arrived = 0
+
+    async def __call__(self, problem: PromptRecord, *, request_headers: dict[str, str], **_: Any) -> Episode:
+        if self.arrived >= self.n:
+            return make_episode([0.1, 0.3])
+        self.arrived += 1
+        while self.arrived < self.n:
+            await asyncio.sleep(0.01)
+        ep = make_episode([], status="aborted")
+        ep.abort_reason = "generation aborted by the engine"
+        return ep
+
+
+def test_aborts_of_one_event_pause_once(
+    tmp_path: Path, store: BufferStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Four episodes aborted by one engine event escalate the outage backoff once: the other three
+    were in flight when it was seen and keep the pause as it is (each escalating took the 2-GPU
+    loop's pause to 71 s)."""
+    runner = make_runner(tmp_path, store, AbortTogether(4), n_prompts=2, concurrency=4)
+    with caplog.at_level(logging.WARNING, logger="buffer_server.runner.agent_runner"):
+        stats, records = run_to_end(runner, store)
+    assert stats["episodes"]["aborted"] == 4 and len(records) == 4
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("pausing new work" in m for m in messages) == 1, messages
+    assert sum("pause unchanged" in m for m in messages) == 3, messages
 
 
 def test_curriculum_state_is_reported_and_persisted(tmp_path: Path, store: BufferStore) -> None:
