@@ -351,7 +351,11 @@ krl_init_run_dir() {
     printf '\n'
   done >"${RUN_DIR}/run.env.tmp"
   mv "${RUN_DIR}/run.env.tmp" "${RUN_DIR}/run.env"
-  KRL_CMD_ENV=("$(krl_env_line KRL_RUN_ID)" "$(krl_env_line PATH)" "export PYTHONUNBUFFERED=1"
+  # The windows see this run's CUDA_VISIBLE_DEVICES, not the tmux server's: a server started by
+  # another run (one with CUDA_VISIBLE_DEVICES=0) would otherwise pass that run's GPUs on.
+  local gpus="unset CUDA_VISIBLE_DEVICES"
+  [[ -v CUDA_VISIBLE_DEVICES ]] && gpus="$(krl_env_line CUDA_VISIBLE_DEVICES)"
+  KRL_CMD_ENV=("${gpus}" "$(krl_env_line KRL_RUN_ID)" "$(krl_env_line PATH)" "export PYTHONUNBUFFERED=1"
     "export PYTHONPATH=$(printf '%q' "${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}")")
 }
 

@@ -104,6 +104,8 @@ def test_default_split_of_eight_gpus(tmp_path: Path) -> None:
     )
     ev = _argv(run, "eval")
     assert ev[1:3] == ["-m", "eval_server"] and _flag(ev, "--devices") == "6,7"
+    # no CUDA_VISIBLE_DEVICES here: none from the tmux server either (another run may have set it)
+    assert "unset CUDA_VISIBLE_DEVICES" in (run / "cmd" / "buffer.sh").read_text().splitlines()
     buf = _argv(run, "buffer")
     assert _flag(buf, "--recipe") == str(run / "recipe.yaml") and _flag(buf, "--group-size") == "8"
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
@@ -248,6 +250,9 @@ def test_gpu_ids_follow_cuda_visible_devices(tmp_path: Path) -> None:
     script = tmp_path / "one" / "runs" / "r" / "cmd" / "trainer.sh"
     assert _exported(script, "CUDA_VISIBLE_DEVICES") == "1"
     assert _flag(_argv(tmp_path / "one" / "runs" / "r", "eval"), "--devices") == "1"  # beside training
+    # every window sees the run's GPUs, not those of whoever started the tmux server
+    assert _exported(tmp_path / "one" / "runs" / "r" / "cmd" / "buffer.sh", "CUDA_VISIBLE_DEVICES") == "1"
+    assert "unset CUDA_VISIBLE_DEVICES" not in (tmp_path / "one" / "runs" / "r" / "cmd" / "buffer.sh").read_text()
     assert _exported(script, "RAY_CLIENT_PORT") == "0" and _exported(script, "RAY_AGENT_PORT") == "0"
     (tmp_path / "sft").mkdir()
     data = tmp_path / "sft.jsonl"
@@ -351,9 +356,9 @@ def test_eval_on_cpu_still_needs_the_ray_gpus(tmp_path: Path) -> None:
 
 
 def _exported(script: Path, name: str) -> str:
-    """The value a window script exports for NAME."""
+    """The value a window script exports for NAME (the last export: what the command sees)."""
     prefix = f"export {name}="
-    line = next(x for x in script.read_text().splitlines() if x.startswith(prefix))
+    line = [x for x in script.read_text().splitlines() if x.startswith(prefix)][-1]
     return shlex.split(line[len(prefix) :])[0]
 
 
