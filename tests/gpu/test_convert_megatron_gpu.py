@@ -136,7 +136,9 @@ def worker(cases_path: Path, out_path: Path) -> None:
         # load() merges common.pt (checkpoint_version, iteration, and the run's args as Megatron's
         # save_checkpoint keeps them: slime_ext/convert/layout.py) into what it returns.
         extra = set(loaded) - set(sharded)
-        assert extra in ({"checkpoint_version", "iteration"}, {"checkpoint_version", "iteration", "args"}), extra
+        assert extra in ({"checkpoint_version", "iteration"}, {"checkpoint_version", "iteration", "args"}), (
+            extra
+        )
         state = {k: v for k, v in loaded.items() if k in sharded}
         missing, unexpected = model.load_state_dict(state, strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state")]

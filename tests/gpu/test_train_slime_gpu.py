@@ -128,7 +128,7 @@ def _slime_args(log: str) -> dict[str, str]:
     return {m.group(1): m.group(2).strip() for m in ARG_RE.finditer(log)}
 
 
-def _train(base: dict[str, Any], credit: str, layout: str) -> dict[str, Any]:
+def _train(base: dict[str, Any], credit: str, layout: str, label: str = "", **extra: str) -> dict[str, Any]:
     tp, cp = LAYOUTS[layout]
     name = f"{credit}-{layout}"
     env = dict(
@@ -139,8 +139,9 @@ def _train(base: dict[str, Any], credit: str, layout: str) -> dict[str, Any]:
         TP=str(tp),
         CP=str(cp),
         TRAIN_GPUS=str(tp * cp),
+        **extra,
     )
-    run_dir, log, wall = run_launcher("run_kbench_multiturn.sh", env, name, RUN_TIMEOUT_S)
+    run_dir, log, wall = run_launcher("run_kbench_multiturn.sh", env, label or name, RUN_TIMEOUT_S)
     return {"run_dir": run_dir, "log": log, "wall_s": wall}
 
 
@@ -250,3 +251,19 @@ def test_slime_trains_on_our_rollouts(base: dict[str, Any], credit: str, layout:
             correct_rate=correct,
         )
         (art / f"summary-{credit}-{layout}.json").write_text(json.dumps(summary, indent=1, default=str))
+
+
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 300)
+def test_a_finished_run_extended_by_one_rollout_resumes(base: dict[str, Any]) -> None:
+    """The same RUN_NAME launched again with NUM_ROLLOUT one larger trains that one step from the
+    saved checkpoint. slime sizes Megatron's LR schedule from num_rollout, so the schedule differs:
+    the launcher's LR_SCHEDULE_ON_RESUME=args (default) lets Megatron load it (without it the
+    climb test's resume stopped at "... total number of iterations do not match", H200)."""
+    first = _train(base, "trajectory", "tp1", "resume-first", NUM_ROLLOUT="2", RUN_NAME="train-resume")
+    assert sorted(_dicts(STEP_RE, first["log"])) == [0, 1]
+    second = _train(base, "trajectory", "tp1", "resume-second", NUM_ROLLOUT="3", RUN_NAME="train-resume")
+    log = second["log"]
+    new = log[len(first["log"]) :] if log.startswith(first["log"]) else log
+    assert sorted(_dicts(STEP_RE, new)) == [2], sorted(_dicts(STEP_RE, new))
+    it = (second["run_dir"] / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip()
+    assert it == "2", it

@@ -252,7 +252,10 @@ def test_gpu_ids_follow_cuda_visible_devices(tmp_path: Path) -> None:
     assert _flag(_argv(tmp_path / "one" / "runs" / "r", "eval"), "--devices") == "1"  # beside training
     # every window sees the run's GPUs, not those of whoever started the tmux server
     assert _exported(tmp_path / "one" / "runs" / "r" / "cmd" / "buffer.sh", "CUDA_VISIBLE_DEVICES") == "1"
-    assert "unset CUDA_VISIBLE_DEVICES" not in (tmp_path / "one" / "runs" / "r" / "cmd" / "buffer.sh").read_text()
+    assert (
+        "unset CUDA_VISIBLE_DEVICES"
+        not in (tmp_path / "one" / "runs" / "r" / "cmd" / "buffer.sh").read_text()
+    )
     assert _exported(script, "RAY_CLIENT_PORT") == "0" and _exported(script, "RAY_AGENT_PORT") == "0"
     (tmp_path / "sft").mkdir()
     data = tmp_path / "sft.jsonl"

@@ -90,9 +90,13 @@ def test_default_run(tmp_path: Path) -> None:
     )
     assert args["kernel_rl"]["plugins"]["policy_version_lag"] == 0
     # a resume takes this launch's LR schedule (a run extended with more rollouts loads)
-    assert args["override_opt_param_scheduler"] is True and args["use_checkpoint_opt_param_scheduler"] is False
+    assert (
+        args["override_opt_param_scheduler"] is True and args["use_checkpoint_opt_param_scheduler"] is False
+    )
     (tmp_path / "kept").mkdir()
-    kept = _parse(tmp_path / "kept", "run_kbench_multiturn.sh", NUM_GPUS="8", LR_SCHEDULE_ON_RESUME="checkpoint")
+    kept = _parse(
+        tmp_path / "kept", "run_kbench_multiturn.sh", NUM_GPUS="8", LR_SCHEDULE_ON_RESUME="checkpoint"
+    )
     assert kept["args"]["use_checkpoint_opt_param_scheduler"] is True
     assert kept["args"]["override_opt_param_scheduler"] is False
 
