@@ -119,18 +119,38 @@ RUN_CURVES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
     "episode_time": ("episode time (mean)", "seconds", [("episode", "rollout/kernel/episode_s/mean"),
                                                       ("generate", "rollout/kernel/episode_generate_s/mean"),
                                                       ("evaluate", "rollout/kernel/episode_eval_s/mean")]),
+    # the server's latency and, added by plot_run_curve, each phase that took >= 0.05 s at some step
+    "eval_phases": ("evaluation time by phase (mean)", "seconds",
+                    [("server total", "rollout/kernel/eval_latency_s/mean")]),
 }  # fmt: skip
+EVAL_PHASE_PREFIX = "rollout/kernel/eval_phase_s/"
+MIN_PHASE_S = 0.05  # a phase never this long stays off the plot (a dozen lines would hide the rest)
+
+
+def run_curve_series(name: str, rows: Mapping[int, Mapping[str, float]]) -> list[tuple[str, str]]:
+    """(label, metric key) of each line of RUN_CURVES[name] that `rows` has: the fixed series,
+    plus one per turn (correct_rate) or per phase of >= MIN_PHASE_S (eval_phases)."""
+    series = RUN_CURVES[name][2]
+    if name == "correct_rate":
+        turns = {t: f"rollout/kernel/turn{t}/correct_rate" for r in rows.values() for k in r
+                 if k.endswith("/correct_rate") and (t := turn_index(k)) is not None}  # fmt: skip
+        series = series + [(f"turn {t + 1}", turns[t]) for t in sorted(turns)]
+    if name == "eval_phases":
+        longest: dict[str, float] = {}
+        for r in rows.values():
+            for k, v in r.items():
+                if k.startswith(EVAL_PHASE_PREFIX) and isinstance(v, (int, float)):
+                    longest[k] = max(longest.get(k, 0.0), float(v))
+        series = series + [(k[len(EVAL_PHASE_PREFIX) :].removesuffix("/mean"), k)
+                           for k in sorted(longest) if longest[k] >= MIN_PHASE_S]  # fmt: skip
+    return [(label, key) for label, key in series if any(key in r for r in rows.values())]
 
 
 def plot_run_curve(name: str, rows: Mapping[int, Mapping[str, float]]) -> bytes | None:
     """One curve of RUN_CURVES over the steps of `rows` ({step: {metric: value}}); None when the
     run has none of its metrics (e.g. no KL loss)."""
-    title, ylabel, series = RUN_CURVES[name]
-    if name == "correct_rate":
-        turns = {t: f"rollout/kernel/turn{t}/correct_rate" for r in rows.values() for k in r
-                 if k.endswith("/correct_rate") and (t := turn_index(k)) is not None}  # fmt: skip
-        series = series + [(f"turn {t + 1}", turns[t]) for t in sorted(turns)]
-    present = [(label, key) for label, key in series if any(key in r for r in rows.values())]
+    title, ylabel, _ = RUN_CURVES[name]
+    present = run_curve_series(name, rows)
     if not present:
         return None
     plt = _pyplot()

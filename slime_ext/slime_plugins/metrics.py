@@ -10,6 +10,9 @@ are counted once); aborted trajectories are only counted in `aborted_rate`:
 - `mean_turns`, `early_stop_rate`, `mean_return`: the mean reward of each trajectory's first
   sample (R under trajectory credit, G_0 under per_turn: both are sum_t gamma^t r_t);
 - `eval_latency_s/{mean,p50,max}` over evaluated turns (the eval server's `elapsed_s`);
+- `eval_phase_s/{phase}/mean`: the eval server's seconds in each phase of an evaluation
+  (`compile`, `correctness`, `timing`, `gpu_wait`, ...), over the evaluated turns that ran it:
+  where the evaluation time of the loop goes;
 - `episode_s/mean`, `episode_generate_s/mean`, `episode_eval_s/mean`: where an episode's wall time
   went (generation vs evaluation; episodes run concurrently, so these do not add up to the step's
   rollout time), over trajectories whose writer recorded it;
@@ -111,6 +114,12 @@ def kernel_metrics(samples: Sequence[Any], prefix: str = "rollout/kernel/") -> d
         out["eval_latency_s/mean"] = sum(latencies) / len(latencies)
         out["eval_latency_s/p50"] = float(percentile(latencies, 0.5))
         out["eval_latency_s/max"] = max(latencies)
+    phase_values: dict[str, list[float]] = {}
+    for t in all_turns:
+        for phase, seconds in (t.get("phases") or {}).items():
+            phase_values.setdefault(phase, []).append(float(seconds))
+    for phase, values in sorted(phase_values.items()):
+        out[f"eval_phase_s/{phase}/mean"] = sum(values) / len(values)
     timings = [m["timing"] for m, _ in trajectories if m.get("timing")]
     for key, name in (
         ("total_s", "episode_s"),

@@ -65,7 +65,7 @@ def turn_summary(
     """What the rollout metrics need from one turn (the full eval result stays in the buffer);
     `role` (slime_ext/rollout/roles.py) where the episode recorded it."""
     r = eval_result or {}
-    speedup, kernel_time = r.get("speedup"), r.get("kernel_time")
+    speedup, kernel_time, phases = r.get("speedup"), r.get("kernel_time"), r.get("phases")
     summary = {
         "evaluated": eval_result is not None,
         "status": r.get("status"),
@@ -75,6 +75,8 @@ def turn_summary(
         # share of the profiled forward's GPU time in the candidate's kernels (GPU only)
         "own_share": float(kernel_time["own_share"]) if isinstance(kernel_time, Mapping) else None,
         "eval_s": r.get("elapsed_s"),
+        # the eval server's seconds per phase (compile, correctness, timing, ...): where eval_s went
+        "phases": {str(k): float(v) for k, v in phases.items()} if isinstance(phases, Mapping) else {},
         "reward": float(reward),
     }
     if role is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from slime_ext.reports import run_status
+from slime_ext.reports.plots import run_curve_series
 from tools import status
 
 pytestmark = pytest.mark.unit
@@ -108,7 +109,9 @@ def test_plot_run_draws_the_curves_the_run_logged(tmp_path: Path, capsys: pytest
             f"x rollout_metrics.py:268 - perf {step}: {{'rollout/kernel/mean_return': {0.2 + 0.1 * step}, "
             f"'rollout/kernel/correct_rate': 0.5, 'rollout/kernel/turn0/correct_rate': 0.4, "
             f"'rollout/kernel/turn1/correct_rate': 0.6, 'rollout/kernel/episode_s/mean': 9.0, "
-            f"'rollout/kernel/episode_generate_s/mean': 3.0, 'rollout/kernel/episode_eval_s/mean': 6.0}}"
+            f"'rollout/kernel/episode_generate_s/mean': 3.0, 'rollout/kernel/episode_eval_s/mean': 6.0, "
+            f"'rollout/kernel/eval_latency_s/mean': 4.0, 'rollout/kernel/eval_phase_s/compile/mean': 1.5, "
+            f"'rollout/kernel/eval_phase_s/static/mean': 0.01}}"
         )
         lines.append(f"x train_metric_utils.py:401 - perf {step}: {{'perf/train_time': 12.5}}")
     (run / "logs" / "trainer.log").write_text("\n".join(lines) + "\n")
@@ -124,7 +127,11 @@ def test_plot_run_draws_the_curves_the_run_logged(tmp_path: Path, capsys: pytest
     assert plot_run.main([str(run)]) == 0
     written = {p.name for p in (run / "plots").glob("*.png")}
     assert written == {"reward.png", "correct_rate.png", "loss.png", "grad_norm.png", "evals_per_min.png",
-                       "step_time.png", "episode_time.png"}  # fmt: skip
+                       "step_time.png", "episode_time.png", "eval_phases.png"}  # fmt: skip
+    # the phases that took time are lines; one that never reached MIN_PHASE_S is left off
+    assert run_curve_series("eval_phases", rows) == [
+        ("server total", "rollout/kernel/eval_latency_s/mean"), ("compile", "rollout/kernel/eval_phase_s/compile/mean"),
+    ]  # fmt: skip
     assert all((run / "plots" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in written)
     assert "not logged by this run: kl" in capsys.readouterr().out
     empty = tmp_path / "empty"

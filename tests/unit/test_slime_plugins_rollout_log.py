@@ -91,6 +91,25 @@ def test_own_share_of_correct_profiled_turns() -> None:
     assert "rollout/kernel/own_share_correct/mean" not in kernel_metrics(trajectory_samples())
 
 
+def test_eval_time_by_phase() -> None:
+    """The eval server's per-phase seconds are averaged per phase over the turns that ran it."""
+
+    def phased(status: str, phases: dict[str, float]) -> dict:
+        return dict(result(status), phases=phases)
+
+    recs = [
+        rec("a", 1, [phased("compile_error", {"static": 0.1, "compile": 2.0}),
+                     phased("ok", {"static": 0.3, "compile": 1.0, "timing": 3.0})], [0.0, 0.3]),
+        rec("b", 1, [result("ok")], [0.3]),  # no phases reported: counted in no phase
+    ]  # fmt: skip
+    samples, _ = group_to_samples(recs, credit="trajectory", group_index=0, first_index=0)
+    m = kernel_metrics(samples)
+    k = "rollout/kernel/eval_phase_s/"
+    assert m[k + "static/mean"] == pytest.approx(0.2) and m[k + "compile/mean"] == pytest.approx(1.5)
+    assert m[k + "timing/mean"] == pytest.approx(3.0)
+    assert not any(key.startswith(k) for key in kernel_metrics(trajectory_samples()))
+
+
 def test_episode_time_split_from_the_records_timing() -> None:
     """The runner's records carry metadata.timing: the metrics average it over trajectories that have it."""
     recs = [
