@@ -153,8 +153,8 @@ def _logprob_diffs(run: Run) -> list[float]:
 
 
 def _step_times(run: Run) -> dict[str, list[Any]]:
-    """Per step, where the time went: slime's step/train/weight-update times, the rollout's, and
-    the episodes' mean generation and evaluation (rollout metrics)."""
+    """Per step, where the time went: slime's step/train/weight-update times, the rollout's, the
+    episodes' mean generation and evaluation, and the evaluation's phases (rollout metrics)."""
     n = len(run.steps)
     perf = {
         "step_s": "perf/step_time",
@@ -165,6 +165,14 @@ def _step_times(run: Run) -> dict[str, list[Any]]:
                "episode_eval_s": "rollout/kernel/episode_eval_s/mean"}  # fmt: skip
     out = {name: [run.perf.get(i, {}).get(key) for i in range(n)] for name, key in perf.items()}
     out.update({name: [run.rollouts.get(i, {}).get(key) for i in range(n)] for name, key in rollout.items()})
+    # the evaluation's own split (the eval server's seconds per phase, queue_wait and gpu_wait included)
+    prefix = "rollout/kernel/eval_phase_s/"
+    phases = sorted(
+        {k[len(prefix) : -len("/mean")] for r in run.rollouts.values() for k in r if k.startswith(prefix)}
+    )
+    out["eval_phase_s"] = {
+        ph: [run.rollouts.get(i, {}).get(f"{prefix}{ph}/mean") for i in range(n)] for ph in phases
+    }
     return out
 
 
