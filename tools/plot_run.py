@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from krl_common.cli import EXIT_USAGE, make_parser
 from krl_common.fileio import atomic_write
@@ -23,8 +24,10 @@ from slime_ext.reports.run_status import HISTORY_NAME, parse_slime_log
 
 
 def step_rows(run_dir: Path) -> dict[int, dict[str, float]]:
-    """{step: every metric of that step}: slime's train and perf lines, and `eval/per_min` from the
-    status history's last row of the step."""
+    """{step: every metric of that step}: slime's train and perf lines, and from the status
+    history's row of the step: `eval/per_min` (the eval server's rate since its start) and, from
+    the evaluations counted since the previous row, the rate in the loop (`eval/per_min_window`)
+    and per device (`eval/per_min/<device>`)."""
     log = run_dir / "logs" / "trainer.log"
     train, perf = parse_slime_log(log.read_text(encoding="utf-8", errors="replace") if log.is_file() else "")
     rows: dict[int, dict[str, float]] = {}
@@ -33,16 +36,41 @@ def step_rows(run_dir: Path) -> dict[int, dict[str, float]]:
             rows.setdefault(step, {}).update({k: v for k, v in values.items() if isinstance(v, (int, float))})
     history = run_dir / HISTORY_NAME
     if history.is_file():
+        prev: dict[str, Any] | None = None
         for line in history.read_text(encoding="utf-8").splitlines():
             try:
                 row = json.loads(line)
             except ValueError:
                 continue
             step = row.get("train_step") if row.get("train_step") is not None else row.get("rollout_step")
-            per_min = (row.get("eval") or {}).get("per_min")
-            if isinstance(step, int) and isinstance(per_min, (int, float)):
-                rows.setdefault(step, {})["eval/per_min"] = per_min
+            ev = row.get("eval") or {}
+            if not isinstance(step, int):
+                continue
+            out = rows.setdefault(step, {})
+            if isinstance(ev.get("per_min"), (int, float)):
+                out["eval/per_min"] = ev["per_min"]
+            if prev is not None:
+                out.update(_window_rates(prev, row))
+            prev = row
     return rows
+
+
+def _window_rates(prev: dict[str, Any], row: dict[str, Any]) -> dict[str, float]:
+    """Evaluations per minute between two status-history rows, overall and per device."""
+    minutes = (float(row.get("time") or 0.0) - float(prev.get("time") or 0.0)) / 60.0
+    before, now = prev.get("eval") or {}, row.get("eval") or {}
+    if (
+        minutes <= 0
+        or not isinstance(now.get("evaluations"), int)
+        or not isinstance(before.get("evaluations"), int)
+    ):
+        return {}
+    rates = {"eval/per_min_window": (now["evaluations"] - before["evaluations"]) / minutes}
+    old = before.get("by_device") or {}
+    for device, n in (now.get("by_device") or {}).items():
+        if isinstance(n, int) and isinstance(old.get(device, 0), int):
+            rates[f"eval/per_min/{device}"] = (n - old.get(device, 0)) / minutes
+    return rates
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -112,7 +112,9 @@ RUN_CURVES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
     "loss": ("policy loss", "loss", [("loss", "train/loss"), ("pg loss", "train/pg_loss")]),
     "kl": ("KL", "KL", [("kl loss", "train/kl_loss"), ("ppo kl", "train/ppo_kl")]),
     "grad_norm": ("gradient norm", "norm", [("grad norm", "train/grad_norm")]),
-    "evals_per_min": ("eval server", "evaluations / min", [("evaluations/min", "eval/per_min")]),
+    # since the server started, in the loop (between two steps), and, added by plot_run_curve, per device
+    "evals_per_min": ("eval server", "evaluations / min", [("since start", "eval/per_min"),
+                                                          ("in the loop", "eval/per_min_window")]),
     "step_time": ("step time", "seconds", [("step", "perf/step_time"), ("train", "perf/train_time"),
                                            ("rollout", "perf/rollout_time"),
                                            ("weight update", "perf/update_weights_time")]),
@@ -124,6 +126,7 @@ RUN_CURVES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
                     [("server total", "rollout/kernel/eval_latency_s/mean")]),
 }  # fmt: skip
 EVAL_PHASE_PREFIX = "rollout/kernel/eval_phase_s/"
+EVAL_DEVICE_PREFIX = "eval/per_min/"
 MIN_PHASE_S = 0.05  # a phase never this long stays off the plot (a dozen lines would hide the rest)
 
 
@@ -135,6 +138,9 @@ def run_curve_series(name: str, rows: Mapping[int, Mapping[str, float]]) -> list
         turns = {t: f"rollout/kernel/turn{t}/correct_rate" for r in rows.values() for k in r
                  if k.endswith("/correct_rate") and (t := turn_index(k)) is not None}  # fmt: skip
         series = series + [(f"turn {t + 1}", turns[t]) for t in sorted(turns)]
+    if name == "evals_per_min":
+        devices = sorted({k for r in rows.values() for k in r if k.startswith(EVAL_DEVICE_PREFIX)})
+        series = series + [(k[len(EVAL_DEVICE_PREFIX) :], k) for k in devices]
     if name == "eval_phases":
         longest: dict[str, float] = {}
         for r in rows.values():

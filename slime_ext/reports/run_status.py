@@ -175,8 +175,14 @@ def _eval_section(stats: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     uptime = float(stats.get("uptime_s") or 0.0)
     evaluations = int(stats.get("evaluations") or 0)
+    by_device: dict[str, int] = {}  # evaluations per GPU (or cpu): the workers' counts summed
+    for w in stats.get("per_worker") or []:
+        if isinstance(w, dict) and isinstance(w.get("evaluations"), int):
+            label = str(w.get("device"))
+            by_device[label] = by_device.get(label, 0) + w["evaluations"]
     return {
         "evaluations": evaluations,
+        "by_device": by_device,
         "per_min": round(evaluations / uptime * 60.0, 2) if uptime > 0 else None,
         "in_flight": stats.get("in_flight"),
         "queued": stats.get("queued"),

@@ -115,15 +115,24 @@ def test_plot_run_draws_the_curves_the_run_logged(tmp_path: Path, capsys: pytest
         )
         lines.append(f"x train_metric_utils.py:401 - perf {step}: {{'perf/train_time': 12.5}}")
     (run / "logs" / "trainer.log").write_text("\n".join(lines) + "\n")
+    # a status row per step, 30 s apart: 10 evaluations more each time on GPU 0, 5 more on GPU 1
     (run / run_status.HISTORY_NAME).write_text(
         "".join(
-            json.dumps({"train_step": s, "rollout_step": s, "eval": {"per_min": 60.0 + s}}) + "\n"
+            json.dumps({"time": 1000.0 + 30 * s, "train_step": s, "rollout_step": s,
+                        "eval": {"per_min": 60.0 + s, "evaluations": 15 * s,
+                                 "by_device": {"cuda:0": 10 * s, "cuda:1": 5 * s}}}) + "\n"
             for s in range(4)
         )
-    )
+    )  # fmt: skip
     rows = plot_run.step_rows(run)
     assert rows[3]["rollout/kernel/mean_return"] == pytest.approx(0.5)
     assert rows[3]["perf/train_time"] == 12.5 and rows[3]["eval/per_min"] == 63.0  # both perf lines kept
+    # in the loop: the evaluations between two rows over the time between them, overall and per GPU
+    assert rows[3]["eval/per_min_window"] == pytest.approx(30.0) and "eval/per_min_window" not in rows[0]
+    assert rows[2]["eval/per_min/cuda:0"] == pytest.approx(20.0) and rows[2]["eval/per_min/cuda:1"] == 10.0
+    assert [label for label, _ in run_curve_series("evals_per_min", rows)] == [
+        "since start", "in the loop", "cuda:0", "cuda:1",
+    ]  # fmt: skip
     assert plot_run.main([str(run)]) == 0
     written = {p.name for p in (run / "plots").glob("*.png")}
     assert written == {"reward.png", "correct_rate.png", "loss.png", "grad_norm.png", "evals_per_min.png",
@@ -155,3 +164,20 @@ def test_gpu_use_is_read_from_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> Non
     ]
     monkeypatch.setattr(run_status.shutil, "which", lambda name: None)
     assert run_status._gpus() is None  # no nvidia-smi: no GPU row
+
+
+def test_eval_section_counts_evaluations_per_device() -> None:
+    """The eval server's per-worker counts (its /stats `per_worker`) summed per device: what the
+    history keeps for the per-GPU rate in the loop."""
+    stats = {
+        "uptime_s": 60.0,
+        "evaluations": 7,
+        "per_worker": [
+            {"id": 0, "device": "cuda:0", "evaluations": 3},
+            {"id": 1, "device": "cuda:0", "evaluations": 2},
+            {"id": 2, "device": "cuda:1", "evaluations": 2},
+        ],
+    }
+    section = run_status._eval_section(stats)
+    assert section is not None and section["per_min"] == 7.0
+    assert section["by_device"] == {"cuda:0": 5, "cuda:1": 2}
