@@ -132,11 +132,12 @@ class Run(NamedTuple):
     rollouts: dict[int, dict[str, Any]]
     perf: dict[int, dict[str, Any]]
     wall: float
+    run_dir: Path
 
 
 def _train(env: dict[str, str], label: str) -> Run:
-    _, log, wall = _launch(env, label)
-    return Run(log, _dicts(STEP_RE, log), _dicts(ROLLOUT_RE, log), _dicts(TRAIN_PERF_RE, log), wall)
+    run_dir, log, wall = _launch(env, label)
+    return Run(log, _dicts(STEP_RE, log), _dicts(ROLLOUT_RE, log), _dicts(TRAIN_PERF_RE, log), wall, run_dir)
 
 
 def _assert_steps(run: Run, n: int) -> None:
@@ -173,6 +174,12 @@ def _step_times(run: Run) -> dict[str, list[Any]]:
     out["eval_phase_s"] = {
         ph: [run.rollouts.get(i, {}).get(f"{prefix}{ph}/mean") for i in range(n)] for ph in phases
     }
+    # evaluations/min in the loop, overall and per eval GPU (tools.plot_run, from the status history)
+    from tools.plot_run import step_rows
+
+    rows = step_rows(run.run_dir)
+    keys = sorted({k for r in rows.values() for k in r if k.startswith("eval/per_min")})
+    out["evals_per_min"] = {k: [rows.get(i, {}).get(k) for i in range(n)] for k in keys}
     return out
 
 
