@@ -19,6 +19,34 @@ REPO = Path(__file__).resolve().parents[2]
 LOG_COPY_EVERY_S = 30.0  # while a run goes on, its logs reach the artifacts this often
 
 
+# The launcher's port settings (configs/run/common.sh): fixed defaults, so two runs on one machine
+# collide unless each has its own
+PORT_SETTINGS = ("EVAL_PORT", "BUFFER_PORT", "ROUTER_PORT", "ENGINE_PORT", "RAY_PORT", "RAY_DASHBOARD_PORT",
+                 "RAY_CLIENT_PORT", "RAY_AGENT_PORT")  # fmt: skip
+RAY_WORKER_PORTS = (10002, 19999)  # Ray's default worker port range
+
+
+def launcher_env() -> dict[str, str]:
+    """The caller's environment for a launcher run (TMUX dropped: the runs make their own sessions)
+    with a free port for each port setting the caller did not set, so GPU tests can run side by
+    side on one machine, each confined to its GPUs with CUDA_VISIBLE_DEVICES: distinct, and outside
+    Ray's worker ports, which `ray start` refuses for its other components."""
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    taken = {env[name] for name in PORT_SETTINGS if name in env}
+    for name in PORT_SETTINGS:
+        if name in env:
+            continue
+        for _ in range(1000):
+            port = str(free_port())
+            if port not in taken and not RAY_WORKER_PORTS[0] <= int(port) <= RAY_WORKER_PORTS[1]:
+                break
+        else:
+            raise RuntimeError(f"no free port for {name} outside Ray's worker ports {RAY_WORKER_PORTS}")
+        env[name] = port
+        taken.add(port)
+    return env
+
+
 def artifacts() -> Path | None:
     """KRL_GPU_ARTIFACTS as a folder, or None."""
     out = os.environ.get("KRL_GPU_ARTIFACTS")

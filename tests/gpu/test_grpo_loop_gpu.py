@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tests.gpu.launched import artifacts, run_launcher
+from tests.gpu.launched import artifacts, launcher_env, run_launcher
 from tests.gpu.launched import run_checked as _run
 from tests.gpu.test_train_slime_gpu import MEGATRON_DIR, ROLLOUT_RE, SLIME_DIR, STEP_RE, _dicts
 
@@ -78,7 +78,7 @@ def _setup(tmp_path: Path) -> dict[str, str]:
     missing = _needs()
     if missing:
         pytest.skip("needs " + "; ".join(missing))
-    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env = launcher_env()
     hf = tmp_path / "ckpt" / "Qwen3-tiny-hd64"
     shutil.copytree(_sft_model(tmp_path), hf)
     _run([sys.executable, "-m", "tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", f"{hf}_torch_dist",

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.launched import artifacts, run_launcher, sglang_server
+from tests.gpu.launched import artifacts, launcher_env, run_launcher, sglang_server
 from tests.gpu.launched import run_checked as _run
 from tests.gpu.test_train_slime_gpu import MEGATRON_DIR, SLIME_DIR, STEP_RE, _dicts, _missing
 
@@ -53,7 +53,7 @@ def _needs() -> list[str]:
 def warm_start(tmp_path: Path) -> dict[str, Any]:
     """The SFT warm start: the hd64 model, the sample SFT data, slime's SFT through
     scripts/run_sft.sh, the last checkpoint back to HF (`model`), the loss curve."""
-    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env = launcher_env()
     hf = tmp_path / "Qwen3-tiny-hd64"
     _run([sys.executable, "-m", "slime_ext.dev_engine.tiny_model", "--size", "hd64", "--out", str(hf)], env)
     _run([sys.executable, "-m", "tools.convert_hf_to_megatron", "--hf-dir", str(hf), "--out", f"{hf}_torch_dist",

@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.launched import REPO, artifacts, run_launcher
+from tests.gpu.launched import REPO, artifacts, launcher_env, run_launcher
 from tests.gpu.launched import run_checked as _run
 
 SLIME_DIR = Path(os.environ.get("SLIME_DIR", REPO / "third_party" / "slime"))
@@ -90,7 +90,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if missing:
         pytest.skip("needs " + "; ".join(missing))
     root = tmp_path_factory.mktemp("slime_train")
-    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env = launcher_env()
     hf = root / "Qwen3-tiny"
     _run([sys.executable, "-m", "slime_ext.dev_engine.tiny_model", "--out", str(hf)], env)
     _run(
