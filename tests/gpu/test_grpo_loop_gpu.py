@@ -190,6 +190,14 @@ def _resumed_steps(env: dict[str, str], first: Run, num_rollout: int, label: str
     return sorted(_dicts(STEP_RE, log[len(first.log) :] if log.startswith(first.log) else log))
 
 
+def _gpu_id(i: int) -> str:
+    """The physical id of the i-th GPU this test may use (EVAL_DEVICES takes physical ids; the
+    launcher gives Ray the first ones of CUDA_VISIBLE_DEVICES, so a test confined to GPUs 2,3 puts
+    its eval server on 3)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible.split(",")[i].strip() if visible else str(i)
+
+
 def _needs_gpus(n: int, kind: str) -> None:
     import torch
 
@@ -253,7 +261,7 @@ def test_two_gpu_form_trainer_on_one_sglang_and_eval_on_the_other(tmp_path: Path
         TRAIN_GPUS="1",
         ROLLOUT_GPUS="1",
         EVAL_GPUS="0",
-        EVAL_DEVICES="1",
+        EVAL_DEVICES=_gpu_id(1),
         SGLANG_MEM_FRACTION="0.6",
         NUM_ROLLOUT="3",
         RUN_NAME="two-gpu",
@@ -282,7 +290,7 @@ def test_four_gpu_split_resume_and_overlapped_rollout(tmp_path: Path) -> None:
         TP="2",
         ROLLOUT_GPUS="1",
         EVAL_GPUS="0",
-        EVAL_DEVICES="3",
+        EVAL_DEVICES=_gpu_id(3),
         SGLANG_MEM_FRACTION="0.7",
         NUM_ROLLOUT="3",
         RUN_NAME="four-gpu",
