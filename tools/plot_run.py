@@ -20,7 +20,7 @@ from typing import Any
 from krl_common.cli import EXIT_USAGE, make_parser
 from krl_common.fileio import atomic_write
 from slime_ext.reports.plots import RUN_CURVES, plot_run_curve
-from slime_ext.reports.run_status import HISTORY_NAME, parse_slime_log
+from slime_ext.reports.run_status import HISTORY_NAME, parse_slime_log, window_rates
 
 
 def step_rows(run_dir: Path) -> dict[int, dict[str, float]]:
@@ -50,27 +50,9 @@ def step_rows(run_dir: Path) -> dict[int, dict[str, float]]:
             if isinstance(ev.get("per_min"), (int, float)):
                 out["eval/per_min"] = ev["per_min"]
             if prev is not None:
-                out.update(_window_rates(prev, row))
+                out.update(window_rates(prev, row))
             prev = row
     return rows
-
-
-def _window_rates(prev: dict[str, Any], row: dict[str, Any]) -> dict[str, float]:
-    """Evaluations per minute between two status-history rows, overall and per device."""
-    minutes = (float(row.get("time") or 0.0) - float(prev.get("time") or 0.0)) / 60.0
-    before, now = prev.get("eval") or {}, row.get("eval") or {}
-    if (
-        minutes <= 0
-        or not isinstance(now.get("evaluations"), int)
-        or not isinstance(before.get("evaluations"), int)
-    ):
-        return {}
-    rates = {"eval/per_min_window": (now["evaluations"] - before["evaluations"]) / minutes}
-    old = before.get("by_device") or {}
-    for device, n in (now.get("by_device") or {}).items():
-        if isinstance(n, int) and isinstance(old.get(device, 0), int):
-            rates[f"eval/per_min/{device}"] = (n - old.get(device, 0)) / minutes
-    return rates
 
 
 def main(argv: list[str] | None = None) -> int:

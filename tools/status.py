@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from krl_common.cli import EXIT_USAGE, make_parser
-from slime_ext.reports.run_status import append_history, snapshot, turn_index
+from slime_ext.reports.run_status import append_history, snapshot, turn_index, window_rates
 
 REPO = Path(__file__).resolve().parents[1]
 _TRAIN_KEYS = (("loss", "train/loss"), ("grad norm", "train/grad_norm"), ("KL", "train/kl_loss"),
@@ -37,8 +37,9 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def render(snap: dict[str, Any]) -> Any:
-    """The snapshot as rich tables (imported here: the library side needs no terminal UI)."""
+def render(snap: dict[str, Any], earlier: dict[str, Any] | None = None) -> Any:
+    """The snapshot as rich tables (imported here: the library side needs no terminal UI);
+    `earlier`, a snapshot of up to RATE_WINDOW_S before, adds the eval server's current rate."""
     from rich.console import Group
     from rich.table import Table
 
@@ -107,7 +108,8 @@ def render(snap: dict[str, Any]) -> Any:
         "eval",
         "unreachable"
         if ev is None
-        else f"{ev['evaluations']} evaluations ({_fmt(ev['per_min'])}/min), in flight {_fmt(ev['in_flight'])}, "
+        else f"{ev['evaluations']} evaluations ({_fmt(ev['per_min'])}/min since start{_now_rate(earlier, snap)}), "
+        f"in flight {_fmt(ev['in_flight'])}, "
         f"queued {_fmt(ev['queued'])}, p50 {_fmt(ev['p50_s'])} s, "
         + ", ".join(f"{k} {v}" for k, v in sorted(ev["by_status"].items())),
     )
@@ -155,6 +157,20 @@ def _stop_run(run_dir: Path) -> None:
         )
 
 
+RATE_WINDOW_S = 60.0  # the current evaluation rate is taken over about this long
+
+
+def _now_rate(earlier: dict[str, Any] | None, snap: dict[str, Any]) -> str:
+    """', now X/min (cuda:0 a, cuda:1 b)' from two snapshots, or '' without an earlier one."""
+    rates = window_rates(earlier, snap) if earlier is not None else {}
+    if "eval/per_min_window" not in rates:
+        return ""
+    per_device = [f"{k.removeprefix('eval/per_min/')} {_fmt(round(v, 1))}" for k, v in sorted(rates.items())
+                  if k.startswith("eval/per_min/")]  # fmt: skip
+    devices = f" ({', '.join(per_device)})" if len(per_device) > 1 else ""
+    return f", now {_fmt(round(rates['eval/per_min_window'], 1))}/min{devices}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = make_parser("tools.status", __doc__)
     p.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR of the launcher)")
@@ -182,10 +198,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         with Live(render(snapshot(args.run_dir)), console=console, auto_refresh=False) as live:
+            recent: list[dict[str, Any]] = []  # snapshots of the last RATE_WINDOW_S, oldest first
             while True:
                 snap = snapshot(args.run_dir)
                 append_history(args.run_dir, snap)
-                live.update(render(snap), refresh=True)
+                recent = [r for r in recent if snap["time"] - r["time"] <= RATE_WINDOW_S]
+                live.update(render(snap, recent[0] if recent else None), refresh=True)
+                recent.append(snap)
                 ended = [w for w in snap["windows"] if w["state"] == "exited"]
                 if ended and args.on_exit == "stop":
                     break

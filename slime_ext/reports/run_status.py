@@ -36,6 +36,7 @@ __all__ = [
     "read_run_env",
     "snapshot",
     "turn_index",
+    "window_rates",
     "window_states",
 ]
 
@@ -260,6 +261,26 @@ def snapshot(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
         else None,
         "gpus": _gpus(),
     }
+
+
+def window_rates(prev: dict[str, Any], row: dict[str, Any]) -> dict[str, float]:
+    """Evaluations per minute between two snapshots (or status-history rows: the same `time` and
+    `eval`), overall (`eval/per_min_window`) and per device (`eval/per_min/<device>`); {} when
+    either lacks the counts or no time passed."""
+    minutes = (float(row.get("time") or 0.0) - float(prev.get("time") or 0.0)) / 60.0
+    before, now = prev.get("eval") or {}, row.get("eval") or {}
+    if (
+        minutes <= 0
+        or not isinstance(now.get("evaluations"), int)
+        or not isinstance(before.get("evaluations"), int)
+    ):
+        return {}
+    rates = {"eval/per_min_window": (now["evaluations"] - before["evaluations"]) / minutes}
+    old = before.get("by_device") or {}
+    for device, n in (now.get("by_device") or {}).items():
+        if isinstance(n, int) and isinstance(old.get(device, 0), int):
+            rates[f"eval/per_min/{device}"] = (n - old.get(device, 0)) / minutes
+    return rates
 
 
 def append_history(run_dir: Path, snap: dict[str, Any]) -> bool:

@@ -181,3 +181,27 @@ def test_eval_section_counts_evaluations_per_device() -> None:
     section = run_status._eval_section(stats)
     assert section is not None and section["per_min"] == 7.0
     assert section["by_device"] == {"cuda:0": 5, "cuda:1": 2}
+
+
+def test_status_shows_the_current_evaluation_rate_per_device(tmp_path: Path) -> None:
+    """Beside the rate since the eval server started, the status window shows the rate over its
+    last minute of snapshots, per device when there are several."""
+    from rich.console import Console
+
+    run = _run_dir(tmp_path)
+
+    def with_eval(now: float, counts: dict[str, int]) -> dict:
+        snap = run_status.snapshot(run, now=now)
+        workers = [{"device": d, "evaluations": n} for d, n in counts.items()]
+        snap["eval"] = run_status._eval_section(
+            {"uptime_s": now - 900.0, "evaluations": sum(counts.values()), "per_worker": workers}
+        )
+        return snap
+
+    earlier = with_eval(1000.0, {"cuda:2": 10, "cuda:3": 4})
+    snap = with_eval(1060.0, {"cuda:2": 30, "cuda:3": 9})
+    assert status._now_rate(earlier, snap) == ", now 25/min (cuda:2 20, cuda:3 5)"
+    assert status._now_rate(None, snap) == ""
+    console = Console(record=True, width=250)
+    console.print(status.render(snap, earlier))
+    assert "now 25/min (cuda:2 20, cuda:3 5)" in console.export_text()
