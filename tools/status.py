@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from krl_common.cli import EXIT_USAGE, make_parser
-from slime_ext.reports.run_status import append_history, snapshot, turn_index, window_rates
+from slime_ext.reports.run_status import (
+    DEVICE_RATE_PREFIX,
+    WINDOW_RATE_KEY,
+    append_history,
+    snapshot,
+    turn_index,
+    window_rates,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 _TRAIN_KEYS = (("loss", "train/loss"), ("grad norm", "train/grad_norm"), ("KL", "train/kl_loss"),
@@ -163,12 +170,12 @@ RATE_WINDOW_S = 60.0  # the current evaluation rate is taken over about this lon
 def _now_rate(earlier: dict[str, Any] | None, snap: dict[str, Any]) -> str:
     """', now X/min (cuda:0 a, cuda:1 b)' from two snapshots, or '' without an earlier one."""
     rates = window_rates(earlier, snap) if earlier is not None else {}
-    if "eval/per_min_window" not in rates:
+    if WINDOW_RATE_KEY not in rates:
         return ""
-    per_device = [f"{k.removeprefix('eval/per_min/')} {_fmt(round(v, 1))}" for k, v in sorted(rates.items())
-                  if k.startswith("eval/per_min/")]  # fmt: skip
+    per_device = [f"{k.removeprefix(DEVICE_RATE_PREFIX)} {_fmt(round(v, 1))}" for k, v in sorted(rates.items())
+                  if k.startswith(DEVICE_RATE_PREFIX)]  # fmt: skip
     devices = f" ({', '.join(per_device)})" if len(per_device) > 1 else ""
-    return f", now {_fmt(round(rates['eval/per_min_window'], 1))}/min{devices}"
+    return f", now {_fmt(round(rates[WINDOW_RATE_KEY], 1))}/min{devices}"
 
 
 def main(argv: list[str] | None = None) -> int:

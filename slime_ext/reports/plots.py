@@ -8,7 +8,7 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
-from slime_ext.reports.run_status import turn_index
+from slime_ext.reports.run_status import DEVICE_RATE_PREFIX, WINDOW_RATE_KEY, turn_index
 
 __all__ = ["RUN_CURVES", "plot_fast_p", "plot_run_curve", "plot_turns"]
 
@@ -114,7 +114,7 @@ RUN_CURVES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
     "grad_norm": ("gradient norm", "norm", [("grad norm", "train/grad_norm")]),
     # since the server started, in the loop (between two steps), and, added by plot_run_curve, per device
     "evals_per_min": ("eval server", "evaluations / min", [("since start", "eval/per_min"),
-                                                          ("in the loop", "eval/per_min_window")]),
+                                                          ("in the loop", WINDOW_RATE_KEY)]),
     "step_time": ("step time", "seconds", [("step", "perf/step_time"), ("train", "perf/train_time"),
                                            ("rollout", "perf/rollout_time"),
                                            ("weight update", "perf/update_weights_time")]),
@@ -126,7 +126,6 @@ RUN_CURVES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
                     [("server total", "rollout/kernel/eval_latency_s/mean")]),
 }  # fmt: skip
 EVAL_PHASE_PREFIX = "rollout/kernel/eval_phase_s/"
-EVAL_DEVICE_PREFIX = "eval/per_min/"
 MIN_PHASE_S = 0.05  # a phase never this long stays off the plot (a dozen lines would hide the rest)
 
 
@@ -139,8 +138,8 @@ def run_curve_series(name: str, rows: Mapping[int, Mapping[str, float]]) -> list
                  if k.endswith("/correct_rate") and (t := turn_index(k)) is not None}  # fmt: skip
         series = series + [(f"turn {t + 1}", turns[t]) for t in sorted(turns)]
     if name == "evals_per_min":
-        devices = sorted({k for r in rows.values() for k in r if k.startswith(EVAL_DEVICE_PREFIX)})
-        series = series + [(k[len(EVAL_DEVICE_PREFIX) :], k) for k in devices]
+        devices = sorted({k for r in rows.values() for k in r if k.startswith(DEVICE_RATE_PREFIX)})
+        series = series + [(k[len(DEVICE_RATE_PREFIX) :], k) for k in devices]
     if name == "eval_phases":
         longest: dict[str, float] = {}
         for r in rows.values():

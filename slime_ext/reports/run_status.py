@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DEVICE_RATE_PREFIX",
     "HISTORY_NAME",
+    "WINDOW_RATE_KEY",
     "WindowState",
     "append_history",
     "exited_windows",
@@ -41,6 +43,9 @@ __all__ = [
 ]
 
 HISTORY_NAME = "status.jsonl"
+# window_rates' keys: evaluations/min between two snapshots, overall and per device
+WINDOW_RATE_KEY = "eval/per_min_window"
+DEVICE_RATE_PREFIX = "eval/per_min/"
 _TURN_KEY = re.compile(r"(?:^|/)turn(\d+)/")
 _LOG_LINE = re.compile(r"\b(step|perf) (\d+): (\{.*\})\s*$")
 _TAIL_BYTES = 1 << 20  # the part of a log read for its last lines and metrics
@@ -265,7 +270,7 @@ def snapshot(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
 
 def window_rates(prev: dict[str, Any], row: dict[str, Any]) -> dict[str, float]:
     """Evaluations per minute between two snapshots (or status-history rows: the same `time` and
-    `eval`), overall (`eval/per_min_window`) and per device (`eval/per_min/<device>`); {} when
+    `eval`), overall (WINDOW_RATE_KEY) and per device (DEVICE_RATE_PREFIX + device); {} when
     either lacks the counts or no time passed."""
     minutes = (float(row.get("time") or 0.0) - float(prev.get("time") or 0.0)) / 60.0
     before, now = prev.get("eval") or {}, row.get("eval") or {}
@@ -275,11 +280,11 @@ def window_rates(prev: dict[str, Any], row: dict[str, Any]) -> dict[str, float]:
         or not isinstance(before.get("evaluations"), int)
     ):
         return {}
-    rates = {"eval/per_min_window": (now["evaluations"] - before["evaluations"]) / minutes}
+    rates = {WINDOW_RATE_KEY: (now["evaluations"] - before["evaluations"]) / minutes}
     old = before.get("by_device") or {}
     for device, n in (now.get("by_device") or {}).items():
         if isinstance(n, int) and isinstance(old.get(device, 0), int):
-            rates[f"eval/per_min/{device}"] = (n - old.get(device, 0)) / minutes
+            rates[f"{DEVICE_RATE_PREFIX}{device}"] = (n - old.get(device, 0)) / minutes
     return rates
 
 
