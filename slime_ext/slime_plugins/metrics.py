@@ -38,6 +38,12 @@ def _rate(flags: list[bool]) -> float:
     return sum(flags) / len(flags) if flags else 0.0
 
 
+def _put_mean(out: dict[str, float], key: str, values: list[float]) -> None:
+    """out[key] = the mean of values; no key when there are none (a run without them logs nothing)."""
+    if values:
+        out[key] = sum(values) / len(values)
+
+
 def _fast1(turn: dict[str, Any]) -> bool:
     return bool(turn["correct"]) and turn["speedup"] is not None and turn["speedup"] > 1.0
 
@@ -106,8 +112,7 @@ def kernel_metrics(samples: Sequence[Any], prefix: str = "rollout/kernel/") -> d
             out[f"role/{role}/correct_rate"] = _rate([x["correct"] for x in turns])
             out[f"role/{role}/fast_1_rate"] = _rate([_fast1(x) for x in turns])
             timed = [x["speedup"] for x in turns if x["correct"] and x["speedup"] is not None]
-            if timed:
-                out[f"role/{role}/speedup_correct_mean"] = sum(timed) / len(timed)
+            _put_mean(out, f"role/{role}/speedup_correct_mean", timed)
     all_turns = [t for m, _ in trajectories for t in m["turns"]]
     latencies = [float(t["eval_s"]) for t in all_turns if t.get("eval_s") is not None]
     if latencies:
@@ -119,20 +124,16 @@ def kernel_metrics(samples: Sequence[Any], prefix: str = "rollout/kernel/") -> d
         for phase, seconds in (t.get("phases") or {}).items():
             phase_values.setdefault(phase, []).append(float(seconds))
     for phase, values in sorted(phase_values.items()):
-        out[f"eval_phase_s/{phase}/mean"] = sum(values) / len(values)
+        _put_mean(out, f"eval_phase_s/{phase}/mean", values)
     timings = [m["timing"] for m, _ in trajectories if m.get("timing")]
     for key, name in (
         ("total_s", "episode_s"),
         ("generate_s", "episode_generate_s"),
         ("eval_s", "episode_eval_s"),
     ):
-        values = [t[key] for t in timings if key in t]
-        if values:
-            out[f"{name}/mean"] = sum(values) / len(values)
+        _put_mean(out, f"{name}/mean", [t[key] for t in timings if key in t])
     speedups = [t["speedup"] for t in all_turns if t["correct"] and t["speedup"] is not None]
-    if speedups:
-        out["speedup_correct/mean"] = sum(speedups) / len(speedups)
+    _put_mean(out, "speedup_correct/mean", speedups)
     shares = [t["own_share"] for t in all_turns if t["correct"] and t.get("own_share") is not None]
-    if shares:
-        out["own_share_correct/mean"] = sum(shares) / len(shares)
+    _put_mean(out, "own_share_correct/mean", shares)
     return {prefix + k: v for k, v in out.items()}
