@@ -101,6 +101,12 @@ def run_launcher(
     return run_dir, log, wall
 
 
+def log_since(log: str, earlier: str) -> str:
+    """What a relaunch of the same RUN_NAME added to slime's log (the log continues the earlier
+    launch's when the file was kept, else it is all new)."""
+    return log[len(earlier) :] if log.startswith(earlier) else log
+
+
 def run_checked(cmd: list[str], env: dict[str, str], timeout: float = 600) -> str:
     """`cmd` from the checkout; asserts exit 0 (with both outputs); returns stdout."""
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

@@ -42,7 +42,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tests.gpu.launched import artifacts, launcher_env, run_launcher
+from slime_ext.reports.plots import EVAL_PHASE_PREFIX
+from tests.gpu.launched import artifacts, launcher_env, log_since, run_launcher
 from tests.gpu.launched import run_checked as _run
 from tests.gpu.test_train_slime_gpu import MEGATRON_DIR, ROLLOUT_RE, SLIME_DIR, STEP_RE, _dicts
 
@@ -167,7 +168,7 @@ def _step_times(run: Run) -> dict[str, list[Any]]:
     out = {name: [run.perf.get(i, {}).get(key) for i in range(n)] for name, key in perf.items()}
     out.update({name: [run.rollouts.get(i, {}).get(key) for i in range(n)] for name, key in rollout.items()})
     # the evaluation's own split (the eval server's seconds per phase, queue_wait and gpu_wait included)
-    prefix = "rollout/kernel/eval_phase_s/"
+    prefix = EVAL_PHASE_PREFIX
     phases = sorted(
         {k[len(prefix) : -len("/mean")] for r in run.rollouts.values() for k in r if k.startswith(prefix)}
     )
@@ -187,7 +188,7 @@ def _resumed_steps(env: dict[str, str], first: Run, num_rollout: int, label: str
     """The same RUN_NAME launched again for `num_rollout` rollouts: the steps it trained (slime's
     log continues the first run's)."""
     log = _launch(dict(env, NUM_ROLLOUT=str(num_rollout)), label)[1]
-    return sorted(_dicts(STEP_RE, log[len(first.log) :] if log.startswith(first.log) else log))
+    return sorted(_dicts(STEP_RE, log_since(log, first.log)))
 
 
 def _gpu_id(i: int) -> str:
@@ -196,6 +197,34 @@ def _gpu_id(i: int) -> str:
     its eval server on 3)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return visible.split(",")[i].strip() if visible else str(i)
+
+
+def _split_env(tmp_path: Path, name: str, *, train_gpus: int, eval_gpu: int, mem_fraction: str,
+               **extra: str) -> dict[str, str]:  # fmt: skip
+    """Three steps without --colocate: Megatron on the first `train_gpus` GPUs, one SGLang engine
+    after them, the eval server on GPU `eval_gpu` (sharing the engine's GPU or its own)."""
+    return dict(
+        _setup(tmp_path),
+        COLOCATE="0",
+        TRAIN_GPUS=str(train_gpus),
+        ROLLOUT_GPUS="1",
+        EVAL_GPUS="0",
+        EVAL_DEVICES=_gpu_id(eval_gpu),
+        SGLANG_MEM_FRACTION=mem_fraction,
+        NUM_ROLLOUT="3",
+        RUN_NAME=name,
+        TMUX_SESSION=f"krl-gpu-{name}",
+        **extra,
+    )
+
+
+def _on_policy_steps(run: Run, n: int) -> list[float]:
+    """Steps 0..n-1 trained, each on rollouts of the weights slime had just pushed (slime's and
+    SGLang's log-probs agree); returns the per-step differences."""
+    _assert_steps(run, n)
+    diffs = _logprob_diffs(run)
+    assert max(diffs) <= LOGPROB_TOL, diffs
+    return diffs
 
 
 def _needs_gpus(n: int, kind: str) -> None:
@@ -255,22 +284,9 @@ def test_two_gpu_form_trainer_on_one_sglang_and_eval_on_the_other(tmp_path: Path
     --colocate: the agent runner is never paused, slime pushes the weights over NCCL after every
     step). Three steps; every step trains on rollouts of the weights it just pushed."""
     _needs_gpus(2, "nvidia-h100-x2")
-    env = dict(
-        _setup(tmp_path),
-        COLOCATE="0",
-        TRAIN_GPUS="1",
-        ROLLOUT_GPUS="1",
-        EVAL_GPUS="0",
-        EVAL_DEVICES=_gpu_id(1),
-        SGLANG_MEM_FRACTION="0.6",
-        NUM_ROLLOUT="3",
-        RUN_NAME="two-gpu",
-        TMUX_SESSION="krl-gpu-two-gpu",
-    )
+    env = _split_env(tmp_path, "two-gpu", train_gpus=1, eval_gpu=1, mem_fraction="0.6")
     run = _train(env, "two-gpu")
-    _assert_steps(run, 3)
-    diffs = _logprob_diffs(run)
-    assert max(diffs) <= LOGPROB_TOL, diffs
+    diffs = _on_policy_steps(run, 3)
     correct = [run.rollouts[i].get("rollout/kernel/correct_rate") for i in range(3)]
     print("two-gpu:", json.dumps({"correct_rate": correct, "logprob_abs_diff": diffs, **_step_times(run)}))
 
@@ -283,23 +299,9 @@ def test_four_gpu_split_resume_and_overlapped_rollout(tmp_path: Path) -> None:
     more; then train_async.py (the next rollout generated while a step trains: one policy version
     behind, so its log-prob difference is not held to the on-policy bound) for three steps."""
     _needs_gpus(4, "nvidia-h100-x4")
-    env = dict(
-        _setup(tmp_path),
-        COLOCATE="0",
-        TRAIN_GPUS="2",
-        TP="2",
-        ROLLOUT_GPUS="1",
-        EVAL_GPUS="0",
-        EVAL_DEVICES=_gpu_id(3),
-        SGLANG_MEM_FRACTION="0.7",
-        NUM_ROLLOUT="3",
-        RUN_NAME="four-gpu",
-        TMUX_SESSION="krl-gpu-four",
-    )
+    env = _split_env(tmp_path, "four-gpu", train_gpus=2, eval_gpu=3, mem_fraction="0.7", TP="2")
     run = _train(env, "four-gpu")
-    _assert_steps(run, 3)
-    diffs = _logprob_diffs(run)
-    assert max(diffs) <= LOGPROB_TOL, diffs
+    diffs = _on_policy_steps(run, 3)
     resumed = _resumed_steps(env, run, 4, "four-gpu-resume")
     assert resumed == [3], f"steps of the resumed run: {resumed}"
     overlapped = _train(dict(env, TRAIN_ENTRY="train_async.py", RUN_NAME="four-gpu-async"), "four-gpu-async")

@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.launched import REPO, artifacts, launcher_env, run_launcher
+from tests.gpu.launched import REPO, artifacts, launcher_env, log_since, run_launcher
 from tests.gpu.launched import run_checked as _run
 
 SLIME_DIR = Path(os.environ.get("SLIME_DIR", REPO / "third_party" / "slime"))
@@ -262,8 +262,7 @@ def test_a_finished_run_extended_by_one_rollout_resumes(base: dict[str, Any]) ->
     first = _train(base, "trajectory", "tp1", "resume-first", NUM_ROLLOUT="2", RUN_NAME="train-resume")
     assert sorted(_dicts(STEP_RE, first["log"])) == [0, 1]
     second = _train(base, "trajectory", "tp1", "resume-second", NUM_ROLLOUT="3", RUN_NAME="train-resume")
-    log = second["log"]
-    new = log[len(first["log"]) :] if log.startswith(first["log"]) else log
+    new = log_since(second["log"], first["log"])
     assert sorted(_dicts(STEP_RE, new)) == [2], sorted(_dicts(STEP_RE, new))
     it = (second["run_dir"] / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip()
     assert it == "2", it
