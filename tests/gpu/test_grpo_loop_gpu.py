@@ -55,6 +55,8 @@ STEPS = int(os.environ.get("KRL_GRPO_STEPS", "12"))
 LR = os.environ.get("KRL_GRPO_LR", "1e-4")
 SAMPLES = os.environ.get("KRL_GRPO_SAMPLES", "8")
 MIN_GAIN = float(os.environ.get("KRL_GRPO_MIN_GAIN", "0.15"))
+# steps of the 4-GPU split's train.py run (issue 27 asks for >= 10 at 8 GPUs; 3 checks the wiring)
+SPLIT_STEPS = int(os.environ.get("KRL_SPLIT_STEPS", "3"))
 # H100, 2026-11-27 (sixth session): ~4.5 min from the launch to the first rollout, then 30-47 s a step
 # (the rollout: on-policy groups are generated and evaluated after each weight push); 900 s cut a
 # 20-step run at step 16
@@ -199,9 +201,9 @@ def _gpu_id(i: int) -> str:
     return visible.split(",")[i].strip() if visible else str(i)
 
 
-def _split_env(tmp_path: Path, name: str, *, train_gpus: int, eval_gpu: int, mem_fraction: str,
+def _split_env(tmp_path: Path, name: str, *, train_gpus: int, eval_gpu: int, mem_fraction: str, steps: int = 3,
                **extra: str) -> dict[str, str]:  # fmt: skip
-    """Three steps without --colocate: Megatron on the first `train_gpus` GPUs, one SGLang engine
+    """`steps` steps without --colocate: Megatron on the first `train_gpus` GPUs, one SGLang engine
     after them, the eval server on GPU `eval_gpu` (sharing the engine's GPU or its own)."""
     return dict(
         _setup(tmp_path),
@@ -211,7 +213,7 @@ def _split_env(tmp_path: Path, name: str, *, train_gpus: int, eval_gpu: int, mem
         EVAL_GPUS="0",
         EVAL_DEVICES=_gpu_id(eval_gpu),
         SGLANG_MEM_FRACTION=mem_fraction,
-        NUM_ROLLOUT="3",
+        NUM_ROLLOUT=str(steps),
         RUN_NAME=name,
         TMUX_SESSION=f"krl-gpu-{name}",
         **extra,
@@ -295,27 +297,36 @@ def test_two_gpu_form_trainer_on_one_sglang_and_eval_on_the_other(tmp_path: Path
 def test_four_gpu_split_resume_and_overlapped_rollout(tmp_path: Path) -> None:
     """Issue 27 scaled to the 4-GPU kinds (the 8-GPU ones are withheld): Megatron at TP=2 with
     sequence parallelism on GPUs 0-1, one SGLang engine on GPU 2, the eval server on GPU 3 (no
-    --colocate). Three steps of train.py, on-policy at every step; the same run resumed for one
-    more; then train_async.py (the next rollout generated while a step trains: one policy version
+    --colocate). KRL_SPLIT_STEPS (3) steps of train.py, on-policy at every step; the same run
+    resumed for one more; then train_async.py (the next rollout generated while a step trains: one policy version
     behind, so its log-prob difference is not held to the on-policy bound) for three steps."""
     _needs_gpus(4, "nvidia-h100-x4")
-    env = _split_env(tmp_path, "four-gpu", train_gpus=2, eval_gpu=3, mem_fraction="0.7", TP="2")
+    n = SPLIT_STEPS
+    env = _split_env(tmp_path, "four-gpu", train_gpus=2, eval_gpu=3, mem_fraction="0.7", steps=n, TP="2")
     run = _train(env, "four-gpu")
-    diffs = _on_policy_steps(run, 3)
-    resumed = _resumed_steps(env, run, 4, "four-gpu-resume")
-    assert resumed == [3], f"steps of the resumed run: {resumed}"
-    overlapped = _train(dict(env, TRAIN_ENTRY="train_async.py", RUN_NAME="four-gpu-async"), "four-gpu-async")
-    assert sorted(overlapped.steps) == [0, 1, 2], sorted(overlapped.steps)
-    summary = {
-        "correct_rate": [run.rollouts[i].get("rollout/kernel/correct_rate") for i in range(3)],
-        "logprob_abs_diff": diffs,
+    summary: dict[str, Any] = {
+        "correct_rate": [run.rollouts.get(i, {}).get("rollout/kernel/correct_rate") for i in range(n)],
+        "reward_mean": [run.rollouts.get(i, {}).get("rollout/kernel/mean_return") for i in range(n)],
+        "logprob_abs_diff": _logprob_diffs(run),
         "train_py": _step_times(run),
-        "train_async_py": _step_times(overlapped),
-        "async_logprob_abs_diff": _logprob_diffs(overlapped),
     }
-    print("four-gpu:", json.dumps(summary))
-    if (art := artifacts()) is not None:
-        (art / "summary-four-gpu.json").write_text(json.dumps(summary, indent=1, default=str))
+
+    def record(**more: Any) -> None:
+        """Kept after every launch: a later launch's failure leaves the earlier ones' numbers."""
+        summary.update(more)
+        print("four-gpu:", json.dumps(summary))
+        if (art := artifacts()) is not None:
+            (art / "summary-four-gpu.json").write_text(json.dumps(summary, indent=1, default=str))
+
+    record()
+    _on_policy_steps(run, n)
+    resumed = _resumed_steps(env, run, n + 1, "four-gpu-resume")
+    record(resumed_steps=resumed)
+    assert resumed == [n], f"steps of the resumed run: {resumed}"
+    overlapped = _train(dict(env, TRAIN_ENTRY="train_async.py", RUN_NAME="four-gpu-async", NUM_ROLLOUT="3"),
+                        "four-gpu-async")  # fmt: skip
+    record(train_async_py=_step_times(overlapped), async_logprob_abs_diff=_logprob_diffs(overlapped))
+    assert sorted(overlapped.steps) == [0, 1, 2], sorted(overlapped.steps)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 1800)
