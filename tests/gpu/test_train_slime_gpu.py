@@ -131,16 +131,16 @@ def _slime_args(log: str) -> dict[str, str]:
 def _train(base: dict[str, Any], credit: str, layout: str, label: str = "", **extra: str) -> dict[str, Any]:
     tp, cp = LAYOUTS[layout]
     name = f"{credit}-{layout}"
-    env = dict(
-        base["env"],
-        CREDIT=credit,
-        RUN_NAME=f"train-{name}",
-        TMUX_SESSION=f"krl-gpu-{name}",
-        TP=str(tp),
-        CP=str(cp),
-        TRAIN_GPUS=str(tp * cp),
-        **extra,
-    )
+    env = {
+        **base["env"],
+        "CREDIT": credit,
+        "RUN_NAME": f"train-{name}",
+        "TMUX_SESSION": f"krl-gpu-{name}",
+        "TP": str(tp),
+        "CP": str(cp),
+        "TRAIN_GPUS": str(tp * cp),
+        **extra,  # a caller's RUN_NAME etc. win
+    }
     run_dir, log, wall = run_launcher("run_kbench_multiturn.sh", env, label or name, RUN_TIMEOUT_S)
     return {"run_dir": run_dir, "log": log, "wall_s": wall}
 
