@@ -14,7 +14,7 @@
 : "${LR:=1e-6}"
 : "${SAVE_INTERVAL:=20}"
 : "${EVAL_INTERVAL:=20}"           # 0: no evaluation
-: "${KL_LOSS_COEF:=0.00}"          # --use-kl-loss is always on, so --ref-load is always loaded
+: "${KL_LOSS_COEF:=0.00}"          # 0: no KL loss, and no reference model in the trainers
 
 # slime plug-ins of this project (dotted paths, importable in Ray workers: the project is
 # pip-installed in the image and its root is on PYTHONPATH of the Ray job), docs/SLIME_PLUGINS.md.
@@ -84,13 +84,20 @@ fi
 GRPO_ARGS=(
   --advantage-estimator grpo
   --disable-grpo-std-normalization
-  --use-kl-loss
-  --kl-loss-coef "${KL_LOSS_COEF}"
-  --kl-loss-type low_var_kl
   --entropy-coef 0.00
   --eps-clip 0.2
   --eps-clip-high 0.28
 )
+# --use-kl-loss only with a weight: with it slime loads the reference model (--ref-load) into
+# every trainer (its memory and one more forward pass a step) even at coefficient 0, and loads
+# it last, which its non-colocated weight push then sends to the engines of a resumed run
+# (slime_ext/slime_plugins/resume_weights.py undoes that). --ref-load stays: a fresh run starts
+# from it.
+[[ "${KL_LOSS_COEF}" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] ||
+  krl_die "KL_LOSS_COEF=${KL_LOSS_COEF}: use a non-negative number (0: no KL loss)"
+if awk -v x="${KL_LOSS_COEF}" 'BEGIN { exit !(x + 0 != 0) }'; then
+  GRPO_ARGS+=(--use-kl-loss --kl-loss-coef "${KL_LOSS_COEF}" --kl-loss-type low_var_kl)
+fi
 
 # MISMATCH=mrs: slime's own rollout correction (its examples/train_infer_mismatch_helper/mis.py)
 # rejects whole samples whose trainer-vs-rollout log-probabilities disagree (sequence geometric

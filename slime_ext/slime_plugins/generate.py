@@ -26,6 +26,7 @@ from typing import Any
 from slime_ext.rollout.rewards import per_turn_samples
 from slime_ext.slime_plugins.config import episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, problem_index, problem_info, run_problem
+from slime_ext.slime_plugins.resume_weights import ensure_resumed_weights, resume_checked
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples
 from slime_ext.trajectory.record import STATUS_ABORTED
@@ -61,6 +62,8 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
         )
     cfg = plugin_config(args)
     episode = episode_config(args)
+    if not resume_checked():  # a resumed run's engines serve the resumed weights first (once)
+        await asyncio.to_thread(ensure_resumed_weights, args, None)
     if not evaluation and per_turn_samples(episode.reward.credit) and needs_group_hook(args):
         raise ValueError(
             f"{episode.reward.credit} credit returns several samples per prompt sample; slime's default reward "

@@ -5,6 +5,8 @@
 `generate_rollout(args, rollout_id, data_source, evaluation=False)` is SYNC (slime calls it from
 the RolloutManager actor). For training it:
 
+0. on its first call in the process, has a resumed run's engines serve the resumed weights where
+   slime's own push sent the reference model's (slime_ext.slime_plugins.resume_weights);
 1. reports the policy version `rollout_id - policy_version_lag` to `POST /policy_version` (with
    train.py the engines hold the weights trained on rollouts 0..rollout_id-1 when rollout
    `rollout_id` is generated; train_async.py generates one step ahead: lag 1);
@@ -46,9 +48,11 @@ from typing import Any
 from eval_server.schema import EvalResult
 from slime_ext.rollout.problems import PromptRecord, load_prompt_records
 from slime_ext.rollout.rewards import RewardConfig, is_lazy, per_turn_samples
+from slime_ext.slime_plugins import resume_weights
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
 from slime_ext.slime_plugins.config import PluginConfig, episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, run_problem
+from slime_ext.slime_plugins.resume_weights import ensure_resumed_weights
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples, group_to_samples
 from slime_ext.slime_plugins.slime_api import (
@@ -97,6 +101,7 @@ def reset_state() -> None:
         for st in _states.values():
             st.client.close()
         _states.clear()
+    resume_weights.reset()
 
 
 def _check_group_shape(args: Any, instance_id: str, trajectories: int, per_turn: bool) -> None:
@@ -127,6 +132,8 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     need = int(args.rollout_batch_size)
     st = _state(cfg)
     with st.lock:
+        # a resumed run's engines serve the resumed weights before the runner generates (once)
+        resume = ensure_resumed_weights(args, int(rollout_id))
         version = max(0, int(rollout_id) - cfg.policy_version_lag)
         if st.reported_version != version:
             st.client.set_policy_version(version)
@@ -144,7 +151,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
                 ) from exc
             st.runner_started = True
         try:
-            return _collect(args, cfg, st, need, credit, version)
+            return _collect(args, cfg, st, need, credit, version, resume)
         finally:
             if pause:
                 st.client.stop_runner()
@@ -163,7 +170,15 @@ def runner_pauses(args: Any, cfg: PluginConfig) -> bool:
     return bool(getattr(args, "colocate", False) or getattr(args, "offload_rollout", False))
 
 
-def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: str, version: int) -> Any:
+def _collect(
+    args: Any,
+    cfg: PluginConfig,
+    st: _BufferState,
+    need: int,
+    credit: str,
+    version: int,
+    extra: dict[str, float],
+) -> Any:
     started = time.monotonic()
     deadline = started + cfg.max_wait_s
     # slime trains num_rollouts // --global-batch-size steps and asserts at least one: with
@@ -233,6 +248,7 @@ def _collect(args: Any, cfg: PluginConfig, st: _BufferState, need: int, credit: 
         "rollout/buffer/staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
         "rollout/buffer/staleness_max": float(max(staleness, default=0)),
         "rollout/buffer/prs_dropped": float(prs_dropped),
+        **extra,
     }
     return train_output(groups, metrics)
 

@@ -97,6 +97,8 @@ def test_default_split_of_eight_gpus(tmp_path: Path) -> None:
         run / "checkpoints"
     )
     assert _flag(trainer, "--ref-load") == str(tmp_path / "ckpt" / "Qwen3-8B_torch_dist")
+    # KL_LOSS_COEF 0 (the default): no KL loss, so slime loads no reference model into the trainers
+    assert "--use-kl-loss" not in trainer and "--kl-loss-coef" not in trainer
     trainer_script = (run / "cmd" / "trainer.sh").read_text()
     assert (
         "export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5" in trainer_script
@@ -143,6 +145,7 @@ def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
         EVAL_GPUS="2",
         ROLLOUT_TEMPERATURE="0.9",
         N_SAMPLES_PER_PROMPT="4",
+        KL_LOSS_COEF="1e-3",
     )
     assert res.returncode == 0, res.stderr
     assert f"resuming from {ckpt} iteration 40" in res.stderr
@@ -150,6 +153,7 @@ def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
     trainer = _argv(run, "trainer")
     assert trainer[2] == "train.py" and "--colocate" in trainer
     assert _flag(trainer, "--rollout-num-gpus") == "4" and _flag(trainer, "--rollout-temperature") == "0.9"
+    assert "--use-kl-loss" in trainer and _flag(trainer, "--kl-loss-coef") == "1e-3"
     assert _flag(trainer, "--n-samples-per-prompt") == "4" and _flag(trainer, "--global-batch-size") == str(
         32 * 4
     )
@@ -166,6 +170,7 @@ def test_overrides_colocate_and_resume(tmp_path: Path) -> None:
         ({"NUM_GPUS": "8", "RECIPE": "/nonexistent/recipe.yaml"}, "recipe not found"),
         ({"NUM_GPUS": "8", "MODE": "bogus"}, "use MODE=buffer or MODE=in_slime"),
         ({"NUM_GPUS": "8", "LR_SCHEDULE_ON_RESUME": "bogus"}, "use args, checkpoint or strict"),
+        ({"NUM_GPUS": "8", "KL_LOSS_COEF": "-0.1"}, "KL_LOSS_COEF=-0.1: use a non-negative number"),
         ({"NUM_GPUS": "8", "ENGINE": "sglang"}, "use ENGINE=tiny"),
         ({"NUM_GPUS": "8", "TRAIN_ONLY": "1", "MODE": "in_slime"}, "TRAIN_ONLY=1 needs MODE=buffer"),
         ({"NUM_GPUS": "8", "TRAIN_ONLY": "1", "COLOCATE": "1"}, "nothing to colocate"),

@@ -7,16 +7,15 @@ idle. slime's source from tests/real_slime.py (skipped without it)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
 
 from tests.real_slime import real_slime
+from tests.router_double import JsonHandler, serve_router
 
 pytestmark = pytest.mark.integration
 
@@ -35,27 +34,18 @@ class _Engines:
 def _router(engines: _Engines) -> Iterator[SimpleNamespace]:
     """The double served on loopback; yields slime's router arguments pointing at it."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            host, port = self.server.server_address[:2]
             if self.path == "/workers":
-                self._reply({"workers": [{"url": f"http://{host}:{port}"}]})
+                self.reply(200, {"workers": [{"url": self.base_url()}]})
             elif self.path == "/v1/loads?include=core":
                 with engines.lock:
-                    self._reply({"loads": [{"num_reqs": engines.running}]})
+                    self.reply(200, {"loads": [{"num_reqs": engines.running}]})
             else:
                 self.send_error(404)
 
         def do_POST(self) -> None:  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = self.body()
             if self.path != "/abort_request":
                 self.send_error(404)
                 return
@@ -63,19 +53,10 @@ def _router(engines: _Engines) -> Iterator[SimpleNamespace]:
                 engines.aborts.append(body)
                 if body.get("abort_all"):
                     engines.running = max(0, engines.running - 2)
-            self._reply({})
+            self.reply(200, {})
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        host, port = server.server_address[:2]
-        yield SimpleNamespace(sglang_router_ip=host, sglang_router_port=port)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_router(Handler) as args:
+        yield args
 
 
 @pytest.fixture(scope="module")

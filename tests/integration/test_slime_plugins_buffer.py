@@ -205,3 +205,35 @@ def test_profiling_based_rejection_drops_lazy_trajectories(url: str) -> None:
                for i, (s, c) in enumerate(shares)])  # fmt: skip
     out = generate_rollout(args_for(url, batch=1, n=4, hook=True), rid, None)
     assert len(out.samples[0]) == 4 and out.metrics["rollout/buffer/prs_dropped"] == 0
+
+
+def test_a_resumed_non_colocated_run_reloads_the_engines_before_its_first_rollout(url: str, tmp_path) -> None:
+    """slime's non-colocated push sends the reference model when a run resumes with KL loss
+    (slime_ext.slime_plugins.resume_weights): the first rollout of the process has every worker
+    load the resumed checkpoint (the SGLang double of tests/integration/test_resume_weights.py),
+    says so in its metrics, and later rollouts do not reload."""
+    from slime_ext.convert import hf_to_megatron
+    from slime_ext.convert.tiny_models import write_tiny_hf_model
+    from slime_ext.slime_plugins import resume_weights
+    from tests.integration.test_resume_weights import Workers, serve
+
+    first = next_rollout_id(url)  # slime resumed from iteration first - 1
+    write_tiny_hf_model("qwen3", tmp_path / "base", seed=0)
+    hf_to_megatron(tmp_path / "base", tmp_path / "ckpt", iteration=first - 1, progress=False)
+    resume_weights.reset()
+    workers = Workers(n=1)
+    try:
+        with serve(workers) as router:
+            args = args_for(url, batch=1, n=2)
+            vars(args).update(colocate=False, use_kl_loss=True, kl_coef=0.0, load=str(tmp_path / "ckpt"),
+                              hf_checkpoint=str(tmp_path / "base"), **vars(router))  # fmt: skip
+            outs = []
+            for step in range(2):
+                rid = first if step == 0 else next_rollout_id(url)
+                post(url, [record(f"rs{rid}-{i}", f"rs{rid}", 0.1 * i, version=rid) for i in range(2)])
+                outs.append(generate_rollout(args, rid, None))
+    finally:
+        resume_weights.reset()
+    assert outs[0].metrics["rollout/resume/engines_reloaded"] == 1.0
+    assert "rollout/resume/engines_reloaded" not in outs[1].metrics
+    assert workers.paths == [str(tmp_path / "ckpt_hf" / f"iter_{first - 1:07d}")]

@@ -199,7 +199,7 @@ def test_runner_stops_between_steps_when_slime_offloads_the_engines(
     client = _RecordingClient()
     state = rollout._BufferState(client)  # type: ignore[arg-type]
     monkeypatch.setattr(rollout, "_state", lambda cfg: state)
-    monkeypatch.setattr(rollout, "_collect", lambda *a: f"groups of version {a[-1]}")
+    monkeypatch.setattr(rollout, "_collect", lambda *a: f"groups of version {a[-2]}")  # (..., version, extra)
     # slime's own abort-until-idle of its engines (slime_api): recorded, its HTTP is slime's
     monkeypatch.setattr(rollout, "abort_engines_until_idle", lambda args: client.calls.append("abort"))
     plugins = {"buffer_url": client.url} | ({} if setting is None else {"pause_runner": setting})
