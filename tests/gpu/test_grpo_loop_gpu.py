@@ -186,11 +186,25 @@ def _step_times(run: Run) -> dict[str, list[Any]]:
     return out
 
 
-def _resumed_steps(env: dict[str, str], first: Run, num_rollout: int, label: str) -> list[int]:
+def _resume(env: dict[str, str], first: Run, num_rollout: int, label: str) -> dict[str, Any]:
     """The same RUN_NAME launched again for `num_rollout` rollouts: the steps it trained (slime's
-    log continues the first run's)."""
-    log = _launch(dict(env, NUM_ROLLOUT=str(num_rollout)), label)[1]
-    return sorted(_dicts(STEP_RE, log_since(log, first.log)))
+    log continues the first run's) and, per step, slime's vs SGLang's log-prob difference (the
+    first rollout after a resume must come from the resumed weights, not slime's reference model:
+    slime_ext/slime_plugins/resume_weights.py) and the rollout metrics of the engine reload."""
+    new = log_since(_launch(dict(env, NUM_ROLLOUT=str(num_rollout)), label)[1], first.log)
+    steps, rollouts = _dicts(STEP_RE, new), _dicts(ROLLOUT_RE, new)
+    return {
+        "steps": sorted(steps),
+        "logprob_abs_diff": [m.get("train/train_rollout_logprob_abs_diff") for _, m in sorted(steps.items())],
+        "resume_metrics": {
+            k: v for r in rollouts.values() for k, v in r.items() if k.startswith("rollout/resume/")
+        },
+    }
+
+
+def _assert_resumed(resumed: dict[str, Any], step: int) -> None:
+    assert resumed["steps"] == [step], f"steps of the resumed run: {resumed}"
+    assert max(resumed["logprob_abs_diff"]) <= LOGPROB_TOL, resumed  # generated with the resumed weights
 
 
 def _gpu_id(i: int) -> str:
@@ -272,8 +286,9 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
     # resume as a user would: the same RUN_NAME, one step more; slime continues from the last
     # checkpoint (saved at the last step) and trains step STEPS only. Run before the climb is
     # judged, so one GPU run answers both.
-    resumed = _resumed_steps(env, run, STEPS + 1, "grpo-resume")
-    assert resumed == [STEPS], f"steps of the resumed run: {resumed}"
+    resumed = _resume(env, run, STEPS + 1, "grpo-resume")
+    print("GRPO resume:", json.dumps(resumed))
+    _assert_resumed(resumed, STEPS)
 
     # means of three steps: one step's rate is 16 trajectories (+-0.2 from step to step on the H100)
     first, last = sum(correct[:3]) / 3, sum(correct[-3:]) / 3
@@ -320,9 +335,11 @@ def test_four_gpu_split_resume_and_overlapped_rollout(tmp_path: Path) -> None:
 
     record()
     _on_policy_steps(run, n)
-    resumed = _resumed_steps(env, run, n + 1, "four-gpu-resume")
-    record(resumed_steps=resumed)
-    assert resumed == [n], f"steps of the resumed run: {resumed}"
+    resumed = _resume(env, run, n + 1, "four-gpu-resume")
+    record(resumed=resumed)
+    _assert_resumed(resumed, n)
+    # the non-colocated push sent slime's reference model (KL on in the tiny preset): reloaded
+    assert resumed["resume_metrics"].get("rollout/resume/engines_reloaded") == 1.0, resumed
     overlapped = _train(dict(env, TRAIN_ENTRY="train_async.py", RUN_NAME="four-gpu-async", NUM_ROLLOUT="3"),
                         "four-gpu-async")  # fmt: skip
     record(train_async_py=_step_times(overlapped), async_logprob_abs_diff=_logprob_diffs(overlapped))
