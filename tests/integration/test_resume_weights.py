@@ -186,3 +186,34 @@ def test_a_worker_that_refuses_fails_the_step_and_the_next_call_tries_again(mode
         assert (
             resume_weights.ensure_resumed_weights(args, RESUMED + 1)["rollout/resume/engines_reloaded"] == 2.0
         )
+
+
+def test_in_slime_generate_reloads_before_its_first_episode(
+    models: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MODE=in_slime: slime's own rollout calls our generate per sample, without the rollout id;
+    the first call loads the checkpoint slime resumed from (the latest of --load) into the
+    workers before anything of the episode runs, later calls do not."""
+    import asyncio
+
+    from slime_ext.slime_plugins import generate as gen
+
+    class Stop(Exception):
+        pass
+
+    seen: list[list[str]] = []
+
+    async def no_episode(*args: object, **kwargs: object) -> None:  # the episode's first step
+        seen.append(list(workers.paths))
+        raise Stop
+
+    monkeypatch.setattr(gen, "get_resources", no_episode)
+    workers = Workers(n=1)
+    sample = SimpleNamespace(prompt="import torch\n", label=None, metadata={}, session_id=None)
+    with serve(workers) as router:
+        args = slime_args(models, router, kernel_rl={}, rollout_temperature=0.7)
+        for _ in range(2):
+            with pytest.raises(Stop):
+                asyncio.run(gen.generate(args, sample, {"temperature": 0.7}))
+    hf = str(models.load.with_name("checkpoints_hf") / f"iter_{RESUMED:07d}")
+    assert seen == [[hf], [hf]]  # loaded before the first episode, and only once
