@@ -13,8 +13,8 @@ From the first training step on the live model is the actor again, so only that 
 What this does, once per rollout process, before the first rollout of a resumed run in that
 layout (buffer mode: the rollout function; in-slime mode: the first generate call): converts the
 checkpoint slime resumed from (`--load`/iter_{rollout_id - 1}: slime starts at the loaded
-iteration + 1) to HF with our converter (once per iteration, beside `--load`), and
-has every SGLang worker behind slime's router load it with SGLang's `/update_weights_from_disk`.
+iteration + 1) to HF with our converter (beside `--load`, removed once loaded), and has every
+SGLang worker behind slime's router load it with SGLang's `/update_weights_from_disk`.
 A worker that refuses fails the step with its message: generating with the wrong weights is what
 this prevents.
 """
@@ -22,6 +22,7 @@ this prevents.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -69,8 +70,9 @@ def resumed_checkpoint(args: Any, rollout_id: int | None) -> Path | None:
 
 
 def _hf_copy(args: Any, ckpt: Path) -> tuple[Path, float]:
-    """`ckpt` as an HF directory beside --load (converted once; the converter writes atomically,
-    so a directory that exists is complete). Returns it and the seconds the conversion took."""
+    """`ckpt` as an HF directory beside --load (the converter writes atomically, so a directory
+    that exists is complete: one a refused load left behind is reused by the retry). Returns it
+    and the seconds the conversion took."""
     from slime_ext.convert import megatron_to_hf
 
     load = Path(args.load)
@@ -101,7 +103,8 @@ def _load_into(url: str, model_path: Path, client: httpx.Client) -> None:
     if reply.status_code != 200 or not body.get("success"):
         raise RuntimeError(
             f"SGLang worker {url} did not load the resumed weights {model_path} (HTTP {reply.status_code}): "
-            f"{body.get('message')!r}; its first rollout would come from slime's reference model"
+            f"{body.get('message')!r} (the path must be readable on the worker's host); its first "
+            "rollout would come from slime's reference model"
         )
 
 
@@ -144,6 +147,7 @@ def _reload(args: Any, rollout_id: int | None) -> dict[str, float]:
         for url in urls:
             _load_into(url, hf, client)
     load_s = time.monotonic() - started
+    shutil.rmtree(hf)  # the engines hold the weights now; the checkpoint itself stays in --load
     log.warning(
         "resumed run: slime pushed its reference model (--ref-load) to the engines before its first "
         "rollout (non-colocated NCCL push of the live model); %d SGLang worker(s) now serve %s instead "

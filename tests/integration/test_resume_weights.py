@@ -131,13 +131,19 @@ def test_every_worker_loads_the_checkpoint_slime_resumed_from(
         assert any(not torch.equal(got[k], base[k]) for k in want)  # not the reference's
 
 
-def test_a_second_resume_at_the_same_iteration_reuses_the_conversion(models: SimpleNamespace) -> None:
-    with serve(Workers(n=1)) as router:
+def test_the_hf_copy_is_removed_once_loaded_and_kept_for_a_retry(models: SimpleNamespace) -> None:
+    hf = models.load.with_name("checkpoints_hf") / f"iter_{RESUMED:07d}"
+    workers = Workers(n=1, refuse={0})
+    with serve(workers) as router:
         args = slime_args(models, router)
-        resume_weights.ensure_resumed_weights(args, RESUMED + 1)
-        resume_weights.reset()  # a new launch resuming from the same checkpoint
+        with pytest.raises(RuntimeError, match="readable on the worker's host"):
+            resume_weights.ensure_resumed_weights(args, RESUMED + 1)
+        assert hf.is_dir()  # kept: the retry does not convert again
+        workers.refuse.clear()
         metrics = resume_weights.ensure_resumed_weights(args, RESUMED + 1)
     assert metrics["rollout/resume/convert_s"] == 0.0 and metrics["rollout/resume/engines_reloaded"] == 1.0
+    assert not hf.exists()  # the engines hold the weights; the checkpoint stays in --load
+    assert (models.load / f"iter_{RESUMED:07d}").is_dir()
 
 
 @pytest.mark.parametrize(
