@@ -11,7 +11,9 @@
 
 Settings: `--custom-config-path` with the recipe YAML (`kernel_rl.episode`, `kernel_rl.plugins`).
 slime is imported lazily (only `slime_api.py` imports it), so every module here imports without
-slime. See docs/SLIME_PLUGINS.md.
+slime. The checkpoint converter (slime_ext.convert) serves a resumed run's engine reload
+(`resume_weights.py`). See docs/SLIME_PLUGINS.md.
 
-May import: slime_ext.rollout, slime_ext.clients, slime_ext.trajectory, eval_server.schema, krl_common.
+May import: slime_ext.rollout, slime_ext.clients, slime_ext.trajectory, slime_ext.convert, eval_server.schema,
+krl_common.
 """

@@ -177,8 +177,9 @@ def _collect(
     need: int,
     credit: str,
     version: int,
-    extra: dict[str, float],
+    extra: Mapping[str, float] | None = None,
 ) -> Any:
+    """Lease groups until the step has them; `extra` joins the step's metrics."""
     started = time.monotonic()
     deadline = started + cfg.max_wait_s
     # slime trains num_rollouts // --global-batch-size steps and asserts at least one: with
@@ -248,7 +249,7 @@ def _collect(
         "rollout/buffer/staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
         "rollout/buffer/staleness_max": float(max(staleness, default=0)),
         "rollout/buffer/prs_dropped": float(prs_dropped),
-        **extra,
+        **(extra or {}),
     }
     return train_output(groups, metrics)
 
