@@ -177,7 +177,7 @@ ports=("${EVAL_PORT}")
 [[ "${MODE}" == buffer ]] && ports+=("${BUFFER_PORT}")
 [[ "${ENGINE}" == tiny && -z "${ENGINE_CMD}" ]] && ports+=("${ENGINE_PORT}")
 if [[ -z "${TRAINER_CMD}" ]]; then
-  ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${RAY_CLIENT_PORT}" "${RAY_AGENT_PORT}")
+  for var in "${KRL_RAY_PORT_VARS[@]}"; do ports+=("${!var}"); done
   [[ "${TRAIN_ONLY}" == 1 ]] || ports+=("${ROUTER_PORT}")
 fi
 krl_preflight_session "${ports[@]}"
@@ -189,8 +189,7 @@ fi
 krl_report_resume "${LOAD_DIR}" "${REF_LOAD}"
 
 # --- run directory and window commands --------------------------------------------------------
-krl_init_run_dir EVAL_PORT BUFFER_PORT ENGINE_PORT ROUTER_HOST ROUTER_PORT RAY_PORT RAY_DASHBOARD_PORT \
-  RAY_CLIENT_PORT RAY_AGENT_PORT \
+krl_init_run_dir EVAL_PORT BUFFER_PORT ENGINE_PORT ROUTER_HOST ROUTER_PORT "${KRL_RAY_PORT_VARS[@]}" \
   EVAL_DEVICES RAY_VISIBLE_DEVICES TRAIN_GPUS ROLLOUT_GPUS EVAL_GPUS COLOCATE MODE TRAIN_ONLY \
   ROLLOUT_TEMPERATURE N_SAMPLES_PER_PROMPT RECIPE RUN_RECIPE PROMPT_DATA TRAIN_PROMPT_DATA SGLANG_URL
 

@@ -43,10 +43,12 @@ TRAIN_ARGS=("${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${SFT_ARGS[@]}" "${PERF_ARGS[@
   "${WANDB_ARGS[@]}" "${MISC_ARGS[@]}" --actor-num-nodes 1 --actor-num-gpus-per-node "${TRAIN_GPUS}")
 
 ports=()
-[[ -z "${TRAINER_CMD}" ]] && ports+=("${RAY_PORT}" "${RAY_DASHBOARD_PORT}" "${RAY_CLIENT_PORT}" "${RAY_AGENT_PORT}")
+if [[ -z "${TRAINER_CMD}" ]]; then
+  for var in "${KRL_RAY_PORT_VARS[@]}"; do ports+=("${!var}"); done
+fi
 krl_preflight_session "${ports[@]}"
 krl_report_resume "${LOAD_DIR}" "${REF_LOAD}"
-krl_init_run_dir RAY_PORT RAY_DASHBOARD_PORT RAY_CLIENT_PORT RAY_AGENT_PORT RAY_VISIBLE_DEVICES TRAIN_GPUS SFT_DATA
+krl_init_run_dir "${KRL_RAY_PORT_VARS[@]}" RAY_VISIBLE_DEVICES TRAIN_GPUS SFT_DATA
 krl_write_trainer_cmd "${SFT_ENTRY}" "${TRAIN_ARGS[@]}"
 
 if [[ "${PRINT_ONLY}" == 1 ]]; then

@@ -19,8 +19,10 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from tests.router_double import JsonHandler
 
 __all__ = ["OpenAIChatDouble"]
 
@@ -42,10 +44,7 @@ class OpenAIChatDouble:
     def start(self) -> str:
         double = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # quiet
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self) -> None:
                 double._track(+1)
                 try:
@@ -55,25 +54,17 @@ class OpenAIChatDouble:
 
             def _post(self) -> None:
                 if self.path != "/v1/chat/completions":
-                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    self.reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return
                 try:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 except ValueError:
-                    self._send(
+                    self.reply(
                         400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}}
                     )
                     return
                 code, answer = double.handle(body)
-                self._send(code, answer)
-
-            def _send(self, code: int, data: Any) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                self.reply(code, answer)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()

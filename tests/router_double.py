@@ -1,6 +1,7 @@
-"""What the TEST DOUBLES of slime's SGLang router and workers share (not the router, not SGLang):
-a JSON handler base and a loopback server that yields slime's router arguments pointing at it.
-Each test module defines the endpoints it stands in for, in the shapes slime / SGLang use."""
+"""What the HTTP TEST DOUBLES share (not the router, not SGLang, not an OpenAI server): a JSON
+handler base (also tests/openai_double.py's), and a loopback server that yields slime's router
+arguments pointing at a double of slime's SGLang router and workers. Each test module defines the
+endpoints it stands in for, in the shapes slime / SGLang use."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
+from typing import Any
 
 __all__ = ["JsonHandler", "serve_router"]
 
@@ -17,7 +19,7 @@ __all__ = ["JsonHandler", "serve_router"]
 class JsonHandler(BaseHTTPRequestHandler):
     """Replies with JSON bodies; quiet."""
 
-    def reply(self, code: int, body: dict) -> None:
+    def reply(self, code: int, body: Any) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")

@@ -9,6 +9,9 @@
 
 KRL_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KRL_REPO_ROOT="$(cd "${KRL_LIB_DIR}/../.." && pwd)"
+# The port settings of a run's Ray head (scripts/lib/ray_train.sh): checked free before a start,
+# kept in run.env and passed to the trainer window (defaults in configs/run/common.sh).
+KRL_RAY_PORT_VARS=(RAY_PORT RAY_DASHBOARD_PORT RAY_CLIENT_PORT RAY_AGENT_PORT)
 export KRL_LIB_DIR KRL_REPO_ROOT
 
 krl_info() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -392,11 +395,11 @@ krl_gpu_range() {
 # RAY_NUM_GPUS GPUs (CUDA_VISIBLE_DEVICES=RAY_VISIBLE_DEVICES). SLIME_HOST_IP=ROUTER_HOST: the
 # address slime's get_host_info() returns, where it binds its SGLang router and engines.
 krl_write_trainer_cmd() {
-  local env_lines=("${KRL_CMD_ENV[@]}")
-  KRL_CMD_ENV+=("$(krl_env_line SLIME_DIR)" "$(krl_env_line MEGATRON_DIR)" "$(krl_env_line MASTER_ADDR)"
-    "$(krl_env_line RAY_PORT)" "$(krl_env_line RAY_DASHBOARD_PORT)" "$(krl_env_line RAY_CLIENT_PORT)"
-    "$(krl_env_line RAY_AGENT_PORT)" "$(krl_env_line RAY_TMPDIR)"
-    "$(krl_env_line RAY_NUM_GPUS)" "export CUDA_VISIBLE_DEVICES=${RAY_VISIBLE_DEVICES}"
+  local env_lines=("${KRL_CMD_ENV[@]}") var
+  for var in SLIME_DIR MEGATRON_DIR MASTER_ADDR "${KRL_RAY_PORT_VARS[@]}" RAY_TMPDIR RAY_NUM_GPUS; do
+    KRL_CMD_ENV+=("$(krl_env_line "${var}")")
+  done
+  KRL_CMD_ENV+=("export CUDA_VISIBLE_DEVICES=${RAY_VISIBLE_DEVICES}"
     "$(krl_env_line KRL_REPO_ROOT)" "export SLIME_HOST_IP=$(printf '%q' "${ROUTER_HOST}")"
     "$(krl_env_line TRAINER_PYTHONPATH)")
   krl_write_window trainer "${TRAINER_CMD:-}" bash "${KRL_LIB_DIR}/ray_train.sh" "$@"

@@ -30,6 +30,8 @@ from typing import Any
 
 import httpx
 
+from slime_ext.slime_plugins.slime_api import slime_router_url
+
 __all__ = ["ensure_resumed_weights", "reset", "resume_checked", "resumed_checkpoint"]
 
 log = logging.getLogger(__name__)
@@ -140,7 +142,7 @@ def _reload(args: Any, rollout_id: int | None) -> dict[str, float]:
     if ckpt is None:
         return {}
     hf, convert_s = _hf_copy(args, ckpt)
-    router = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    router = slime_router_url(args)
     started = time.monotonic()
     with httpx.Client(timeout=RELOAD_TIMEOUT_S, trust_env=False) as client:
         urls = _workers(router, client)

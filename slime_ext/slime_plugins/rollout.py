@@ -52,7 +52,6 @@ from slime_ext.slime_plugins import resume_weights
 from slime_ext.slime_plugins.buffer_client import BufferClient, BufferError
 from slime_ext.slime_plugins.config import PluginConfig, episode_config, plugin_config
 from slime_ext.slime_plugins.resources import get_resources, run_problem
-from slime_ext.slime_plugins.resume_weights import ensure_resumed_weights
 from slime_ext.slime_plugins.reward_post import HOOK_PATH, needs_group_hook
 from slime_ext.slime_plugins.samples import episode_samples, group_to_samples
 from slime_ext.slime_plugins.slime_api import (
@@ -133,7 +132,7 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     st = _state(cfg)
     with st.lock:
         # a resumed run's engines serve the resumed weights before the runner generates (once)
-        resume = ensure_resumed_weights(args, int(rollout_id))
+        resume = resume_weights.ensure_resumed_weights(args, int(rollout_id))
         version = max(0, int(rollout_id) - cfg.policy_version_lag)
         if st.reported_version != version:
             st.client.set_policy_version(version)

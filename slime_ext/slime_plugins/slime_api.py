@@ -12,6 +12,7 @@ __all__ = [
     "log_metrics",
     "rollout_step",
     "sample_class",
+    "slime_router_url",
     "train_output",
 ]
 
@@ -51,6 +52,11 @@ def log_metrics(args: Any, metrics: dict[str, Any], step_key: str) -> None:
     logging_utils.log(args, metrics, step_key=step_key)
 
 
+def slime_router_url(args: Any) -> str:
+    """slime's own SGLang router (the one its engines register with; not plugins.sglang_url)."""
+    return f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+
+
 def abort_engines_until_idle(args: Any, timeout_s: float = 120.0) -> None:
     """What slime does after its own rollouts (`sglang_rollout.abort`): `/abort_request` with
     `abort_all` to every SGLang worker behind its router, until their loads report no request
@@ -63,7 +69,7 @@ def abort_engines_until_idle(args: Any, timeout_s: float = 120.0) -> None:
     from slime.utils.async_utils import run
     from slime.utils.http_utils import get
 
-    router = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    router = slime_router_url(args)
     urls: list[str] = []
 
     async def abort() -> None:

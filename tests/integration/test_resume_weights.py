@@ -15,12 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from slime_ext.convert import hf_to_megatron
 from slime_ext.convert.tiny_models import write_tiny_hf_model
 from slime_ext.slime_plugins import resume_weights
 from tests.router_double import JsonHandler, serve_router
+from tests.unit.test_convert_roundtrip import load_hf
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +64,7 @@ def serve(workers: Workers) -> Iterator[SimpleNamespace]:
                     {"success": False, "message": "Failed to get weights iterator", "num_paused_requests": 0},
                 )
                 return
-            workers.loaded.setdefault(i, []).append(hf_tensors(Path(body["model_path"])))
+            workers.loaded.setdefault(i, []).append(load_hf(Path(body["model_path"])))
             self.reply(
                 200,
                 {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0},
@@ -72,13 +72,6 @@ def serve(workers: Workers) -> Iterator[SimpleNamespace]:
 
     with serve_router(Handler) as args:
         yield args
-
-
-def hf_tensors(d: Path) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for f in sorted(d.glob("*.safetensors")):
-        out.update(load_file(f))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +116,7 @@ def test_every_worker_loads_the_checkpoint_slime_resumed_from(
     assert metrics["rollout/resume/engines_reloaded"] == 2.0 and again == {}  # once per process
     hf = models.load.with_name("checkpoints_hf") / f"iter_{RESUMED:07d}"
     assert workers.paths == [str(hf)] * 2
-    want, base = hf_tensors(models.trained), hf_tensors(models.base)
+    want, base = load_hf(models.trained), load_hf(models.base)
     for i in (0, 1):
         [got] = workers.loaded[i]
         assert got.keys() == want.keys()
