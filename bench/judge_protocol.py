@@ -1,0 +1,189 @@
+"""Feasibility of the judge protocol on one GPU: its fixed cost and A/A noise, kernels ~2 us to ~5 ms.
+
+For each problem a fresh (judge, runner) pair is forked from this process (which never touches
+CUDA). The runner serves the problem's reference model (eval_server/runner/serve.py); the judge
+times it through the protocol (eval_server/judge/timing.py: windows between its own events, go/done
+by stream memory operations) and, in its own process, times the same model by plain CUDA events
+around the same k calls after the same L2 flush (the in-process baseline). Reported per problem:
+
+  in_process_ms   per call, median of 100 in-process windows
+  judge_ms        per call, median over REPEATS protocol timings (each adaptive, as the evaluator's)
+  fixed_us        (judge - in-process) per window: the hand-over to the runner's context and back
+  aa_cv           CV of the REPEATS protocol medians (same pair), and aa_ratio: the median of a
+                  second, freshly forked pair over the first (A/A across processes)
+  pre_us/post_us  the judge's fill+flush and snapshot steps per window
+
+    python bench/judge_protocol.py --out judge_protocol.jsonl       # on a GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+RELU = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.randn({n})]
+def get_init_inputs():
+    return []
+"""
+MATMUL = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a @ b
+def get_inputs():
+    return [torch.randn({n}, {n}), torch.randn({n}, {n})]
+def get_init_inputs():
+    return []
+"""
+CASES = [
+    ("relu_1", RELU.format(n=1)),
+    ("relu_64k", RELU.format(n=1 << 16)),
+    ("relu_1M", RELU.format(n=1 << 20)),
+    ("relu_16M", RELU.format(n=1 << 24)),
+    ("relu_128M", RELU.format(n=1 << 27)),
+    ("relu_1G", RELU.format(n=1 << 30)),
+    ("matmul_4096", MATMUL.format(n=4096)),
+]
+REPEATS = 5
+
+
+def _no_first_layer(request: dict) -> tuple[dict, None]:
+    raise RuntimeError("the bench serves the reference only")
+
+
+def _runner_main(sock, workdir: str) -> None:
+    import torch
+
+    from eval_server.runner.serve import serve
+
+    serve(sock, torch.device("cuda", 0), workdir, _no_first_layer)
+
+
+def _in_process(model, module, k: int, flush, device, n: int = 100) -> float:
+    import torch
+
+    from eval_server.pipeline import loader
+
+    args = [loader.make_inputs(module, 1000 + j, device) for j in range(k)]
+    times = []
+    with torch.no_grad():
+        for i in range(n + 5):
+            flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(100_000)  # the host's launches hide behind it, as under the judge's go
+            s.record()
+            for j in range(k):
+                model(*args[j])
+            e.record()
+            e.synchronize()
+            if i >= 5:
+                times.append(s.elapsed_time(e) / k)
+    return statistics.median(times)
+
+
+def _judge_case(name: str, source: str, out_path: str) -> None:
+    import torch
+
+    from eval_server.checks.compare import flatten_output  # noqa: F401
+    from eval_server.judge.channel import Channel
+    from eval_server.judge.gpu_calls import GpuSession, expected_leaves
+    from eval_server.judge.pair import fork_runner
+    from eval_server.judge.timing import choose_k, time_model
+    from eval_server.pipeline import loader
+    from eval_server.pipeline.timing import l2_flush_buffer
+
+    workdir = tempfile.mkdtemp(prefix=f"judge-bench-{name}-")
+    pairs = [fork_runner(lambda s: _runner_main(s, workdir)) for _ in range(2)]  # before CUDA
+    device = torch.device("cuda", 0)
+    module = loader.import_source(source, workdir, "problem")
+    model = loader.build_model(module.Model, [], 0, device)
+    with torch.no_grad():
+        leaves = expected_leaves(model(*loader.make_inputs(module, 0, device)))
+    flush = l2_flush_buffer(device)
+    request = {"reference": source, "options": {"seed": 0}}
+    row: dict = {"case": name, "device": torch.cuda.get_device_name(device)}
+    medians = []
+    for p, (pid, sock) in enumerate(pairs):
+        ch = Channel(sock, deadline=float("inf"))
+        ch.send({"request": request})
+        ch.ask({"op": "reference"})
+        session = GpuSession(ch, device, module, model, leaves, "default", flush)
+        session.bind(1)
+        k = 1
+        if p == 0:
+            probe = time_model(session, 1, max_windows=100, min_windows=20, ci_rel=0.001, keep_cap=2)
+            k = choose_k(probe.stats.median_ms)
+            row["k"] = k
+        else:
+            k = row["k"]
+        session.bind(k)
+        reps = [
+            time_model(session, k, max_windows=100, min_windows=20, ci_rel=0.001, keep_cap=2)
+            for _ in range(REPEATS if p == 0 else 2)
+        ]
+        meds = [r.stats.median_ms for r in reps]
+        medians.append(statistics.median(meds))
+        if p == 0:
+            row["judge_ms"] = statistics.median(meds)
+            row["aa_cv"] = statistics.pstdev(meds) / statistics.fmean(meds)
+            row["window_cv"] = statistics.median(r.stats.cv for r in reps)
+            row["windows"] = [r.stats.trials for r in reps]
+            row["verified"] = [r.stats.verified_calls for r in reps]
+            row["wrong"] = sum(1 for r in reps if r.wrong())
+            row["pre_us"] = statistics.median(r.pre_ms for r in reps) * 1e3
+            row["post_us"] = statistics.median(r.post_ms for r in reps) * 1e3
+            row["around_cv"] = statistics.pstdev(r.around_ms for r in reps) / statistics.fmean(r.around_ms for r in reps)
+        session.release()
+        ch.close()
+        os.waitpid(pid, 0)
+    row["aa_ratio"] = medians[1] / medians[0]
+    row["in_process_ms"] = _in_process(model, module, row["k"], flush, device)
+    row["fixed_us"] = (row["judge_ms"] - row["in_process_ms"]) * row["k"] * 1e3
+    with open(out_path, "a") as fh:
+        fh.write(json.dumps(row) + "\n")
+    print(json.dumps(row), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="judge_protocol.jsonl")
+    parser.add_argument("--cases", default=",".join(c for c, _ in CASES))
+    args = parser.parse_args()
+    wanted = set(args.cases.split(","))
+    for name, source in CASES:
+        if name not in wanted:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                _judge_case(name, source, args.out)
+            except BaseException as exc:  # noqa: BLE001
+                print(f"{name}: {type(exc).__name__}: {exc}", flush=True)
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if status:
+            print(f"{name}: judge exited with status {status}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""The judge's side of a GPU run: fresh inputs in, timed windows, snapshots of every output.
+
+Per window w (k calls of the model the runner serves), on the judge's own stream:
+
+    e0 | fill the k input slots with fresh values | flush L2 | e_start | write go = c
+       | wait done >= c | e_end | copy every output of the window (snapshot) | e_snap
+
+The runner has queued [wait go >= c, its k calls, write done = c] on its stream before it told
+the judge where the outputs will be, and the judge queues go only after that message: the
+window e_start..e_end holds the hand-over to the runner's context, its queued GPU work and the
+hand-back, and nothing of either host. Its values exist only from the fill on (a secret seed per
+call, drawn by the judge's `secrets`), so no work before the window can be useful, and the
+snapshot is queued behind "done" before go is even written, so the outputs the judge keeps are
+what existed when the runner said it was done. Work the runner leaves running after "done"
+shares the GPU with the judge's own steps (contexts time-slice): it delays e_end (inside the
+window) or stretches the fill or the snapshot (`pre_ms`, `post_ms`), which the escape check
+compares with the same steps of the reference's run (timing.py). Which snapshots are compared
+with the reference is chosen by the judge and never leaves its process.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from eval_server import gpu_ipc, wire
+from eval_server.checks import persisting_l2
+from eval_server.checks.compare import Comparison, compare_outputs, flatten_output
+from eval_server.judge.channel import Channel, RunnerFailed
+from eval_server.pipeline import loader
+
+_POLL_S = 0.0005
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One tensor of the expected output (path, dtype, shape), from the judge's reference."""
+
+    path: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+def expected_leaves(out: Any) -> list[Leaf]:
+    leaves = []
+    for path, leaf in flatten_output(out):
+        if not isinstance(leaf, torch.Tensor):
+            raise TypeError(f"the reference's output {path} is a {type(leaf).__name__}, not a tensor")
+        leaves.append(Leaf(path, leaf.dtype, tuple(leaf.shape)))
+    return leaves
+
+
+class OutputMismatch(Exception):
+    """The runner described outputs other than the reference's (structure, dtype, shape)."""
+
+
+@dataclass
+class Windows:
+    """GPU milliseconds per window, measured on the judge's stream."""
+
+    window_ms: list[float] = field(default_factory=list)  # e_start -> e_end: the k calls
+    pre_ms: list[float] = field(default_factory=list)  # e0 -> e_start: fill + flush
+    post_ms: list[float] = field(default_factory=list)  # e_end -> e_snap: the snapshot
+
+
+@dataclass
+class Checked:
+    """One verified call: its seed and the comparison of its snapshot with the reference."""
+
+    seed: int
+    comparison: Comparison
+
+
+class GpuSession:
+    """Input slots and go/done words in judge-owned memory, shared with one runner."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        device: torch.device,
+        module: Any,
+        reference: torch.nn.Module,
+        leaves: Sequence[Leaf],
+        tolerance: str,
+        flush: torch.Tensor | None,
+    ) -> None:
+        self.channel = channel
+        self.device = device
+        self.module = module
+        self.reference = reference
+        self.leaves = list(leaves)
+        self.tolerance = tolerance
+        self.flush = flush
+        self.stream = torch.cuda.Stream(device)
+        self.counter = 0
+        self.sync = gpu_ipc.SharedBuffer.create(8, torch.int32, (2,), device)
+        self.sync.tensor.zero_()
+        self.slots: list[list[Any]] = []  # per slot: SharedBuffer or a plain value, per argument
+        self._mapped: dict[str, tuple[int, int]] = {}  # runner handle -> (base here, size)
+        self._scratch: dict[tuple[int, int], torch.Tensor] = {}
+        self.secret = secrets.randbits(62)
+        self._calls = 0
+
+    # ---------------------------------------------------------------- set-up
+    def bind(self, k: int) -> None:
+        """k input slots shaped like the problem's inputs, mapped by the runner."""
+        template = loader.make_inputs(self.module, self.fresh_seed(), self.device)
+        while len(self.slots) < k:
+            slot: list[Any] = []
+            for arg in template:
+                if isinstance(arg, torch.Tensor):
+                    nbytes = arg.numel() * arg.element_size()
+                    slot.append(gpu_ipc.SharedBuffer.create(nbytes, arg.dtype, tuple(arg.shape), self.device))
+                else:
+                    slot.append(arg)
+            self.slots.append(slot)
+        descs = [
+            [
+                {"handle": a.handle.hex(), **wire.tensor_meta(a.tensor)}
+                if isinstance(a, gpu_ipc.SharedBuffer)
+                else {"value": a}
+                for a in slot
+            ]
+            for slot in self.slots
+        ]
+        torch.cuda.synchronize(self.device)
+        self.channel.ask({"op": "bind", "sync": self.sync.handle.hex(), "slots": descs})
+
+    def fresh_seed(self) -> int:
+        """A seed no one outside this process can predict (the secret, and a call counter)."""
+        self._calls += 1
+        return (self.secret + 7919 * self._calls) % (2**62)
+
+    def release(self) -> None:
+        torch.cuda.synchronize(self.device)
+        for base, _ in self._mapped.values():
+            try:
+                gpu_ipc.close_handle(base)
+            except gpu_ipc.DriverError:
+                pass
+        for slot in self.slots:
+            for a in slot:
+                if isinstance(a, gpu_ipc.SharedBuffer):
+                    a.release()
+        self.sync.release()
+
+    # ---------------------------------------------------------------- one run
+    def _view(self, desc: Any, leaf: Leaf) -> torch.Tensor:
+        """The judge's view of one output the runner described, after checking it is the
+        reference's dtype and shape and lies inside the allocation the handle names."""
+        if not isinstance(desc, dict) or "handle" not in desc:
+            kind = desc.get("kind", "?") if isinstance(desc, dict) else "?"
+            raise OutputMismatch(f"{leaf.path} is a {kind}, expected a CUDA tensor")
+        dtype, shape, nbytes = wire.parse_meta(desc, 1 << 42)
+        if dtype != leaf.dtype or shape != leaf.shape:
+            raise OutputMismatch(
+                f"{leaf.path} has dtype {str(dtype).removeprefix('torch.')} and shape {list(shape)}, "
+                f"expected {str(leaf.dtype).removeprefix('torch.')} and {list(leaf.shape)}"
+            )
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype, device=self.device)
+        handle, offset = desc.get("handle"), desc.get("offset")
+        if not isinstance(handle, str) or not isinstance(offset, int) or offset < 0:
+            raise RunnerFailed("an output description without a valid handle and offset")
+        if handle not in self._mapped:
+            try:
+                base = gpu_ipc.open_handle(bytes.fromhex(handle))
+            except (ValueError, gpu_ipc.DriverError) as exc:
+                raise RunnerFailed(f"an output that cannot be mapped ({exc})") from None
+            self._mapped[handle] = (base, gpu_ipc.address_range(base)[1])
+        base, size = self._mapped[handle]
+        if offset + nbytes > size:
+            raise RunnerFailed("an output described beyond the end of its allocation")
+        return gpu_ipc.tensor_at(base + offset, nbytes, dtype, shape, self.device)
+
+    def _outputs(self, msg: dict[str, Any], k: int) -> list[list[torch.Tensor]]:
+        calls = msg.get("outputs")
+        if not isinstance(calls, list) or len(calls) != k:
+            raise RunnerFailed("a window reply without one output list per call")
+        views = []
+        for descs in calls:
+            if not isinstance(descs, list) or len(descs) != len(self.leaves):
+                n = len(descs) if isinstance(descs, list) else "?"
+                raise OutputMismatch(f"the output has {n} tensors, expected {len(self.leaves)}")
+            views.append([self._view(d, leaf) for d, leaf in zip(descs, self.leaves, strict=True)])
+        return views
+
+    def _snapshot_into(self, j: int, keep: bool) -> list[torch.Tensor]:
+        if keep:
+            return [torch.empty(leaf.shape, dtype=leaf.dtype, device=self.device) for leaf in self.leaves]
+        out = []
+        for i, leaf in enumerate(self.leaves):
+            key = (j, i)
+            if key not in self._scratch:
+                self._scratch[key] = torch.empty(leaf.shape, dtype=leaf.dtype, device=self.device)
+            out.append(self._scratch[key])
+        return out
+
+    def run(self, windows: int, k: int, keep: set[tuple[int, int]] | None = None, flush: bool = True) -> tuple[Windows, list[Checked]]:
+        """`windows` windows of k calls (slots 0..k-1), each call on fresh inputs; the calls in
+        `keep` ((window, call) pairs) are compared with the reference afterwards."""
+        keep = keep or set()
+        base = self.counter
+        self.counter += windows
+        self.channel.send({"op": "run", "windows": windows, "calls": list(range(k)), "counter": base})
+        events: list[tuple[torch.cuda.Event, ...]] = []
+        kept: list[tuple[int, list[torch.Tensor]]] = []
+        go, done = self.sync.ptr, self.sync.ptr + 4
+        with torch.cuda.stream(self.stream), torch.no_grad():
+            for w in range(windows):
+                msg, _ = self.channel.recv()
+                if msg.get("window") != w:
+                    raise RunnerFailed(f"window {msg.get('window')!r} reported, expected {w}")
+                views = self._outputs(msg, k)
+                seeds = [self.fresh_seed() for _ in range(k)]
+                fresh = [loader.make_inputs(self.module, s, self.device) for s in seeds]
+                e = tuple(torch.cuda.Event(enable_timing=True) for _ in range(4))
+                e[0].record(self.stream)
+                for j in range(k):
+                    for dst, src in zip(self.slots[j], fresh[j], strict=True):
+                        if isinstance(dst, gpu_ipc.SharedBuffer):
+                            dst.tensor.copy_(src)
+                if flush and self.flush is not None:
+                    self.flush.zero_()
+                persisting_l2.reset()
+                e[1].record(self.stream)
+                gpu_ipc.write_value(self.stream, go, base + w + 1)
+                gpu_ipc.wait_value(self.stream, done, base + w + 1)
+                e[2].record(self.stream)
+                for j in range(k):
+                    dst = self._snapshot_into(j, (w, j) in keep)
+                    for d, v in zip(dst, views[j], strict=True):
+                        d.copy_(v)
+                    if (w, j) in keep:
+                        kept.append((seeds[j], dst))
+                e[3].record(self.stream)
+                events.append(e)
+                del fresh
+            self._wait(events[-1][3])
+        times = Windows()
+        for e in events:
+            times.pre_ms.append(e[0].elapsed_time(e[1]))
+            times.window_ms.append(e[1].elapsed_time(e[2]))
+            times.post_ms.append(e[2].elapsed_time(e[3]))
+        return times, [Checked(seed, self.check(seed, snap)) for seed, snap in kept]
+
+    def _wait(self, event: torch.cuda.Event) -> None:
+        """Until the last window's snapshot is done, or the evaluation's deadline (the runner
+        never signalled "done")."""
+        while not event.query():
+            if self.channel.left() <= 0:
+                raise RunnerFailed("the candidate's calls did not finish before the time limit")
+            time.sleep(_POLL_S)
+
+    def check(self, seed: int, snapshot: list[torch.Tensor]) -> Comparison:
+        """The reference's output on the inputs of `seed` (regenerated here), compared with a
+        snapshot of the runner's."""
+        args = loader.make_inputs(self.module, seed, self.device)
+        with torch.no_grad():
+            expected = self.reference(*args)
+        got = snapshot[0] if len(self.leaves) == 1 and not isinstance(expected, tuple | list) else _rebuild(expected, snapshot)
+        return compare_outputs(expected, got, self.tolerance)
+
+
+def _rebuild(template: Any, leaves: list[torch.Tensor]) -> Any:
+    """The snapshot's leaves in the reference's nesting (for compare_outputs' structure check)."""
+    it = iter(leaves)
+
+    def build(obj: Any) -> Any:
+        if isinstance(obj, tuple | list):
+            return type(obj)(build(o) for o in obj)
+        return next(it)
+
+    return build(template)

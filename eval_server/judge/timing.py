@@ -1,0 +1,125 @@
+"""The judge's timing: windows of the model the runner serves, timed on the judge's own stream
+(gpu_calls.py), by one rule for reference and candidate.
+
+Warm-up windows first (until WARMUP_MIN_MS of window time has passed and the last three batch
+medians agree within WARMUP_SETTLE_REL, at most WARMUP_MAX_MS), then batches of BATCH windows
+until the median's distribution-free 95 % confidence interval is within +-ci_rel of it (after at
+least `min_windows`), or `max_windows`. Times are per call (a window holds k calls; k > 1 for
+problems whose reference is shorter than SHORT_REFERENCE_MS, the same k for the candidate).
+
+Every window's outputs are snapshotted; each call is kept for comparison with probability
+VERIFY_SHARE (secret, in this process), at least MIN_VERIFIED per timing, at most what
+`keep_cap` snapshots fit per batch. A wrong kept call fails the timing: all calls must be right.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+from dataclasses import dataclass, field
+
+from eval_server.judge.gpu_calls import Checked, GpuSession, Windows
+from eval_server.pipeline.timing import calls_per_trial_for, median_ci_rel, method_name, summarize
+from eval_server.schema import TimingStats
+
+BATCH = 10
+WARMUP_BATCH = 5
+WARMUP_MIN_MS = 20.0
+WARMUP_MAX_MS = 200.0
+WARMUP_SETTLE_REL = 0.01
+VERIFY_SHARE = 0.25
+MIN_VERIFIED = 2
+METHOD = "judge-ipc-v1"  # part of the reference cache key
+
+
+@dataclass
+class Timing:
+    """A model's timing: per-call statistics, and the judge's own steps around its windows."""
+
+    stats: TimingStats
+    pre_ms: float  # median fill + flush per window
+    post_ms: float  # median snapshot per window
+    checked: list[Checked] = field(default_factory=list)
+    windows: Windows = field(default_factory=Windows)
+
+    @property
+    def around_ms(self) -> float:
+        return self.pre_ms + self.post_ms
+
+    def wrong(self) -> Checked | None:
+        return next((c for c in self.checked if not c.comparison.passed), None)
+
+
+def _keep(windows: int, k: int, cap: int, rng: secrets.SystemRandom) -> set[tuple[int, int]]:
+    chosen = {(w, j) for w in range(windows) for j in range(k) if rng.random() < VERIFY_SHARE}
+    while len(chosen) > cap:
+        chosen.remove(rng.choice(sorted(chosen)))
+    return chosen
+
+
+def warm_up(session: GpuSession, k: int, min_ms: float = WARMUP_MIN_MS, max_ms: float = WARMUP_MAX_MS) -> float:
+    """Windows until the per-call time settled; returns the warm-up's window milliseconds."""
+    spent, medians = 0.0, []
+    while spent < max_ms:
+        times, _ = session.run(WARMUP_BATCH, k)
+        spent += sum(times.window_ms)
+        medians.append(statistics.median(times.window_ms))
+        last = medians[-3:]
+        if spent >= min_ms and len(last) == 3 and (max(last) - min(last)) <= WARMUP_SETTLE_REL * min(last):
+            break
+    return spent
+
+
+def time_model(
+    session: GpuSession,
+    k: int,
+    *,
+    max_windows: int,
+    min_windows: int,
+    ci_rel: float,
+    keep_cap: int,
+    warm_min_ms: float = WARMUP_MIN_MS,
+) -> Timing:
+    rng = secrets.SystemRandom()
+    warm_ms = warm_up(session, k, warm_min_ms)
+    all_times = Windows()
+    checked: list[Checked] = []
+    while True:
+        n = min(BATCH, max_windows - len(all_times.window_ms))
+        keep = _keep(n, k, keep_cap, rng)
+        if not keep and len(checked) < MIN_VERIFIED and len(all_times.window_ms) + n >= min_windows:
+            keep = {(rng.randrange(n), rng.randrange(k))}
+        times, got = session.run(n, k, keep)
+        checked += got
+        all_times.window_ms += times.window_ms
+        all_times.pre_ms += times.pre_ms
+        all_times.post_ms += times.post_ms
+        if any(not c.comparison.passed for c in got):
+            break
+        count = len(all_times.window_ms)
+        enough = count >= min_windows and (ci_rel <= 0 or median_ci_rel(all_times.window_ms) <= ci_rel)
+        if (enough and len(checked) >= MIN_VERIFIED) or count >= max_windows:
+            break
+    per_call = [t / k for t in all_times.window_ms]
+    stats = summarize(per_call)
+    stats = TimingStats(
+        **{
+            **stats.__dict__,
+            "method": method_name(k),
+            "calls_per_trial": k,
+            "warmup_ms": round(warm_ms, 6),
+            "verified_calls": len(checked),
+        }
+    )
+    return Timing(
+        stats=stats,
+        pre_ms=statistics.median(all_times.pre_ms),
+        post_ms=statistics.median(all_times.post_ms),
+        checked=checked,
+        windows=all_times,
+    )
+
+
+def choose_k(single_call_median_ms: float) -> int:
+    """The problem's calls per window, from its reference's one-call median (pipeline/timing's rule)."""
+    return calls_per_trial_for(single_call_median_ms)

@@ -1,0 +1,172 @@
+"""The runner's side of the judge protocol: turn the inputs the judge gives into outputs.
+
+Operations (frames of eval_server.wire, one reply each unless said otherwise):
+  {"request": <EvalRequest json>}  the first frame, no reply
+  {"op": "reference"}        import the problem and build `Model` (before any candidate code)
+  {"op": "candidate"}        run the first layer of checks on the candidate (the `first_layer`
+                             callable: static rules, build, load, correctness trials) and reply
+                             {"report": <EvalResult json>}; its model serves the next calls
+  {"op": "bind", ...}        GPU: map the judge's input buffers and its go/done words
+  {"op": "run", ...}         GPU: for each window w, queue [wait go >= c+w+1, the calls, write
+                             done = c+w+1] on this process's stream, then reply
+                             {"window": w, "outputs": [...]} with where each call's outputs live
+                             (IPC handle + offset), so the judge can snapshot them after "done"
+  {"op": "call", ...}        CPU: inputs as bytes in, outputs as bytes out
+  {"op": "exit"}
+
+Nothing here decides anything: a reply the judge cannot use is the candidate's failure.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from eval_server import gpu_ipc, wire
+from eval_server.checks.compare import flatten_output
+from eval_server.pipeline import loader
+
+# given the request: runs the first layer, returns (report json, the candidate's model or None)
+FirstLayer = Callable[[dict[str, Any]], tuple[dict[str, Any], Any]]
+
+
+def _traceback(exc: BaseException, workdir: str) -> str:
+    return loader.format_exception_tail(exc, workdir)
+
+
+class Runner:
+    def __init__(self, sock: socket.socket, device: torch.device, workdir: str) -> None:
+        self.sock = sock
+        self.device = device
+        self.workdir = workdir
+        self.model: Any = None
+        self.slots: list[list[Any]] = []
+        self.sync_ptr = 0
+        self.stream: torch.cuda.Stream | None = None
+        self._exported: dict[int, str] = {}  # allocation base -> its IPC handle (hex)
+        self._keep: list[Any] = []
+
+    # ----------------------------------------------------------------- models
+    def load_reference(self, source: str, seed: int) -> None:
+        module = loader.import_source(source, self.workdir, "reference_runner")
+        init = loader.make_init_inputs(module, seed, self.device)
+        self.model = loader.build_model(module.Model, init, seed, self.device)
+
+    # ----------------------------------------------------------------- GPU
+    def bind(self, msg: dict[str, Any]) -> None:
+        gpu_ipc.ensure_context(self.device)
+        self.stream = torch.cuda.Stream(self.device)
+        self.sync_ptr = gpu_ipc.open_handle(bytes.fromhex(msg["sync"]))
+        self.slots = []
+        for slot in msg["slots"]:
+            args: list[Any] = []
+            for desc in slot:
+                if "value" in desc:
+                    args.append(desc["value"])
+                    continue
+                dtype, shape, nbytes = wire.parse_meta(desc, 1 << 62)
+                ptr = gpu_ipc.open_handle(bytes.fromhex(desc["handle"]))
+                args.append(gpu_ipc.tensor_at(ptr, nbytes, dtype, shape, self.device))
+            self.slots.append(args)
+
+    @staticmethod
+    def _leaves(out: Any) -> list[tuple[str, Any]]:
+        """The output's leaves, non-contiguous tensors copied (queued before "done": in the window)."""
+        return [
+            (path, leaf.contiguous() if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda" else leaf)
+            for path, leaf in flatten_output(out)
+        ]
+
+    def _describe(self, leaves: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+        descs = []
+        for path, leaf in leaves:
+            if not isinstance(leaf, torch.Tensor) or leaf.device.type != "cuda":
+                descs.append({"path": path, "kind": type(leaf).__name__})
+                continue
+            self._keep.append(leaf)
+            ptr = leaf.data_ptr()
+            base = gpu_ipc.address_range(ptr)[0] if leaf.numel() else ptr
+            if base not in self._exported:
+                self._exported[base] = gpu_ipc.export(base).hex() if leaf.numel() else ""
+            descs.append({"path": path, "handle": self._exported[base], "offset": ptr - base, **wire.tensor_meta(leaf)})
+        return descs
+
+    def run(self, msg: dict[str, Any]) -> None:
+        assert self.stream is not None, "bind before run"
+        windows, calls, counter = int(msg["windows"]), list(msg["calls"]), int(msg["counter"])
+        go, done = self.sync_ptr, self.sync_ptr + 4
+        with torch.cuda.stream(self.stream), torch.no_grad():
+            for w in range(windows):
+                value = counter + w + 1
+                self._keep = []  # the previous window's outputs: its snapshot precedes this go
+                gpu_ipc.wait_value(self.stream, go, value)
+                try:
+                    outs = [self._leaves(self.model(*self.slots[s])) for s in calls]
+                    gpu_ipc.write_value(self.stream, done, value)
+                    reply: dict[str, Any] = {"window": w, "outputs": [self._describe(o) for o in outs]}
+                except Exception as exc:  # noqa: BLE001 - the candidate's failure, reported
+                    wire.send(self.sock, {"window": w, "error": _traceback(exc, self.workdir)})
+                    return
+                wire.send(self.sock, reply)
+
+    # ----------------------------------------------------------------- CPU
+    def call(self, msg: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        args, at = [], 0
+        for desc in msg["args"]:
+            if "value" in desc:
+                args.append(desc["value"])
+                continue
+            dtype, shape, nbytes = wire.parse_meta(desc, len(payload))
+            args.append(wire.tensor_from(payload[at : at + nbytes], dtype, shape))
+            at += nbytes
+        with torch.no_grad():
+            out = self.model(*args)
+        descs, chunks = [], []
+        for path, leaf in flatten_output(out):
+            if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
+                descs.append({"path": path, **wire.tensor_meta(leaf)})
+                chunks.append(bytes(wire.tensor_bytes(leaf)))
+            else:
+                descs.append({"path": path, "kind": type(leaf).__name__})
+        return {"outputs": descs}, b"".join(chunks)
+
+
+def serve(sock: socket.socket, device: torch.device, workdir: str, first_layer: FirstLayer) -> None:
+    """Answer the judge until it says exit or goes away; its first frame carries the request."""
+    runner = Runner(sock, device, workdir)
+    try:
+        first, _ = wire.recv(sock, max_payload=0)
+    except wire.WireError:
+        return
+    request = first.get("request") or {}
+    while True:
+        try:
+            msg, payload = wire.recv(sock, max_payload=1 << 40)
+        except wire.WireError:
+            return
+        op = msg.get("op")
+        try:
+            if op == "exit":
+                return
+            if op == "reference":
+                runner.load_reference(request["reference"], request["options"]["seed"])
+                wire.send(sock, {"ok": True})
+            elif op == "candidate":
+                report, model = first_layer(request)
+                runner.model = model
+                wire.send(sock, {"report": report})
+            elif op == "bind":
+                runner.bind(msg)
+                wire.send(sock, {"ok": True})
+            elif op == "run":
+                runner.run(msg)
+            elif op == "call":
+                header, out = runner.call(msg, payload)
+                wire.send(sock, header, out)
+            else:
+                wire.send(sock, {"error": f"unknown op {op!r}"})
+        except Exception as exc:  # noqa: BLE001 - reported; the judge decides what it means
+            wire.send(sock, {"error": _traceback(exc, workdir)})
