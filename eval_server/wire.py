@@ -61,7 +61,7 @@ def recv(
     sock: socket.socket, timeout_s: float | None = None, max_payload: int = 0
 ) -> tuple[dict[str, Any], bytes]:
     """One frame: (header, payload). Raises WireError on anything but a well-formed frame."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    deadline = None if timeout_s is None or math.isinf(timeout_s) else time.monotonic() + timeout_s
     (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline))
     if n > MAX_HEADER_BYTES:
         raise WireError(f"a frame header of {n} bytes (at most {MAX_HEADER_BYTES})")
