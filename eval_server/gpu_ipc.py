@@ -109,15 +109,14 @@ def export(ptr: int) -> bytes:
     """The IPC handle of the allocation `ptr` starts (64 bytes)."""
     handle = _Handle()
     _check(_bound("cuIpcGetMemHandle")(ctypes.byref(handle), ptr), "cuIpcGetMemHandle")
-    return bytes(handle.reserved)
+    return bytes(handle)  # the whole struct: .reserved would stop at the first NUL
 
 
 def open_handle(handle: bytes) -> int:
     """Map another process's allocation into this context; returns its base address here."""
     if len(handle) != HANDLE_BYTES:
         raise DriverError(f"an IPC handle has {HANDLE_BYTES} bytes, got {len(handle)}")
-    h = _Handle()
-    h.reserved = handle
+    h = _Handle.from_buffer_copy(handle)
     ptr = _u64()
     _check(_bound("cuIpcOpenMemHandle")(ctypes.byref(ptr), h, IPC_LAZY_PEER), "cuIpcOpenMemHandle")
     return int(ptr.value)
