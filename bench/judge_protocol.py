@@ -67,7 +67,12 @@ def _no_first_layer(request: dict) -> tuple[dict, None]:
 
 
 def _runner_main(sock, workdir: str) -> None:
+    import faulthandler
+
     import torch
+
+    if os.environ.get("JUDGE_BENCH_STACKS_S"):  # where each process waits, if it hangs
+        faulthandler.dump_traceback_later(float(os.environ["JUDGE_BENCH_STACKS_S"]), exit=True)
 
     from eval_server.runner.serve import serve
 
@@ -109,6 +114,10 @@ def _judge_case(name: str, source: str, out_path: str) -> None:
 
     workdir = tempfile.mkdtemp(prefix=f"judge-bench-{name}-")
     pairs = [fork_runner(lambda s: _runner_main(s, workdir)) for _ in range(2)]  # before CUDA
+    if os.environ.get("JUDGE_BENCH_STACKS_S"):
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["JUDGE_BENCH_STACKS_S"]), exit=True)
     device = torch.device("cuda", 0)
     module = loader.import_source(source, workdir, "problem")
     model = loader.build_model(module.Model, [], 0, device)
