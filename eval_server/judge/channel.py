@@ -3,6 +3,7 @@ way the runner can fail turned into one exception the verdict code reads."""
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from typing import Any
@@ -41,6 +42,12 @@ class Channel:
         if "error" in msg:
             raise RunnerError(str(msg["error"])[:4000])
         return msg, payload
+
+    def poll(self, timeout_s: float) -> tuple[dict[str, Any], bytes] | None:
+        """A frame if one starts arriving within `timeout_s`, else None."""
+        if not select.select([self.sock], [], [], min(timeout_s, self.left()))[0]:
+            return None
+        return self.recv()
 
     def ask(self, header: dict[str, Any], payload: bytes | memoryview = b"") -> tuple[dict[str, Any], bytes]:
         self.send(header, payload)

@@ -32,6 +32,16 @@ MIN_VERIFIED = 2
 METHOD = "judge-ipc-v1"  # part of the reference cache key
 
 
+class StalledCalls(Exception):
+    """Most calls blocked the runner's host on the GPU: they cannot be timed by GPU time alone."""
+
+    def __init__(self, stalled: int, windows: int) -> None:
+        super().__init__(
+            f"{stalled} of {windows} calls waited for the GPU on the host before returning (a "
+            "synchronize, .item(), .cpu() or a host copy in forward): forward must only queue GPU work"
+        )
+
+
 @dataclass
 class Timing:
     """A model's timing: per-call statistics, and the judge's own steps around its windows."""
@@ -62,6 +72,8 @@ def warm_up(session: GpuSession, k: int, min_ms: float = WARMUP_MIN_MS, max_ms: 
     spent, medians = 0.0, []
     while spent < max_ms:
         times, _ = session.run(WARMUP_BATCH, k)
+        if times.stalled * 2 > WARMUP_BATCH:
+            raise StalledCalls(times.stalled, WARMUP_BATCH)
         spent += sum(times.window_ms)
         medians.append(statistics.median(times.window_ms))
         last = medians[-3:]
@@ -94,8 +106,11 @@ def time_model(
         all_times.window_ms += times.window_ms
         all_times.pre_ms += times.pre_ms
         all_times.post_ms += times.post_ms
+        all_times.stalled += times.stalled
         if any(not c.comparison.passed for c in got):
             break
+        if all_times.stalled * 2 > len(all_times.window_ms) + all_times.stalled:
+            raise StalledCalls(all_times.stalled, len(all_times.window_ms) + all_times.stalled)
         count = len(all_times.window_ms)
         enough = count >= min_windows and (ci_rel <= 0 or median_ci_rel(all_times.window_ms) <= ci_rel)
         if (enough and len(checked) >= MIN_VERIFIED) or count >= max_windows:

@@ -71,6 +71,13 @@ class Runner:
                 ptr = gpu_ipc.open_handle(bytes.fromhex(desc["handle"]))
                 args.append(gpu_ipc.tensor_at(ptr, nbytes, dtype, shape, self.device))
             self.slots.append(args)
+        # One call per slot before any window, outside the protocol: the first launch of a kernel
+        # loads its module (CUDA's lazy loading synchronizes the context) and the first outputs
+        # are cudaMalloc'ed; either would block this host while its stream waits for "go".
+        with torch.cuda.stream(self.stream), torch.no_grad():
+            for args in self.slots:
+                self._leaves(self.model(*args))
+        torch.cuda.synchronize(self.device)
 
     @staticmethod
     def _leaves(out: Any) -> list[tuple[str, Any]]:
