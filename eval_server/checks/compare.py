@@ -39,6 +39,13 @@ class Comparison:
     detail: str | None = None  # for a numeric failure: how many elements, where, which values
 
 
+def disable_fused() -> None:
+    """Compare with torch ops only in this process (the judge: close_kernel would be loaded from
+    the Triton cache that the worker's candidates share)."""
+    global _close_kernel
+    _close_kernel = None
+
+
 def flatten_output(obj: Any, path: str = "output") -> list[tuple[str, Any]]:
     """(path, leaf) pairs of a possibly nested tuple/list output, in order."""
     if isinstance(obj, tuple | list):

@@ -21,6 +21,7 @@ verification.py (correctness), timing_phase.py (reference and candidate timing).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -37,6 +38,13 @@ from eval_server.schema import STATUS_OK, EvalRequest, EvalResult, problem_hash
 
 def evaluate(request: EvalRequest, ctx: EvalContext) -> EvalResult:
     """Run the whole pipeline and return a finished result (feedback included)."""
+    return first_layer(request, ctx)[0]
+
+
+def first_layer(request: EvalRequest, ctx: EvalContext) -> tuple[EvalResult, Any]:
+    """The pipeline in the candidate's process: its result and the candidate's model (None when
+    it never got one). The judge (eval_server/judge) takes the report as the first layer."""
+    model: Any = None
     result = EvalResult(
         status=STATUS_OK,
         device=ctx.device_label,
@@ -45,18 +53,21 @@ def evaluate(request: EvalRequest, ctx: EvalContext) -> EvalResult:
         request_id=request.request_id,
     )
     t0 = time.perf_counter()
+    holder: list[Any] = []
     try:
-        _pipeline(request, ctx, result)
+        _pipeline(request, ctx, result, holder)
     except Stop:
         pass
+    if holder and result.status == STATUS_OK:
+        model = holder[0]
     result.phases = dict(ctx.phases)
     result.elapsed_s = round(time.perf_counter() - t0, 6)
     tol = tolerance_for(request.options.tolerance, torch.float32)
     result.feedback = build_feedback(result, tol)
-    return result
+    return result, model
 
 
-def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> None:
+def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult, holder: list[Any]) -> None:
     opts = request.options
     timing = ctx.timing_enabled and opts.timing and ctx.device.type == "cuda"
 
@@ -76,6 +87,7 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Non
     guard = Guard.snapshot(ref)
     with ctx.phase("load_candidate"), ctx.gpu():
         cand_model = load_candidate(request, ctx, result, ref)
+    holder.append(cand_model)
 
     with ctx.phase("correctness"), ctx.gpu(), torch.no_grad():
         launches_per_call = correctness_phase(opts, ctx, result, ref, cand_model, guard)

@@ -387,22 +387,20 @@ class Worker:
         )
 
     def _child_main(self, evaldir: Path, request_fd: int, write_fd: int) -> None:
-        """Runs in the forked child; always ends with os._exit so no parent state is unwound."""
+        """The judge: runs in the forked child; always ends with os._exit so no parent state is
+        unwound. It forks the candidate's runner first (neither has touched CUDA yet)."""
         try:
             os.setpgid(0, 0)
         except OSError:
             pass
+        from eval_server.judge.pair import fork_runner
+
+        runner_pid, sock = fork_runner(lambda s: self._runner_main(s, evaldir, request_fd, write_fd))
         request: EvalRequest | None = None
         payload = b""
         try:
             os.close(_PROTO_FD)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):  # nothing of the preparation reaches the candidate's output log
-                os.dup2(devnull, fd)
-            os.chdir(evaldir)
-            os.environ["TMPDIR"] = str(evaldir)
-            tempfile.tempdir = str(evaldir)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _quiet(evaldir)
             started_at = time.monotonic()
             self._child_prepare()
             prepared_at = time.monotonic()
@@ -413,23 +411,15 @@ class Worker:
             sent_at, busy_at = parse_request_header(header)
             spare_wait = max(0.0, prepared_at - sent_at)
             request = parse_request(json.loads(raw))
-            log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.dup2(log_fd, 1)
-            os.dup2(log_fd, 2)
-            result = self._child_evaluate(request, evaldir, busy_at)
+            result = self._judge(request, evaldir, busy_at, sock, runner_pid)
             result.phases["spare_wait"] = round(spare_wait, 6)
             result.phases["spare_prepare"] = round(prepared_at - started_at, 6)
             payload = json.dumps(result.to_json()).encode()
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
             if request is not None:
-                if isinstance(exc, SystemExit):
-                    status, message = (
-                        STATUS_CRASHED,
-                        f"The candidate called sys.exit({exc.code!r}) during evaluation.",
-                    )
-                else:
-                    status, message = STATUS_SERVER_ERROR, f"Evaluator failure: {type(exc).__name__}: {exc}"
-                res = failure_result(request, status, message, device=self.device_label)
+                res = failure_result(
+                    request, STATUS_SERVER_ERROR, f"Evaluator failure: {type(exc).__name__}: {exc}", device=self.device_label
+                )
                 payload = json.dumps(res.to_json()).encode()
         try:
             view = memoryview(payload)
@@ -437,8 +427,59 @@ class Worker:
                 n = os.write(write_fd, view)
                 view = view[n:]
             os.close(write_fd)  # EOF now: the worker sees the result complete while this process exits
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(runner_pid, signal.SIGKILL)  # the worker reaps it (same group, subreaper)
         finally:
             os._exit(0)
+
+    def _runner_main(self, sock: Any, evaldir: Path, request_fd: int, write_fd: int) -> None:
+        """The candidate's process (eval_server/runner): prepared like the judge, then serves it."""
+        import torch
+
+        from eval_server.runner.serve import serve
+
+        for fd in (_PROTO_FD, request_fd, write_fd):  # the worker's pipes are the judge's alone
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _quiet(evaldir)
+        self._child_prepare()
+        device = torch.device("cuda", 0) if self.device_kind == "cuda" else torch.device("cpu")
+        serve(sock, device, str(evaldir), lambda req: self._first_layer(req, evaldir))
+
+    def _first_layer(self, request_json: dict[str, Any], evaldir: Path) -> tuple[dict[str, Any], Any]:
+        """In the runner: the pipeline's checks on the candidate, with its prints in the log."""
+        from eval_server.pipeline.evaluate import first_layer
+
+        request = parse_request(request_json)
+        log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        ctx = self._context(evaldir, timing=False, gpu_busy_at=None)
+        # Irreversible, and after every import of the evaluator's own: the candidate comes next.
+        audit.install(evaldir)
+        result, model = first_layer(request, ctx)
+        return result.to_json(), model
+
+    def _judge(self, request: EvalRequest, evaldir: Path, busy_at: float | None, sock: Any, runner_pid: int) -> EvalResult:
+        from eval_server.judge.channel import Channel, RunnerFailed
+        from eval_server.judge.evaluate import evaluate
+
+        ctx = self._context(evaldir, timing=True, gpu_busy_at=busy_at)
+        try:
+            return evaluate(request, ctx, Channel(sock, deadline=float("inf")))
+        except RunnerFailed as exc:
+            status = _end_runner(runner_pid)
+            refused = self._audit_refusal(status, evaldir)
+            if refused is not None:
+                result = failure_result(request, STATUS_REJECTED, refused, device=self.device_label)
+                result.checks.append(Check(audit.CHECK_ID, refused))
+                result.feedback = build_feedback(result)
+                return result
+            if status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+                message = f"The candidate's process stopped answering the evaluator ({exc})."
+            else:
+                message = self._describe_exit(status)
+            return failure_result(request, STATUS_CRASHED, message, device=self.device_label)
 
     def _child_prepare(self) -> None:
         """Trusted set-up before the request arrives: the CUDA context, Triton's first launch, the
@@ -457,13 +498,13 @@ class Worker:
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
 
-    def _child_evaluate(self, request: EvalRequest, evaldir: Path, gpu_busy_at: float | None) -> EvalResult:
+    def _context(self, evaldir: Path, timing: bool, gpu_busy_at: float | None) -> Any:
+        """The evaluation's context in this process (judge: timing; runner: none)."""
         import torch
 
         from eval_server.isolation.gpu_lock import GpuLock
         from eval_server.isolation.hardening import Hardening
         from eval_server.pipeline.context import EvalContext
-        from eval_server.pipeline.evaluate import evaluate
         from eval_server.pipeline.ref_cache import RefTimingCache
 
         hardening = Hardening(**self.hardening_overrides)
@@ -471,29 +512,54 @@ class Worker:
             # CUDA_VISIBLE_DEVICES pins the physical GPU. CUDA initialises lazily on first use,
             # so statically rejected candidates never pay for a context.
             device = torch.device("cuda", 0)
-            label, timing = self.device_label, True
             if hardening.gpu_memory_fraction < 1.0:  # a GPU shared with other workers
-                torch.cuda.set_per_process_memory_fraction(hardening.gpu_memory_fraction, device)
+                torch.cuda.set_per_process_memory_fraction(hardening.gpu_memory_fraction / 2, device)
         else:
             device = torch.device("cpu")
-            label, timing = self.device_label, False
+            timing = False
         # reference timings (GPU) and the reference's facts (any device: reference._Facts)
         cache = RefTimingCache(self.ref_cache_path) if self.ref_cache_path else None
-        ctx = EvalContext(
+        return EvalContext(
             device=device,
-            device_label=label,
+            device_label=self.device_label,
             workdir=evaldir,
             timing_enabled=timing,
             ref_cache=cache,
             hardening=hardening,
             versions={k: str(v) for k, v in self.versions.items()},
-            gpu_lock=GpuLock(self.gpu_lock_path) if (timing and self.gpu_lock_path) else None,
+            gpu_lock=GpuLock(self.gpu_lock_path) if (self.device_kind == "cuda" and self.gpu_lock_path) else None,
             gpu_busy_at=gpu_busy_at,
             build_cache=self.workdir / "cuda-ext",  # outlives evaluations; removed with the worker dir
         )
-        # Irreversible, and after every import of the evaluator's own: the candidate comes next.
-        audit.install(evaldir)
-        return evaluate(request, ctx)
+
+
+def _quiet(evaldir: Path) -> None:
+    """Preparation prints to /dev/null; the evaluation's own directory and temp dir."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # nothing of the preparation reaches the candidate's output log
+        os.dup2(devnull, fd)
+    os.chdir(evaldir)
+    os.environ["TMPDIR"] = str(evaldir)
+    tempfile.tempdir = str(evaldir)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _end_runner(pid: int, grace_s: float = 2.0) -> int | None:
+    """The runner's exit status: waited for up to `grace_s` (it may be exiting on its own), then
+    killed. None if it was reaped already."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            grace_s, deadline = 0.0, float("inf")
+        time.sleep(0.005)
 
 
 _PROTO_FD = -1

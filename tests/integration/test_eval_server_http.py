@@ -196,9 +196,12 @@ def test_worker_survives_hang_and_crash_and_leaves_no_zombies(tmp_path) -> None:
         assert worker["pid"] == pid_before and worker["alive"] and stats["worker_restarts"] == 0
         children = psutil.Process(worker["pid"]).children(recursive=True)
         assert [c for c in children if c.status() == psutil.STATUS_ZOMBIE] == []
-        # Only the child forked ahead for the next evaluation (worker.py), nothing of the candidates.
+        # Only the judge forked ahead for the next evaluation (worker.py) and its runner, nothing
+        # of the candidates.
         assert worker["spare_pid"] is not None
-        assert [c.pid for c in children] == [worker["spare_pid"]]
+        spare = psutil.Process(worker["spare_pid"])
+        assert {c.pid for c in children} == {spare.pid} | {c.pid for c in spare.children()}
+        assert len(children) == 2
 
 
 def test_a_dead_spare_child_is_replaced_and_its_prints_never_reach_the_candidate(tmp_path) -> None:

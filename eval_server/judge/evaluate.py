@@ -1,0 +1,399 @@
+"""The judge's evaluation: the verdict, decided in a process that never runs candidate code.
+
+Order:
+1. The reference, here: imported from the request, built after the seed; one forward on fresh
+   inputs gives the output's structure and the problem's bytes and FLOPs (physics floor).
+2. GPU with timing: the runner serves the reference (before any candidate code exists in it) and
+   the judge times it through the protocol (gpu_calls.py), by the problem's one method; the
+   protocol's own hand-over (empty windows) is measured first and taken out of both timings.
+3. The runner runs the first layer on the candidate (static rules, audit hook, build, load, its
+   own correctness trials under CUPTI and the recorders) and reports. A report that is not `ok`
+   ends the evaluation with that status (forging a failure only hurts the candidate); an `ok`
+   report is a claim the judge checks:
+4. Correctness by the judge: JUDGE_CALLS calls on inputs of secret seeds, every output compared
+   here with the reference's (GPU: snapshots of the runner's outputs taken after its "done"; CPU:
+   outputs sent back as bytes).
+5. Timing (GPU): the candidate by the reference's method; kept snapshots compared; the judge's
+   own steps around the windows compared with the reference's (escaped work); physics floor.
+The result is built and serialised here; the runner's report contributes only descriptive
+fields (its checks, trials, kernel counts) and what can make the verdict worse.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from eval_server import wire
+from eval_server.checks import compare, physics_floor
+from eval_server.checks.compare import Comparison, compare_outputs, flatten_output, tolerance_for
+from eval_server.feedback import build_feedback
+from eval_server.judge import timing as jtiming
+from eval_server.judge.channel import Channel, RunnerError
+from eval_server.judge.gpu_calls import GpuSession, Leaf, OutputMismatch, expected_leaves
+from eval_server.pipeline import loader
+from eval_server.pipeline.context import EvalContext
+from eval_server.pipeline.reference import forward_counting_flops
+from eval_server.pipeline.timing import l2_flush_buffer, summarize
+from eval_server.schema import (
+    STATUS_CRASHED,
+    STATUS_INCORRECT,
+    STATUS_OK,
+    STATUS_REFERENCE_ERROR,
+    STATUS_REJECTED,
+    STATUS_RUNTIME_ERROR,
+    STATUS_UNSUPPORTED,
+    Check,
+    EvalRequest,
+    EvalResult,
+    Roofline,
+    TimingStats,
+    problem_hash,
+)
+
+JUDGE_CALLS = 2  # calls on secret inputs compared by the judge before timing
+HANDOVER_WINDOWS = 20  # empty windows that measure the protocol's own cost
+# Escaped work: the judge's fill and snapshot around a candidate window may take longer than
+# around the reference's by this much plus this share of the candidate's window.
+ESCAPE_MARGIN_MS = 0.05
+ESCAPE_MARGIN_SHARE = 0.5
+# statuses a runner may report; others (server_error, reference_error: claims about the
+# evaluator or the problem, which the judge has just run fine) read as the candidate's crash
+RUNNER_STATUSES = frozenset({"ok", "compile_error", "runtime_error", "incorrect", "rejected", "timeout", "crashed"})
+
+
+class _Done(Exception):
+    """The verdict is reached."""
+
+
+@dataclass
+class _Ref:
+    module: Any
+    model: torch.nn.Module
+    leaves: list[Leaf]
+    input_bytes: int
+    output_bytes: int
+    flops: int
+
+
+def evaluate(request: EvalRequest, ctx: EvalContext, channel: Channel) -> EvalResult:
+    """The whole judgement (RunnerFailed propagates: the caller reads the runner's exit)."""
+    compare.disable_fused()  # torch ops only: nothing loaded from the Triton cache candidates share
+    result = EvalResult(
+        status=STATUS_OK,
+        device=ctx.device_label,
+        problem_hash=problem_hash(request.reference),
+        problem_id=request.problem_id,
+        request_id=request.request_id,
+    )
+    t0 = time.perf_counter()
+    try:
+        _judge(request, ctx, channel, result)
+    except _Done:
+        pass
+    result.phases = {**result.phases, **{f"judge_{k}": v for k, v in ctx.phases.items()}}
+    result.elapsed_s = round(time.perf_counter() - t0, 6)
+    result.feedback = build_feedback(result, tolerance_for(request.options.tolerance, torch.float32))
+    return result
+
+
+def _end(result: EvalResult, status: str, check_id: str | None, message: str) -> None:
+    result.status = status
+    result.correct = False
+    result.speedup = None
+    if check_id is not None:
+        result.checks.append(Check(check_id, message))
+    else:
+        result.error = {"type": status, "message": message, "traceback": ""}
+    raise _Done
+
+
+def _nbytes(obj: Any) -> int:
+    return sum(t.numel() * t.element_size() for _, t in flatten_output(list(obj)) if isinstance(t, torch.Tensor))
+
+
+def _reference(request: EvalRequest, ctx: EvalContext, result: EvalResult, seed: int) -> _Ref:
+    opts = request.options
+    try:
+        module = loader.import_source(request.reference, ctx.workdir, "judge_reference")
+        init = loader.make_init_inputs(module, opts.seed, ctx.device)
+        model = loader.build_model(module.Model, init, opts.seed, ctx.device)
+        args = loader.make_inputs(module, seed, ctx.device)
+        with torch.no_grad():
+            out, flops = forward_counting_flops(model, args)
+        leaves = expected_leaves(out)
+    except Exception as exc:  # noqa: BLE001 - the problem's own failure
+        _end(result, STATUS_REFERENCE_ERROR, None, f"The reference failed: {type(exc).__name__}: {exc}")
+    return _Ref(module, model, leaves, _nbytes(args), _nbytes([out]), flops)
+
+
+def _merge_report(result: EvalResult, report: Any) -> EvalResult | None:
+    """The runner's report, validated; its descriptive fields into `result`. None: unreadable."""
+    try:
+        rep = EvalResult.from_json(report)
+    except Exception:  # noqa: BLE001 - anything malformed is the candidate's process's doing
+        return None
+    for name in ("compiled", "trials", "max_abs_diff", "max_rel_diff", "kernel_launches", "kernel_time", "error"):
+        setattr(result, name, getattr(rep, name))
+    result.checks = list(rep.checks)
+    result.phases = {k: v for k, v in rep.phases.items() if wire.finite(v)}
+    return rep
+
+
+def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: EvalResult) -> None:
+    opts = request.options
+    cuda = ctx.device.type == "cuda"
+    timing = cuda and ctx.timing_enabled and opts.timing
+    channel.send({"request": request.to_json()})
+    with ctx.phase("reference"), torch.no_grad():
+        ref = _reference(request, ctx, result, opts.seed)
+    session = None
+    ref_timing: jtiming.Timing | None = None
+    handover_ms = 0.0
+    if cuda:
+        session = GpuSession(channel, ctx.device, ref.module, ref.model, ref.leaves, opts.tolerance,
+                             l2_flush_buffer(ctx.device) if timing else None)
+    if timing:
+        assert session is not None
+        with ctx.phase("reference_timing"), ctx.gpu(exclusive=True):
+            channel.ask({"op": "reference"})
+            session.bind(1)
+            handover_ms = _handover(session)
+            ref_timing = _time_reference(request, ctx, result, session, handover_ms)
+
+    with ctx.phase("first_layer"):
+        msg, _ = channel.ask({"op": "candidate"})
+    rep = _merge_report(result, msg.get("report"))
+    if rep is None:
+        _end(result, STATUS_CRASHED, None, "The candidate's process reported an unreadable result.")
+    if rep.status != STATUS_OK:
+        status = rep.status
+        if status == STATUS_UNSUPPORTED and not cuda and opts.backend == "cuda":
+            pass  # this worker cannot run CUDA candidates: the runner is right
+        elif status not in RUNNER_STATUSES:
+            result.error = {
+                "type": STATUS_CRASHED,
+                "message": f"The candidate's process ended its evaluation as {status!r}: "
+                + ((rep.error or {}).get("message") or ""),
+                "traceback": "",
+            }
+            status = STATUS_CRASHED
+        result.status = status
+        result.correct = False
+        raise _Done
+
+    with ctx.phase("judge_correctness"), ctx.gpu():
+        checked = _judge_calls(session, ctx, channel, ref, request, result)
+    bad = next((c for c in checked if not c.passed), None)
+    if bad is not None:
+        _end(result, STATUS_INCORRECT, "judge.output", _wrong_text(bad, "a call on inputs the judge chose"))
+    result.compiled = True
+    result.correct = True
+    if ref_timing is None:
+        return
+    assert session is not None
+    with ctx.phase("timing"), ctx.gpu(exclusive=True):
+        cand = _time_candidate(opts, ctx, result, session, ref_timing, handover_ms)
+    result.speedup = ref_timing.stats.median_ms / cand.stats.median_ms if cand.stats.median_ms > 0 else math.inf
+    _physics_floor(result, ctx, ref, ref_timing.stats, cand.stats)
+
+
+def _handover(session: GpuSession) -> float:
+    """Median ms of an empty window (go, the runner's done, nothing between): the protocol's cost."""
+    jtiming.warm_up(session, 0, min_ms=0.0, max_ms=0.0)
+    times, _ = session.run(HANDOVER_WINDOWS, 0)
+    return sorted(times.window_ms)[len(times.window_ms) // 2] if times.window_ms else 0.0
+
+
+def _net(t: jtiming.Timing, handover_ms: float) -> jtiming.Timing:
+    """Per-call statistics with the hand-over taken out of every window."""
+    k = t.stats.calls_per_trial
+    per_call = [max(w - handover_ms, 0.0) / k for w in t.windows.window_ms]
+    s = summarize(per_call)
+    t.stats = replace(t.stats, median_ms=s.median_ms, min_ms=s.min_ms, mean_ms=s.mean_ms, iqr_ms=s.iqr_ms, cv=s.cv,
+                      lead_ms=round(handover_ms, 6))
+    return t
+
+
+def _settings(ctx: EvalContext, opts: Any, spot: bool = False) -> dict[str, Any]:
+    hard = ctx.hardening
+    return {
+        "max_windows": (hard.spot_check_trials if spot else opts.timing_trials),
+        "min_windows": min(hard.timing_min_trials, opts.timing_trials) if not spot else hard.spot_check_trials,
+        "ci_rel": hard.timing_ci_rel if not spot else 0.0,
+        "keep_cap": 2,
+    }
+
+
+def _time_reference(
+    request: EvalRequest, ctx: EvalContext, result: EvalResult, session: GpuSession, handover_ms: float
+) -> jtiming.Timing:
+    opts = request.options
+    key = {
+        "problem": result.problem_hash,
+        "gpu": torch.cuda.get_device_name(ctx.device),
+        "torch": torch.__version__,
+        "triton": ctx.versions.get("triton", ""),
+        "method": jtiming.METHOD,
+        "timing_trials": opts.timing_trials,
+        "ci": ctx.hardening.timing_ci_rel,
+    }
+    cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
+    if cached is not None and cached.method is not None:
+        k = cached.calls_per_trial
+        session.bind(k)
+        spot = _net(jtiming.time_model(session, k, **_settings(ctx, opts, spot=True)), handover_ms)
+        drift = abs(spot.stats.median_ms - cached.median_ms) / cached.median_ms if cached.median_ms > 0 else math.inf
+        if drift <= ctx.hardening.drift_tolerance:
+            result.reference_timing = spot.stats
+            result.reference_timing_source = (
+                f"spot check of {spot.stats.trials} windows in this evaluation; cached full timing "
+                f"{cached.median_ms:.4g} ms (drift {drift:.1%})"
+            )
+            return spot
+        source = f"remeasured: spot check {spot.stats.median_ms:.4g} ms vs cached {cached.median_ms:.4g} ms"
+        full = _net(jtiming.time_model(session, k, **_settings(ctx, opts)), handover_ms)
+    else:
+        single = _net(jtiming.time_model(session, 1, **_settings(ctx, opts)), handover_ms)
+        k = jtiming.choose_k(single.stats.median_ms)
+        source = "measured"
+        full = single
+        if k > 1:
+            session.bind(k)
+            full = _net(jtiming.time_model(session, k, **_settings(ctx, opts)), handover_ms)
+            source += f"; {k} calls per window, chosen from its {single.stats.median_ms:.4g} ms timed one call per window"
+    if ctx.ref_cache is not None:
+        ctx.ref_cache.put(key, full.stats)
+    result.reference_timing = full.stats
+    result.reference_timing_source = source
+    return full
+
+
+def _time_candidate(
+    opts: Any, ctx: EvalContext, result: EvalResult, session: GpuSession, ref: jtiming.Timing, handover_ms: float
+) -> jtiming.Timing:
+    k = ref.stats.calls_per_trial
+    last: jtiming.Timing | None = None
+    for attempt in range(1 + ctx.hardening.escape_retimes):
+        try:
+            cand = _net(jtiming.time_model(session, k, **_settings(ctx, opts)), handover_ms)
+        except jtiming.StalledCalls as exc:
+            _end(result, STATUS_REJECTED, "judge.host_sync", f"Your forward could not be timed: {exc}.")
+        wrong = cand.wrong()
+        if wrong is not None:
+            _end(result, STATUS_INCORRECT, "runtime.timed_output",
+                 _wrong_text(wrong.comparison, "a timed call (every timed call's output is kept; some are compared)"))
+        excess = cand.around_ms - ref.around_ms
+        allowed = ESCAPE_MARGIN_MS + ESCAPE_MARGIN_SHARE * cand.stats.median_ms * k
+        cand.stats = replace(cand.stats, escaped_ms=round(max(0.0, excess - allowed) / k, 6),
+                             escape_tail_ms=round((excess - allowed) / k, 6))
+        last = cand
+        if excess <= allowed:
+            if attempt:
+                result.checks.append(Check("runtime.escaped_timing", "escaped work in an earlier timing; re-timed clean", "warn"))
+            result.candidate_timing = cand.stats
+            return cand
+    assert last is not None
+    result.candidate_timing = last.stats
+    _end(result, STATUS_REJECTED, "runtime.escaped_timing",
+         f"GPU work of your forward continued after it returned: the judge's own steps around each timed call took "
+         f"{(last.around_ms - ref.around_ms) * 1e3:.1f} us longer than around the reference's in every timing. "
+         "Do all the work on the current stream, inside forward.")
+    raise AssertionError  # unreachable
+
+
+def _wrong_text(c: Comparison, what: str) -> str:
+    if c.mismatch:
+        return f"The output of {what} does not match the reference: {c.mismatch}."
+    return (
+        f"The output of {what} does not match the reference (max abs diff {c.max_abs_diff}, "
+        f"max rel diff {c.max_rel_diff}){': ' + c.detail if c.detail else ''}. Every call must compute "
+        "the whole result from the inputs it is given."
+    )
+
+
+def _judge_calls(
+    session: GpuSession | None, ctx: EvalContext, channel: Channel, ref: _Ref, request: EvalRequest, result: EvalResult
+) -> list[Comparison]:
+    """JUDGE_CALLS calls of the candidate on secret inputs, every output compared here."""
+    try:
+        if session is not None:
+            if not session.slots:
+                session.bind(1)
+            _, checked = session.run(JUDGE_CALLS, 1, keep={(w, 0) for w in range(JUDGE_CALLS)}, flush=False)
+            return [c.comparison for c in checked]
+        return [_cpu_call(channel, ref, request, ctx) for _ in range(JUDGE_CALLS)]
+    except OutputMismatch as exc:
+        _end(result, STATUS_INCORRECT, "judge.output", f"The output does not match the reference: {exc}.")
+    except RunnerError as exc:
+        _end(result, STATUS_RUNTIME_ERROR, None, f"Your forward failed on inputs the judge chose:\n{exc}")
+    raise AssertionError  # unreachable
+
+
+def _cpu_seed() -> int:
+    return secrets.randbits(62)
+
+
+def _cpu_call(channel: Channel, ref: _Ref, request: EvalRequest, ctx: EvalContext) -> Comparison:
+    seed = _cpu_seed()
+    args = loader.make_inputs(ref.module, seed, ctx.device)
+    descs, chunks = [], []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            descs.append(wire.tensor_meta(a))
+            chunks.append(bytes(wire.tensor_bytes(a)))
+        else:
+            descs.append({"value": a})
+    msg, payload = channel.ask({"op": "call", "args": descs}, b"".join(chunks))
+    with torch.no_grad():
+        expected = ref.model(*loader.clone_args(args))
+    outs, at = [], 0
+    got_descs = msg.get("outputs")
+    if not isinstance(got_descs, list) or len(got_descs) != len(ref.leaves):
+        n = len(got_descs) if isinstance(got_descs, list) else "?"
+        return Comparison(False, mismatch=f"the output has {n} tensors, expected {len(ref.leaves)}")
+    for desc, leaf in zip(got_descs, ref.leaves, strict=True):
+        if not isinstance(desc, dict) or "dtype" not in desc:
+            kind = desc.get("kind", "?") if isinstance(desc, dict) else "?"
+            return Comparison(False, mismatch=f"{leaf.path} is a {kind}, expected a tensor")
+        dtype, shape, nbytes = wire.parse_meta(desc, len(payload) - at)
+        outs.append(wire.tensor_from(payload[at : at + nbytes], dtype, shape))
+        at += nbytes
+    got = outs[0] if len(outs) == 1 and not isinstance(expected, tuple | list) else _rebuild(expected, outs)
+    return compare_outputs(expected, got, request.options.tolerance)
+
+
+def _rebuild(template: Any, leaves: list[torch.Tensor]) -> Any:
+    it = iter(leaves)
+
+    def build(obj: Any) -> Any:
+        if isinstance(obj, tuple | list):
+            return type(obj)(build(o) for o in obj)
+        return next(it)
+
+    return build(template)
+
+
+def _physics_floor(result: EvalResult, ctx: EvalContext, ref: _Ref, ref_stats: TimingStats, cand: TimingStats) -> None:
+    name = torch.cuda.get_device_name(ctx.device)
+    peak = physics_floor.peak_for(name)
+    if peak is None:
+        result.checks.append(Check("runtime.physics_floor", f"no physics floor: {name} is not in the table", "warn"))
+        return
+    line = physics_floor.roofline(ref.input_bytes, ref.output_bytes, ref.flops, peak, cand.median_ms * 1e3)
+    result.roofline = None if line is None else Roofline(**line)  # type: ignore[arg-type]
+    l2 = int(getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 0) or 0)
+    floor = physics_floor.floor_for(ref.input_bytes, ref.output_bytes, l2, ref.flops, peak,
+                                    calls_per_trial=ref_stats.calls_per_trial)
+    if floor.floor_us < physics_floor.MIN_FLOOR_US or ref_stats.median_ms * 1e3 < floor.floor_us:
+        return
+    if cand.median_ms * 1e3 < floor.floor_us:
+        _end(result, STATUS_REJECTED, "runtime.physics_floor",
+             f"Your measured time {cand.median_ms * 1e3:.3g} us is below the physical minimum {floor.floor_us:.3g} us "
+             f"for this problem on this GPU: {floor.describe()}. Compute the whole result on every call.")
+
