@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -276,8 +277,8 @@ def parse_options(data: Any) -> EvalOptions:
             kwargs[name] = data[name]
     if data.get("timeout_s") is not None:
         _check_type("options.timeout_s", data["timeout_s"], (int, float))
-        if data["timeout_s"] <= 0:
-            raise ValidationError("options.timeout_s: must be > 0")
+        if not math.isfinite(data["timeout_s"]) or data["timeout_s"] <= 0:
+            raise ValidationError(f"options.timeout_s: must be a finite number > 0, got {data['timeout_s']!r}")
         kwargs["timeout_s"] = float(data["timeout_s"])
     opts = EvalOptions(**kwargs)
     if not 1 <= opts.correctness_trials <= MAX_CORRECTNESS_TRIALS:

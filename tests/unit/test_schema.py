@@ -188,9 +188,17 @@ def test_timeout_type(value, got):
     assert opts_error({"timeout_s": value}) == f"options.timeout_s: expected int or float, got {got}"
 
 
-@pytest.mark.parametrize("value", [0, 0.0, -1, -0.5])
-def test_timeout_must_be_positive(value):
-    assert opts_error({"timeout_s": value}) == "options.timeout_s: must be > 0"
+@pytest.mark.parametrize("value", [0, 0.0, -1, -0.5, float("nan"), float("inf"), float("-inf")])
+def test_timeout_must_be_finite_and_positive(value):
+    assert opts_error({"timeout_s": value}) == f"options.timeout_s: must be a finite number > 0, got {value!r}"
+
+
+def test_a_nan_timeout_over_http_is_a_400():
+    """Python's JSON parser reads the NaN literal: the value check, not the parser, refuses it."""
+    import json
+
+    with pytest.raises(ValidationError, match="finite"):
+        parse_request(json.loads('{"reference": "x", "candidate": "y", "options": {"timeout_s": NaN}}'))
 
 
 def test_tolerance_type_and_unknown_profile():

@@ -1,0 +1,157 @@
+"""The judge's verdict does not depend on anything the candidate's process says (CPU workers).
+
+The runner here is the real one (eval_server/runner/serve.py) in a forked process, with its first
+layer replaced by what a fully compromised candidate process could do: report whatever it likes,
+serve any model, or break the protocol. The judge (eval_server/judge/evaluate.py) must still give
+the true verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from eval_server import samples
+from eval_server.judge.channel import Channel, RunnerFailed
+from eval_server.judge.evaluate import evaluate
+from eval_server.judge.pair import fork_runner
+from eval_server.pipeline.context import EvalContext
+from eval_server.runner.serve import serve
+from eval_server.schema import EvalResult, parse_request
+
+pytestmark = pytest.mark.integration
+
+RELU = samples.load_problem("relu")
+
+
+def _forged_ok() -> dict[str, Any]:
+    """What a forged first layer claims: correct, fast."""
+    return EvalResult(status="ok", compiled=True, correct=True, speedup=100.0).to_json()
+
+
+class _Zeros(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+
+class _Relu(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+
+class _RightTwice(torch.nn.Module):
+    """Right on the first two calls (what the first layer's trials would see), then stale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls, self.last = 0, None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.last is None or self.calls <= 2:
+            self.last = torch.relu(x)
+        return self.last
+
+
+class _WrongShape(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)[:1]
+
+
+def _judge(tmp_path: Path, first_layer: Any, runner_override: Any = None) -> EvalResult:
+    workdir = tmp_path / "eval"
+    workdir.mkdir()
+
+    def runner_main(sock: socket.socket) -> None:
+        if runner_override is not None:
+            runner_override(sock)
+            return
+        serve(sock, torch.device("cpu"), str(workdir), first_layer)
+
+    pid, sock = fork_runner(runner_main)
+    try:
+        ctx = EvalContext(device=torch.device("cpu"), device_label="cpu", workdir=workdir, timing_enabled=False)
+        request = parse_request({"reference": RELU, "candidate": "class ModelNew: pass\n"})
+        return evaluate(request, ctx, Channel(sock, deadline=float("inf")))
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
+def test_an_honest_model_is_ok(tmp_path: Path) -> None:
+    result = _judge(tmp_path, lambda req: (_forged_ok(), _Relu()))
+    assert result.status == "ok" and result.correct, result.feedback
+
+
+def test_a_forged_ok_report_with_a_wrong_model_is_incorrect(tmp_path: Path) -> None:
+    result = _judge(tmp_path, lambda req: (_forged_ok(), _Zeros()))
+    assert result.status == "incorrect" and not result.correct
+    assert result.speedup is None
+    assert [c.id for c in result.checks] == ["judge.output"]
+
+
+def test_a_model_right_only_on_its_first_calls_is_incorrect(tmp_path: Path) -> None:
+    def first_layer(req: dict) -> tuple[dict, Any]:
+        model = _RightTwice()
+        x = torch.randn(8)
+        model(x), model(x)  # the first layer's own trials
+        return _forged_ok(), model
+
+    result = _judge(tmp_path, first_layer)
+    assert result.status == "incorrect", result.feedback
+
+
+def test_a_wrong_shape_is_incorrect_with_the_shapes_in_the_feedback(tmp_path: Path) -> None:
+    result = _judge(tmp_path, lambda req: (_forged_ok(), _WrongShape()))
+    assert result.status == "incorrect"
+    assert "shape" in result.feedback
+
+
+@pytest.mark.parametrize("status", ["server_error", "reference_error", "unsupported"])
+def test_a_report_claiming_an_evaluator_status_is_the_candidates_crash(tmp_path: Path, status: str) -> None:
+    report = EvalResult(status=status, error={"type": status, "message": "not my fault", "traceback": ""})
+    result = _judge(tmp_path, lambda req: (report.to_json(), _Relu()))
+    assert result.status == "crashed"
+    assert "not my fault" in result.feedback
+
+
+def test_an_unreadable_report_is_a_crash(tmp_path: Path) -> None:
+    result = _judge(tmp_path, lambda req: ({"status": "ok", "speedup": 9.0, "forged": True}, _Relu()))
+    assert result.status == "crashed"
+
+
+def test_a_failing_report_stands(tmp_path: Path) -> None:
+    report = EvalResult(status="rejected", checks=[])
+    result = _judge(tmp_path, lambda req: (report.to_json(), _Relu()))
+    assert result.status == "rejected"
+
+
+def test_a_forward_that_raises_on_the_judges_inputs_is_a_runtime_error(tmp_path: Path) -> None:
+    class Raises(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("boom on secret inputs")
+
+    result = _judge(tmp_path, lambda req: (_forged_ok(), Raises()))
+    assert result.status == "runtime_error"
+    assert "boom on secret inputs" in result.feedback
+
+
+def _oversized_frame(sock: socket.socket) -> None:
+    sock.recv(1 << 16)
+    sock.sendall(struct.pack(">I", 1 << 30))
+
+
+def _closes(sock: socket.socket) -> None:
+    sock.close()
+
+
+@pytest.mark.parametrize("runner", [_oversized_frame, _closes])
+def test_a_runner_that_breaks_the_protocol_fails_the_evaluation_not_the_judge(tmp_path: Path, runner: Any) -> None:
+    with pytest.raises(RunnerFailed):
+        _judge(tmp_path, None, runner_override=runner)
