@@ -156,7 +156,9 @@ def _judge_case(name: str, source: str, out_path: str) -> None:
             row["wrong"] = sum(1 for r in reps if r.wrong())
             row["pre_us"] = statistics.median(r.pre_ms for r in reps) * 1e3
             row["post_us"] = statistics.median(r.post_ms for r in reps) * 1e3
-            row["around_cv"] = statistics.pstdev(r.around_ms for r in reps) / statistics.fmean(r.around_ms for r in reps)
+            row["around_cv"] = statistics.pstdev(r.around_ms for r in reps) / statistics.fmean(
+                r.around_ms for r in reps
+            )
         session.release()
         ch.close()
         os.waitpid(pid, 0)

@@ -101,7 +101,9 @@ def free(ptr: int) -> None:
 def address_range(ptr: int) -> tuple[int, int]:
     """(base, size) of the allocation that holds `ptr`."""
     base, size = _u64(), ctypes.c_size_t()
-    _check(_bound("cuMemGetAddressRange")(ctypes.byref(base), ctypes.byref(size), ptr), "cuMemGetAddressRange")
+    _check(
+        _bound("cuMemGetAddressRange")(ctypes.byref(base), ctypes.byref(size), ptr), "cuMemGetAddressRange"
+    )
     return int(base.value), int(size.value)
 
 
@@ -128,12 +130,18 @@ def close_handle(ptr: int) -> None:
 
 def wait_value(stream: torch.cuda.Stream, ptr: int, value: int) -> None:
     """Queue on `stream`: wait until the 32-bit word at `ptr` is >= value (wrapping compare)."""
-    _check(_bound("cuStreamWaitValue32")(stream.cuda_stream, ptr, value & 0xFFFFFFFF, WAIT_GEQ), "cuStreamWaitValue32")
+    _check(
+        _bound("cuStreamWaitValue32")(stream.cuda_stream, ptr, value & 0xFFFFFFFF, WAIT_GEQ),
+        "cuStreamWaitValue32",
+    )
 
 
 def write_value(stream: torch.cuda.Stream, ptr: int, value: int) -> None:
     """Queue on `stream`: after its earlier work (and a memory fence), write `value` at `ptr`."""
-    _check(_bound("cuStreamWriteValue32")(stream.cuda_stream, ptr, value & 0xFFFFFFFF, WRITE_DEFAULT), "cuStreamWriteValue32")
+    _check(
+        _bound("cuStreamWriteValue32")(stream.cuda_stream, ptr, value & 0xFFFFFFFF, WRITE_DEFAULT),
+        "cuStreamWriteValue32",
+    )
 
 
 class _ArrayInterface:
@@ -150,7 +158,9 @@ class _ArrayInterface:
         }
 
 
-def tensor_at(ptr: int, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+def tensor_at(
+    ptr: int, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device
+) -> torch.Tensor:
     """A contiguous tensor over `nbytes` of device memory at `ptr` (not owned: keep the memory alive)."""
     raw = torch.as_tensor(_ArrayInterface(ptr, nbytes), device=device)
     return raw.view(dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype, device=device)
@@ -166,7 +176,9 @@ class SharedBuffer:
     tensor: torch.Tensor
 
     @classmethod
-    def create(cls, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device) -> SharedBuffer:
+    def create(
+        cls, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device
+    ) -> SharedBuffer:
         ptr = alloc(nbytes)
         try:
             return cls(ptr, nbytes, export(ptr), tensor_at(ptr, nbytes, dtype, shape, device))

@@ -24,8 +24,16 @@ _LEN = struct.Struct(">I")
 DTYPES: dict[str, torch.dtype] = {
     str(d).removeprefix("torch."): d
     for d in (
-        torch.float64, torch.float32, torch.float16, torch.bfloat16,
-        torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
     )
 }
 
@@ -94,8 +102,10 @@ def parse_meta(meta: Any, max_bytes: int) -> tuple[torch.dtype, tuple[int, ...],
     if not isinstance(meta, dict) or meta.get("dtype") not in DTYPES:
         raise WireError(f"a tensor description with an unknown dtype: {str(meta)[:200]}")
     shape = meta.get("shape")
-    if not isinstance(shape, list) or len(shape) > 16 or not all(
-        isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**40 for s in shape
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 16
+        or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**40 for s in shape)
     ):
         raise WireError(f"a tensor description with a malformed shape: {str(shape)[:200]}")
     dtype = DTYPES[meta["dtype"]]

@@ -64,7 +64,9 @@ ESCAPE_MARGIN_MS = 0.05
 ESCAPE_MARGIN_SHARE = 0.5
 # statuses a runner may report; others (server_error, reference_error: claims about the
 # evaluator or the problem, which the judge has just run fine) read as the candidate's crash
-RUNNER_STATUSES = frozenset({"ok", "compile_error", "runtime_error", "incorrect", "rejected", "timeout", "crashed"})
+RUNNER_STATUSES = frozenset(
+    {"ok", "compile_error", "runtime_error", "incorrect", "rejected", "timeout", "crashed"}
+)
 
 
 class _Done(Exception):
@@ -114,7 +116,9 @@ def _end(result: EvalResult, status: str, check_id: str | None, message: str) ->
 
 
 def _nbytes(obj: Any) -> int:
-    return sum(t.numel() * t.element_size() for _, t in flatten_output(list(obj)) if isinstance(t, torch.Tensor))
+    return sum(
+        t.numel() * t.element_size() for _, t in flatten_output(list(obj)) if isinstance(t, torch.Tensor)
+    )
 
 
 def _reference(request: EvalRequest, ctx: EvalContext, result: EvalResult, seed: int) -> _Ref:
@@ -138,7 +142,15 @@ def _merge_report(result: EvalResult, report: Any) -> EvalResult | None:
         rep = EvalResult.from_json(report)
     except Exception:  # noqa: BLE001 - anything malformed is the candidate's process's doing
         return None
-    for name in ("compiled", "trials", "max_abs_diff", "max_rel_diff", "kernel_launches", "kernel_time", "error"):
+    for name in (
+        "compiled",
+        "trials",
+        "max_abs_diff",
+        "max_rel_diff",
+        "kernel_launches",
+        "kernel_time",
+        "error",
+    ):
         setattr(result, name, getattr(rep, name))
     result.checks = list(rep.checks)
     result.phases = {k: v for k, v in rep.phases.items() if wire.finite(v)}
@@ -156,8 +168,15 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
     ref_timing: jtiming.Timing | None = None
     handover_ms = 0.0
     if cuda:
-        session = GpuSession(channel, ctx.device, ref.module, ref.model, ref.leaves, opts.tolerance,
-                             l2_flush_buffer(ctx.device) if timing else None)
+        session = GpuSession(
+            channel,
+            ctx.device,
+            ref.module,
+            ref.model,
+            ref.leaves,
+            opts.tolerance,
+            l2_flush_buffer(ctx.device) if timing else None,
+        )
     if timing:
         assert session is not None
         with ctx.phase("reference_timing"), ctx.gpu(exclusive=True):
@@ -199,7 +218,9 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
     assert session is not None
     with ctx.phase("timing"), ctx.gpu(exclusive=True):
         cand = _time_candidate(opts, ctx, result, session, ref_timing, handover_ms)
-    result.speedup = ref_timing.stats.median_ms / cand.stats.median_ms if cand.stats.median_ms > 0 else math.inf
+    result.speedup = (
+        ref_timing.stats.median_ms / cand.stats.median_ms if cand.stats.median_ms > 0 else math.inf
+    )
     _physics_floor(result, ctx, ref, ref_timing.stats, cand.stats)
 
 
@@ -215,8 +236,15 @@ def _net(t: jtiming.Timing, handover_ms: float) -> jtiming.Timing:
     k = t.stats.calls_per_trial
     per_call = [max(w - handover_ms, 0.0) / k for w in t.windows.window_ms]
     s = summarize(per_call)
-    t.stats = replace(t.stats, median_ms=s.median_ms, min_ms=s.min_ms, mean_ms=s.mean_ms, iqr_ms=s.iqr_ms, cv=s.cv,
-                      lead_ms=round(handover_ms, 6))
+    t.stats = replace(
+        t.stats,
+        median_ms=s.median_ms,
+        min_ms=s.min_ms,
+        mean_ms=s.mean_ms,
+        iqr_ms=s.iqr_ms,
+        cv=s.cv,
+        lead_ms=round(handover_ms, 6),
+    )
     return t
 
 
@@ -224,7 +252,9 @@ def _settings(ctx: EvalContext, opts: Any, spot: bool = False) -> dict[str, Any]
     hard = ctx.hardening
     return {
         "max_windows": (hard.spot_check_trials if spot else opts.timing_trials),
-        "min_windows": min(hard.timing_min_trials, opts.timing_trials) if not spot else hard.spot_check_trials,
+        "min_windows": min(hard.timing_min_trials, opts.timing_trials)
+        if not spot
+        else hard.spot_check_trials,
         "ci_rel": hard.timing_ci_rel if not spot else 0.0,
         "keep_cap": 2,
     }
@@ -248,7 +278,11 @@ def _time_reference(
         k = cached.calls_per_trial
         session.bind(k)
         spot = _net(jtiming.time_model(session, k, **_settings(ctx, opts, spot=True)), handover_ms)
-        drift = abs(spot.stats.median_ms - cached.median_ms) / cached.median_ms if cached.median_ms > 0 else math.inf
+        drift = (
+            abs(spot.stats.median_ms - cached.median_ms) / cached.median_ms
+            if cached.median_ms > 0
+            else math.inf
+        )
         if drift <= ctx.hardening.drift_tolerance:
             result.reference_timing = spot.stats
             result.reference_timing_source = (
@@ -275,7 +309,12 @@ def _time_reference(
 
 
 def _time_candidate(
-    opts: Any, ctx: EvalContext, result: EvalResult, session: GpuSession, ref: jtiming.Timing, handover_ms: float
+    opts: Any,
+    ctx: EvalContext,
+    result: EvalResult,
+    session: GpuSession,
+    ref: jtiming.Timing,
+    handover_ms: float,
 ) -> jtiming.Timing:
     k = ref.stats.calls_per_trial
     last: jtiming.Timing | None = None
@@ -286,24 +325,41 @@ def _time_candidate(
             _end(result, STATUS_REJECTED, "judge.host_sync", f"Your forward could not be timed: {exc}.")
         wrong = cand.wrong()
         if wrong is not None:
-            _end(result, STATUS_INCORRECT, "runtime.timed_output",
-                 _wrong_text(wrong.comparison, "a timed call (every timed call's output is kept; some are compared)"))
+            _end(
+                result,
+                STATUS_INCORRECT,
+                "runtime.timed_output",
+                _wrong_text(
+                    wrong.comparison, "a timed call (every timed call's output is kept; some are compared)"
+                ),
+            )
         excess = cand.around_ms - ref.around_ms
         allowed = ESCAPE_MARGIN_MS + ESCAPE_MARGIN_SHARE * cand.stats.median_ms * k
-        cand.stats = replace(cand.stats, escaped_ms=round(max(0.0, excess - allowed) / k, 6),
-                             escape_tail_ms=round((excess - allowed) / k, 6))
+        cand.stats = replace(
+            cand.stats,
+            escaped_ms=round(max(0.0, excess - allowed) / k, 6),
+            escape_tail_ms=round((excess - allowed) / k, 6),
+        )
         last = cand
         if excess <= allowed:
             if attempt:
-                result.checks.append(Check("runtime.escaped_timing", "escaped work in an earlier timing; re-timed clean", "warn"))
+                result.checks.append(
+                    Check(
+                        "runtime.escaped_timing", "escaped work in an earlier timing; re-timed clean", "warn"
+                    )
+                )
             result.candidate_timing = cand.stats
             return cand
     assert last is not None
     result.candidate_timing = last.stats
-    _end(result, STATUS_REJECTED, "runtime.escaped_timing",
-         f"GPU work of your forward continued after it returned: the judge's own steps around each timed call took "
-         f"{(last.around_ms - ref.around_ms) * 1e3:.1f} us longer than around the reference's in every timing. "
-         "Do all the work on the current stream, inside forward.")
+    _end(
+        result,
+        STATUS_REJECTED,
+        "runtime.escaped_timing",
+        f"GPU work of your forward continued after it returned: the judge's own steps around each timed call took "
+        f"{(last.around_ms - ref.around_ms) * 1e3:.1f} us longer than around the reference's in every timing. "
+        "Do all the work on the current stream, inside forward.",
+    )
     raise AssertionError  # unreachable
 
 
@@ -318,7 +374,12 @@ def _wrong_text(c: Comparison, what: str) -> str:
 
 
 def _judge_calls(
-    session: GpuSession | None, ctx: EvalContext, channel: Channel, ref: _Ref, request: EvalRequest, result: EvalResult
+    session: GpuSession | None,
+    ctx: EvalContext,
+    channel: Channel,
+    ref: _Ref,
+    request: EvalRequest,
+    result: EvalResult,
 ) -> list[Comparison]:
     """JUDGE_CALLS calls of the candidate on secret inputs, every output compared here."""
     try:
@@ -379,21 +440,29 @@ def _rebuild(template: Any, leaves: list[torch.Tensor]) -> Any:
     return build(template)
 
 
-def _physics_floor(result: EvalResult, ctx: EvalContext, ref: _Ref, ref_stats: TimingStats, cand: TimingStats) -> None:
+def _physics_floor(
+    result: EvalResult, ctx: EvalContext, ref: _Ref, ref_stats: TimingStats, cand: TimingStats
+) -> None:
     name = torch.cuda.get_device_name(ctx.device)
     peak = physics_floor.peak_for(name)
     if peak is None:
-        result.checks.append(Check("runtime.physics_floor", f"no physics floor: {name} is not in the table", "warn"))
+        result.checks.append(
+            Check("runtime.physics_floor", f"no physics floor: {name} is not in the table", "warn")
+        )
         return
     line = physics_floor.roofline(ref.input_bytes, ref.output_bytes, ref.flops, peak, cand.median_ms * 1e3)
     result.roofline = None if line is None else Roofline(**line)  # type: ignore[arg-type]
     l2 = int(getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 0) or 0)
-    floor = physics_floor.floor_for(ref.input_bytes, ref.output_bytes, l2, ref.flops, peak,
-                                    calls_per_trial=ref_stats.calls_per_trial)
+    floor = physics_floor.floor_for(
+        ref.input_bytes, ref.output_bytes, l2, ref.flops, peak, calls_per_trial=ref_stats.calls_per_trial
+    )
     if floor.floor_us < physics_floor.MIN_FLOOR_US or ref_stats.median_ms * 1e3 < floor.floor_us:
         return
     if cand.median_ms * 1e3 < floor.floor_us:
-        _end(result, STATUS_REJECTED, "runtime.physics_floor",
-             f"Your measured time {cand.median_ms * 1e3:.3g} us is below the physical minimum {floor.floor_us:.3g} us "
-             f"for this problem on this GPU: {floor.describe()}. Compute the whole result on every call.")
-
+        _end(
+            result,
+            STATUS_REJECTED,
+            "runtime.physics_floor",
+            f"Your measured time {cand.median_ms * 1e3:.3g} us is below the physical minimum {floor.floor_us:.3g} us "
+            f"for this problem on this GPU: {floor.describe()}. Compute the whole result on every call.",
+        )

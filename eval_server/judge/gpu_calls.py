@@ -208,7 +208,9 @@ class GpuSession:
             out.append(self._scratch[key])
         return out
 
-    def run(self, windows: int, k: int, keep: set[tuple[int, int]] | None = None, flush: bool = True) -> tuple[Windows, list[Checked]]:
+    def run(
+        self, windows: int, k: int, keep: set[tuple[int, int]] | None = None, flush: bool = True
+    ) -> tuple[Windows, list[Checked]]:
         """`windows` windows of k calls (slots 0..k-1), each call on fresh inputs; the calls in
         `keep` ((window, call) pairs) are compared with the reference afterwards."""
         keep = keep or set()
@@ -278,7 +280,11 @@ class GpuSession:
         args = loader.make_inputs(self.module, seed, self.device)
         with torch.no_grad():
             expected = self.reference(*args)
-        got = snapshot[0] if len(self.leaves) == 1 and not isinstance(expected, tuple | list) else _rebuild(expected, snapshot)
+        got = (
+            snapshot[0]
+            if len(self.leaves) == 1 and not isinstance(expected, tuple | list)
+            else _rebuild(expected, snapshot)
+        )
         return compare_outputs(expected, got, self.tolerance)
 
 

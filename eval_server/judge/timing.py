@@ -67,7 +67,9 @@ def _keep(windows: int, k: int, cap: int, rng: secrets.SystemRandom) -> set[tupl
     return chosen
 
 
-def warm_up(session: GpuSession, k: int, min_ms: float = WARMUP_MIN_MS, max_ms: float = WARMUP_MAX_MS) -> float:
+def warm_up(
+    session: GpuSession, k: int, min_ms: float = WARMUP_MIN_MS, max_ms: float = WARMUP_MAX_MS
+) -> float:
     """Windows until the per-call time settled; returns the warm-up's window milliseconds."""
     spent, medians = 0.0, []
     while spent < max_ms:

@@ -69,6 +69,8 @@ class PoolConfig:
     ref_cache: Path | None = None  # persistent reference-timing cache (GPU workers)
     # overrides of hardening.Hardening's fields (the server's flags), handed to each worker as JSON
     hardening: dict[str, Any] = field(default_factory=dict)
+    # environment of the MPS daemon's clients (isolation/mps.py), given to GPU workers
+    mps_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,6 +118,7 @@ class WorkerHandle:
         if self.slot.kind == "cuda":
             overrides["CUDA_VISIBLE_DEVICES"] = str(self.slot.index)
             overrides["TRITON_INTERPRET"] = "0"
+            overrides.update(self.config.mps_env)
         else:
             overrides["CUDA_VISIBLE_DEVICES"] = ""
             overrides["TRITON_INTERPRET"] = "1"

@@ -76,7 +76,9 @@ def _judge(tmp_path: Path, first_layer: Any, runner_override: Any = None) -> Eva
 
     pid, sock = fork_runner(runner_main)
     try:
-        ctx = EvalContext(device=torch.device("cpu"), device_label="cpu", workdir=workdir, timing_enabled=False)
+        ctx = EvalContext(
+            device=torch.device("cpu"), device_label="cpu", workdir=workdir, timing_enabled=False
+        )
         request = parse_request({"reference": RELU, "candidate": "class ModelNew: pass\n"})
         return evaluate(request, ctx, Channel(sock, deadline=float("inf")))
     finally:
@@ -152,6 +154,8 @@ def _closes(sock: socket.socket) -> None:
 
 
 @pytest.mark.parametrize("runner", [_oversized_frame, _closes])
-def test_a_runner_that_breaks_the_protocol_fails_the_evaluation_not_the_judge(tmp_path: Path, runner: Any) -> None:
+def test_a_runner_that_breaks_the_protocol_fails_the_evaluation_not_the_judge(
+    tmp_path: Path, runner: Any
+) -> None:
     with pytest.raises(RunnerFailed):
         _judge(tmp_path, None, runner_override=runner)
