@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from krl_common.fastjson import dumps_text
+
 MAX_HEADER_BYTES = 1 << 20
 _LEN = struct.Struct(">I")
 
@@ -45,7 +47,7 @@ class WireError(Exception):
 def send(sock: socket.socket, header: dict[str, Any], payload: bytes | memoryview = b"") -> None:
     if payload:
         header = {**header, "nbytes": len(payload)}
-    raw = json.dumps(header, allow_nan=False).encode()
+    raw = dumps_text(header).encode()  # standard JSON: a non-finite float (an inf diff) is null
     sock.sendall(_LEN.pack(len(raw)) + raw)
     if payload:
         sock.sendall(payload)

@@ -185,8 +185,34 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
             handover_ms = _handover(session)
             ref_timing = _time_reference(request, ctx, result, session, handover_ms)
 
+    try:
+        _candidate(request, ctx, channel, result, ref, session, ref_timing, handover_ms)
+    except OutputMismatch as exc:
+        _end(result, STATUS_INCORRECT, "judge.output", f"The output does not match the reference: {exc}.")
+    except RunnerError as exc:
+        _end(result, STATUS_RUNTIME_ERROR, None, f"Your forward failed on inputs the judge chose:\n{exc}")
+    except wire.WireError as exc:
+        _end(result, STATUS_CRASHED, None, f"The candidate's process answered the evaluator with something unusable: {exc}.")
+
+
+def _candidate(
+    request: EvalRequest,
+    ctx: EvalContext,
+    channel: Channel,
+    result: EvalResult,
+    ref: _Ref,
+    session: GpuSession | None,
+    ref_timing: jtiming.Timing | None,
+    handover_ms: float,
+) -> None:
+    """Everything after the candidate's import: what goes wrong here is the candidate's doing."""
+    opts = request.options
+    cuda = ctx.device.type == "cuda"
     with ctx.phase("first_layer"):
-        msg, _ = channel.ask({"op": "candidate"})
+        try:
+            msg, _ = channel.ask({"op": "candidate"})
+        except RunnerError as exc:
+            _end(result, STATUS_CRASHED, None, f"The candidate's process failed while it was checked:\n{exc}")
     rep = _merge_report(result, msg.get("report"))
     if rep is None:
         _end(result, STATUS_CRASHED, None, "The candidate's process reported an unreadable result.")
@@ -207,7 +233,7 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
         raise _Done
 
     with ctx.phase("judge_correctness"), ctx.gpu():
-        checked = _judge_calls(session, ctx, channel, ref, request, result)
+        checked = _judge_calls(session, ctx, channel, ref, request)
     bad = next((c for c in checked if not c.passed), None)
     if bad is not None:
         _end(result, STATUS_INCORRECT, "judge.output", _wrong_text(bad, "a call on inputs the judge chose"))
@@ -218,9 +244,7 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
     assert session is not None
     with ctx.phase("timing"), ctx.gpu(exclusive=True):
         cand = _time_candidate(opts, ctx, result, session, ref_timing, handover_ms)
-    result.speedup = (
-        ref_timing.stats.median_ms / cand.stats.median_ms if cand.stats.median_ms > 0 else math.inf
-    )
+    result.speedup = ref_timing.stats.median_ms / cand.stats.median_ms if cand.stats.median_ms > 0 else math.inf
     _physics_floor(result, ctx, ref, ref_timing.stats, cand.stats)
 
 
@@ -374,26 +398,15 @@ def _wrong_text(c: Comparison, what: str) -> str:
 
 
 def _judge_calls(
-    session: GpuSession | None,
-    ctx: EvalContext,
-    channel: Channel,
-    ref: _Ref,
-    request: EvalRequest,
-    result: EvalResult,
+    session: GpuSession | None, ctx: EvalContext, channel: Channel, ref: _Ref, request: EvalRequest
 ) -> list[Comparison]:
     """JUDGE_CALLS calls of the candidate on secret inputs, every output compared here."""
-    try:
-        if session is not None:
-            if not session.slots:
-                session.bind(1)
-            _, checked = session.run(JUDGE_CALLS, 1, keep={(w, 0) for w in range(JUDGE_CALLS)}, flush=False)
-            return [c.comparison for c in checked]
-        return [_cpu_call(channel, ref, request, ctx) for _ in range(JUDGE_CALLS)]
-    except OutputMismatch as exc:
-        _end(result, STATUS_INCORRECT, "judge.output", f"The output does not match the reference: {exc}.")
-    except RunnerError as exc:
-        _end(result, STATUS_RUNTIME_ERROR, None, f"Your forward failed on inputs the judge chose:\n{exc}")
-    raise AssertionError  # unreachable
+    if session is not None:
+        if not session.slots:
+            session.bind(1)
+        _, checked = session.run(JUDGE_CALLS, 1, keep={(w, 0) for w in range(JUDGE_CALLS)}, flush=False)
+        return [c.comparison for c in checked]
+    return [_cpu_call(channel, ref, request, ctx) for _ in range(JUDGE_CALLS)]
 
 
 def _cpu_seed() -> int:

@@ -159,3 +159,12 @@ def test_a_runner_that_breaks_the_protocol_fails_the_evaluation_not_the_judge(
 ) -> None:
     with pytest.raises(RunnerFailed):
         _judge(tmp_path, None, runner_override=runner)
+
+
+def test_a_report_with_infinite_differences_crosses_and_stands(tmp_path: Path) -> None:
+    """An inf max diff (NaN written by the candidate) is null on the wire, and the verdict the
+    candidate's own: never the evaluator's server_error."""
+    report = EvalResult(status="incorrect", max_abs_diff=float("inf"), max_rel_diff=float("nan"))
+    result = _judge(tmp_path, lambda req: (report.to_json(), _Relu()))
+    assert result.status == "incorrect"
+    assert result.max_abs_diff is None
