@@ -3,5 +3,5 @@
 child's preparation ahead of its evaluation (`child_prep.py`, `triton_warmup.py`).
 
 May import: eval_server.pipeline, eval_server.checks, eval_server.isolation, eval_server.schema,
-eval_server.feedback, krl_common.
+eval_server.feedback, eval_server.judge, eval_server.runner, krl_common.
 """
