@@ -265,7 +265,9 @@ def main(argv: list[str] | None = None) -> None:
         except (MpsUnavailable, OSError, subprocess.SubprocessError) as exc:
             if own_workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
-            sys.exit(f"eval_server: no CUDA MPS daemon ({exc}); pass --mps off to time without it (not for rewards)")
+            sys.exit(
+                f"eval_server: no CUDA MPS daemon ({exc}); pass --mps off to time without it (not for rewards)"
+            )
         config.mps_env = mps.client_env()
     pool = WorkerPool(config)
 

@@ -278,7 +278,9 @@ def parse_options(data: Any) -> EvalOptions:
     if data.get("timeout_s") is not None:
         _check_type("options.timeout_s", data["timeout_s"], (int, float))
         if not math.isfinite(data["timeout_s"]) or data["timeout_s"] <= 0:
-            raise ValidationError(f"options.timeout_s: must be a finite number > 0, got {data['timeout_s']!r}")
+            raise ValidationError(
+                f"options.timeout_s: must be a finite number > 0, got {data['timeout_s']!r}"
+            )
         kwargs["timeout_s"] = float(data["timeout_s"])
     opts = EvalOptions(**kwargs)
     if not 1 <= opts.correctness_trials <= MAX_CORRECTNESS_TRIALS:

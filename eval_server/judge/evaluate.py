@@ -33,6 +33,7 @@ from eval_server import wire
 from eval_server.checks import compare, physics_floor
 from eval_server.checks.compare import Comparison, compare_outputs, flatten_output, tolerance_for
 from eval_server.feedback import build_feedback
+from eval_server.judge import shapes
 from eval_server.judge import timing as jtiming
 from eval_server.judge.channel import Channel, RunnerError
 from eval_server.judge.gpu_calls import GpuSession, Leaf, OutputMismatch, expected_leaves
@@ -192,7 +193,12 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
     except RunnerError as exc:
         _end(result, STATUS_RUNTIME_ERROR, None, f"Your forward failed on inputs the judge chose:\n{exc}")
     except wire.WireError as exc:
-        _end(result, STATUS_CRASHED, None, f"The candidate's process answered the evaluator with something unusable: {exc}.")
+        _end(
+            result,
+            STATUS_CRASHED,
+            None,
+            f"The candidate's process answered the evaluator with something unusable: {exc}.",
+        )
 
 
 def _candidate(
@@ -237,6 +243,8 @@ def _candidate(
     bad = next((c for c in checked if not c.passed), None)
     if bad is not None:
         _end(result, STATUS_INCORRECT, "judge.output", _wrong_text(bad, "a call on inputs the judge chose"))
+    with ctx.phase("judge_shape"), ctx.gpu():
+        _second_shape(request, ctx, channel, result, ref, session)
     result.compiled = True
     result.correct = True
     if ref_timing is None:
@@ -244,7 +252,9 @@ def _candidate(
     assert session is not None
     with ctx.phase("timing"), ctx.gpu(exclusive=True):
         cand = _time_candidate(opts, ctx, result, session, ref_timing, handover_ms)
-    result.speedup = ref_timing.stats.median_ms / cand.stats.median_ms if cand.stats.median_ms > 0 else math.inf
+    result.speedup = (
+        ref_timing.stats.median_ms / cand.stats.median_ms if cand.stats.median_ms > 0 else math.inf
+    )
     _physics_floor(result, ctx, ref, ref_timing.stats, cand.stats)
 
 
@@ -407,6 +417,51 @@ def _judge_calls(
         _, checked = session.run(JUDGE_CALLS, 1, keep={(w, 0) for w in range(JUDGE_CALLS)}, flush=False)
         return [c.comparison for c in checked]
     return [_cpu_call(channel, ref, request, ctx) for _ in range(JUDGE_CALLS)]
+
+
+def _second_shape(
+    request: EvalRequest,
+    ctx: EvalContext,
+    channel: Channel,
+    result: EvalResult,
+    ref: _Ref,
+    session: GpuSession | None,
+) -> None:
+    """One call at the problem's second input shape (shapes.py), compared like any other."""
+    scaled = shapes.scaled_constants(request.reference)
+    if not scaled:
+        return
+    variant = loader.import_source(request.reference, ctx.workdir, "judge_reference_shape")
+    shapes.apply(variant, scaled)
+    try:
+        args = loader.make_inputs(variant, _cpu_seed(), ctx.device)
+        with torch.no_grad():
+            leaves = expected_leaves(ref.model(*args))
+    except Exception:  # noqa: BLE001 - the reference does not run there: no second shape
+        return
+    del args
+    what = f"a call on inputs of a second shape ({shapes.describe(scaled)})"
+    try:
+        if session is None:
+            comparison = _cpu_call(channel, _Ref(variant, ref.model, leaves, 0, 0, 0), request, ctx)
+        else:
+            other = GpuSession(
+                channel, ctx.device, variant, ref.model, leaves, request.options.tolerance, None
+            )
+            other.bind(1)
+            _, checked = other.run(1, 1, keep={(0, 0)}, flush=False)
+            comparison = checked[0].comparison
+            session.bind(len(session.slots))  # the problem's own shape again, for the timing
+            other.release()
+    except (RunnerError, OutputMismatch) as exc:
+        _end(result, STATUS_INCORRECT, "judge.shape", f"Your forward failed in {what}:\n{exc}")
+    if not comparison.passed:
+        _end(
+            result,
+            STATUS_INCORRECT,
+            "judge.shape",
+            _wrong_text(comparison, what) + " A kernel must not depend on the benchmark's exact sizes.",
+        )
 
 
 def _cpu_seed() -> int:

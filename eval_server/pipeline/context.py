@@ -103,7 +103,9 @@ class Reference:
     in_pool: Callable[[], Any] = contextlib.nullcontext
     input_bytes: int = 0  # one call's inputs (physics floor)
     flops: int = 0  # matmul/conv/attention FLOPs of one forward (physics floor)
-    kernels: dict[str, Any] | None = None  # its profiled forward's device time (kernel_time.reference_kernels)
+    kernels: dict[str, Any] | None = (
+        None  # its profiled forward's device time (kernel_time.reference_kernels)
+    )
 
 
 def sync(device: torch.device) -> None:

@@ -165,7 +165,11 @@ def _reference_facts(
     with ctx.phase("reference_precision"):  # sub-phase of reference: the float64 pass
         precision = precision_baseline(module, model, seed, first, device, ctx.hardening.precision_policy)
     return _Facts(
-        precision=precision, output_bytes=_nbytes(first), input_bytes=input_bytes, flops=flops, kernels=kernels
+        precision=precision,
+        output_bytes=_nbytes(first),
+        input_bytes=input_bytes,
+        flops=flops,
+        kernels=kernels,
     )
 
 

@@ -180,6 +180,8 @@ def serve(sock: socket.socket, device: torch.device, workdir: str, first_layer: 
                     except Exception:  # noqa: BLE001 - its calls in the judge's windows will say
                         pass
                 wire.send(sock, {"report": report})
+            elif op in ("call", "run", "bind") and runner.model is None:
+                wire.send(sock, {"error": "the candidate's ModelNew was never built in this process"})
             elif op == "bind":
                 runner.bind(msg)
                 wire.send(sock, {"ok": True})

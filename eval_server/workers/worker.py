@@ -418,7 +418,10 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
             if request is not None:
                 res = failure_result(
-                    request, STATUS_SERVER_ERROR, f"Evaluator failure: {type(exc).__name__}: {exc}", device=self.device_label
+                    request,
+                    STATUS_SERVER_ERROR,
+                    f"Evaluator failure: {type(exc).__name__}: {exc}",
+                    device=self.device_label,
                 )
                 payload = json.dumps(res.to_json()).encode()
         try:
@@ -460,7 +463,9 @@ class Worker:
         result, model = first_layer(request, ctx)
         return result.to_json(), model
 
-    def _judge(self, request: EvalRequest, evaldir: Path, busy_at: float | None, sock: Any, runner_pid: int) -> EvalResult:
+    def _judge(
+        self, request: EvalRequest, evaldir: Path, busy_at: float | None, sock: Any, runner_pid: int
+    ) -> EvalResult:
         from eval_server.judge.channel import Channel, RunnerFailed
         from eval_server.judge.evaluate import evaluate
 
@@ -527,7 +532,9 @@ class Worker:
             ref_cache=cache,
             hardening=hardening,
             versions={k: str(v) for k, v in self.versions.items()},
-            gpu_lock=GpuLock(self.gpu_lock_path) if (self.device_kind == "cuda" and self.gpu_lock_path) else None,
+            gpu_lock=GpuLock(self.gpu_lock_path)
+            if (self.device_kind == "cuda" and self.gpu_lock_path)
+            else None,
             gpu_busy_at=gpu_busy_at,
             build_cache=self.workdir / "cuda-ext",  # outlives evaluations; removed with the worker dir
         )
