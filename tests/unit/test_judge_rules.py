@@ -1,0 +1,63 @@
+"""The judge's pure rules: the second input shape, calls per window, the secret choice of kept
+calls, and the runner statuses it accepts."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from eval_server import samples
+from eval_server.judge import shapes
+from eval_server.judge import timing as jtiming
+from eval_server.judge.evaluate import RUNNER_STATUSES
+from eval_server.schema import STATUSES
+
+pytestmark = pytest.mark.unit
+
+
+def test_second_shape_scales_get_inputs_only_constants() -> None:
+    src = samples.load_problem("gemm_scale_leakyrelu")
+    scaled = shapes.scaled_constants(src)
+    assert scaled == {"batch_size": (16, 13)}  # in/out features build the weights: untouched
+
+
+def test_second_shape_of_every_bundled_problem_is_odd_and_smaller() -> None:
+    for name in samples.problem_names():
+        scaled = shapes.scaled_constants(samples.load_problem(name))
+        assert scaled, name
+        for old, new in scaled.values():
+            assert 1 <= new < old and (old % 2 or new % 2)
+
+
+def test_no_second_shape_without_input_only_constants() -> None:
+    src = "N = 8\nclass Model: pass\ndef get_inputs():\n    return [N]\ndef get_init_inputs():\n    return [N]\n"
+    assert shapes.scaled_constants(src) == {}
+    assert shapes.scaled_constants("def broken(:") == {}
+
+
+def test_second_shape_skips_ones_and_booleans() -> None:
+    src = "A = 1\nB = True\nC = 64\ndef get_inputs():\n    return [A, B, C]\n"
+    assert shapes.scaled_constants(src) == {"C": (64, 49)}
+
+
+@pytest.mark.parametrize(
+    "median_ms, k",
+    [(0.002, 128), (0.005, 128), (0.035, 16), (0.1, 8), (0.3, 2), (0.5, 1), (3.0, 1), (math.nan, 1)],
+)
+def test_calls_per_window(median_ms: float, k: int) -> None:
+    assert jtiming.choose_k(median_ms) == k
+
+
+def test_kept_calls_respect_the_cap_and_vary() -> None:
+    rng = random.Random(0)
+    picks = [jtiming._keep(10, 4, 3, rng) for _ in range(200)]
+    assert all(len(p) <= 3 for p in picks)
+    assert all(0 <= w < 10 and 0 <= j < 4 for p in picks for w, j in p)
+    assert len({frozenset(p) for p in picks}) > 100  # not a fixed pattern a runner could learn
+
+
+def test_the_runner_cannot_claim_an_evaluator_status() -> None:
+    assert RUNNER_STATUSES <= set(STATUSES)
+    assert not RUNNER_STATUSES & {"server_error", "reference_error", "unsupported"}
