@@ -1,0 +1,122 @@
+"""One judge evaluation on the GPU with a runner whose first layer is replaced by a compromised
+one (it reports `ok` and serves the model named on the command line), in a fresh interpreter so
+no CUDA context exists before the fork. Prints the judge's result as one JSON line.
+
+    python -m tests.gpu.judge_harness honest 16777216
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from eval_server.judge.channel import Channel
+from eval_server.judge.evaluate import evaluate
+from eval_server.judge.pair import fork_runner
+from eval_server.pipeline.context import EvalContext
+from eval_server.runner.serve import serve
+from eval_server.schema import EvalResult, parse_request
+
+PROBLEM = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+N = {n}
+def get_inputs():
+    return [torch.randn(N)]
+def get_init_inputs():
+    return []
+"""
+
+
+class Honest(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+
+class SideStream(torch.nn.Module):
+    """The work on another stream, left running when forward returns (escaped work)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.side = torch.cuda.Stream()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            torch.cuda._sleep(1_000_000)
+            torch.relu(x, out=out)
+        return out
+
+
+class HostSync(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(x)
+        torch.cuda.synchronize()
+        return out
+
+
+class EveryOther(torch.nn.Module):
+    """Right on odd calls, the previous output on even ones (half the work)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls, self.last = 0, None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.last is None or self.calls % 2:
+            self.last = torch.relu(x)
+        return self.last
+
+
+class SampledMemo(torch.nn.Module):
+    """A device-side cache keyed on 64 sampled input values (content-keyed memoization)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.key, self.out = None, None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = x.view(-1)[:: max(1, x.numel() // 64)][:64].clone()
+        if self.key is not None and torch.equal(key, self.key):  # a host sync, but cheap
+            return self.out
+        self.key, self.out = key, torch.relu(x)
+        return self.out
+
+
+MODELS = {
+    "honest": Honest,
+    "side_stream": SideStream,
+    "host_sync": HostSync,
+    "every_other": EveryOther,
+    "sampled_memo": SampledMemo,
+}
+
+
+def main() -> None:
+    case, n = sys.argv[1], int(sys.argv[2])
+    workdir = Path(tempfile.mkdtemp(prefix="judge-gpu-"))
+    report = EvalResult(status="ok", compiled=True, correct=True, speedup=100.0).to_json()
+
+    def runner_main(sock) -> None:
+        serve(sock, torch.device("cuda", 0), str(workdir), lambda req: (report, MODELS[case]().cuda()))
+
+    _, sock = fork_runner(runner_main)
+    ctx = EvalContext(
+        device=torch.device("cuda", 0), device_label="cuda:0", workdir=workdir, timing_enabled=True
+    )
+    request = parse_request({"reference": PROBLEM.format(n=n), "candidate": "x = 1\n"})
+    result = evaluate(request, ctx, Channel(sock, deadline=float("inf")))
+    print(json.dumps(result.to_json(), default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The judge on a GPU, against a runner whose first layer is compromised (it says `ok` whatever
+its model does): only outputs and time decide. Each case in a fresh interpreter
+(tests/gpu/judge_harness.py) under this test's own MPS daemon (eval_server/isolation/mps.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eval_server.isolation.mps import MpsDaemon
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def mps_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    daemon = MpsDaemon.start(tmp_path_factory.mktemp("mps"))
+    try:
+        yield daemon.client_env()
+    finally:
+        daemon.stop()
+
+
+def _judge(case: str, n: int, env: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.gpu.judge_harness", case, str(n)],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("n", [1 << 16, 1 << 24])
+def test_the_reference_against_itself_scores_one(mps_env: dict[str, str], n: int) -> None:
+    r = _judge("honest", n, mps_env)
+    assert r["status"] == "ok", r["feedback"]
+    assert 0.97 <= r["speedup"] <= 1.03, (r["speedup"], r["reference_timing"], r["candidate_timing"])
+
+
+def test_escaped_work_on_a_side_stream_gets_no_reward(mps_env: dict[str, str]) -> None:
+    r = _judge("side_stream", 1 << 24, mps_env)
+    assert r["status"] in ("incorrect", "rejected"), r["feedback"]
+
+
+def test_a_forward_that_synchronizes_is_refused_with_a_reason(mps_env: dict[str, str]) -> None:
+    r = _judge("host_sync", 1 << 20, mps_env)
+    assert r["status"] == "rejected" and [c["id"] for c in r["checks"]] == ["judge.host_sync"], r["feedback"]
+
+
+def test_half_the_calls_skipped_is_incorrect(mps_env: dict[str, str]) -> None:
+    r = _judge("every_other", 1 << 24, mps_env)
+    assert r["status"] == "incorrect", r["feedback"]
+
+
+def test_a_content_keyed_cache_never_hits_fresh_values(mps_env: dict[str, str]) -> None:
+    r = _judge("sampled_memo", 1 << 24, mps_env)
+    assert r["status"] in ("ok", "rejected"), r["feedback"]
+    if r["status"] == "ok":
+        assert r["speedup"] <= 1.02
