@@ -22,7 +22,7 @@ from eval_server.schema import (
     STATUS_UNSUPPORTED,
     EvalRequest,
     EvalResult,
-    problem_hash,
+    result_for,
 )
 
 _HEADLINES = MappingProxyType(
@@ -141,13 +141,7 @@ def _kernel_time_lines(result: EvalResult) -> list[str]:
 def failure_result(request: EvalRequest, status: str, message: str, device: str = "") -> EvalResult:
     """A result for an evaluation that ended without the pipeline's own verdict (timeout, crash,
     lost worker), with its feedback already rendered."""
-    result = EvalResult(
-        status=status,
-        error={"type": status, "message": message, "traceback": ""},
-        device=device,
-        problem_hash=problem_hash(request.reference),
-        problem_id=request.problem_id,
-        request_id=request.request_id,
-    )
+    result = result_for(request, status, device)
+    result.error = {"type": status, "message": message, "traceback": ""}
     result.feedback = build_feedback(result)
     return result

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from eval_server.checks.runtime import RawCudaBytes
+
 HANDLE_BYTES = 64
 WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0
 WRITE_DEFAULT = 0x0  # CU_STREAM_WRITE_VALUE_DEFAULT: preceded by a memory fence
@@ -144,25 +146,11 @@ def write_value(stream: torch.cuda.Stream, ptr: int, value: int) -> None:
     )
 
 
-class _ArrayInterface:
-    """A raw device range as `__cuda_array_interface__` (bytes), for torch.as_tensor."""
-
-    def __init__(self, ptr: int, nbytes: int) -> None:
-        self.__cuda_array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (ptr, False),
-            "version": 3,
-            "strides": None,
-            "stream": None,
-        }
-
-
 def tensor_at(
     ptr: int, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device
 ) -> torch.Tensor:
     """A contiguous tensor over `nbytes` of device memory at `ptr` (not owned: keep the memory alive)."""
-    raw = torch.as_tensor(_ArrayInterface(ptr, nbytes), device=device)
+    raw = torch.as_tensor(RawCudaBytes(ptr, nbytes), device=device)
     return raw.view(dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype, device=device)
 
 

@@ -240,6 +240,17 @@ class EvalResult:
         return cls(**data)
 
 
+def result_for(request: EvalRequest, status: str, device: str = "") -> EvalResult:
+    """A result that names the request's problem and ids (the one place that copies them)."""
+    return EvalResult(
+        status=status,
+        device=device,
+        problem_hash=problem_hash(request.reference),
+        problem_id=request.problem_id,
+        request_id=request.request_id,
+    )
+
+
 def _build(cls: type, path: str, data: Any) -> Any:
     _check_type(path, data, dict)
     _reject_unknown(path, data, {f.name for f in dataclasses.fields(cls)})

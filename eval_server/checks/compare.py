@@ -56,6 +56,18 @@ def flatten_output(obj: Any, path: str = "output") -> list[tuple[str, Any]]:
     return [(path, obj)]
 
 
+def unflatten_like(template: Any, leaves: list[Any]) -> Any:
+    """`leaves` (flatten_output's order) in `template`'s nesting of tuples and lists."""
+    it = iter(leaves)
+
+    def build(obj: Any) -> Any:
+        if isinstance(obj, tuple | list):
+            return type(obj)(build(o) for o in obj)
+        return next(it)
+
+    return build(template)
+
+
 def tolerance_for(profile: str, dtype: torch.dtype) -> float:
     table = TOLERANCE_PROFILES[profile]
     return table.get(str(dtype).removeprefix("torch."), table["float32"])

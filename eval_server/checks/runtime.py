@@ -377,8 +377,8 @@ def evaluator_namespaces() -> list[tuple[str, Any]]:
     return spaces
 
 
-class _RawCudaBytes:
-    """A non-owning view of raw device memory, through the CUDA array interface."""
+class RawCudaBytes:
+    """A non-owning view of raw device memory, through the CUDA array interface (torch.as_tensor)."""
 
     def __init__(self, ptr: int, nbytes: int) -> None:
         self.__cuda_array_interface__ = {
@@ -417,7 +417,7 @@ def poison_free_memory(nbytes: int, device: Any) -> str:
             for blk in segment["blocks"]:
                 start = blk.get("address", address)
                 if blk["state"] == "inactive" and blk["size"] > 0:
-                    torch.as_tensor(_RawCudaBytes(start, blk["size"]), device=device).fill_(255)
+                    torch.as_tensor(RawCudaBytes(start, blk["size"]), device=device).fill_(255)
                 address = start + blk["size"]
     except Exception:  # noqa: BLE001 - no usable snapshot: poison the reserved blocks themselves
         _reserve_blocks(nbytes, device, fill=True)

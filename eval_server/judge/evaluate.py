@@ -31,7 +31,13 @@ import torch
 
 from eval_server import wire
 from eval_server.checks import compare, physics_floor
-from eval_server.checks.compare import Comparison, compare_outputs, flatten_output, tolerance_for
+from eval_server.checks.compare import (
+    Comparison,
+    compare_outputs,
+    flatten_output,
+    tolerance_for,
+    unflatten_like,
+)
 from eval_server.feedback import build_feedback
 from eval_server.judge import shapes
 from eval_server.judge import timing as jtiming
@@ -54,7 +60,7 @@ from eval_server.schema import (
     EvalResult,
     Roofline,
     TimingStats,
-    problem_hash,
+    result_for,
 )
 
 JUDGE_CALLS = 2  # calls on secret inputs compared by the judge before timing
@@ -87,13 +93,7 @@ class _Ref:
 def evaluate(request: EvalRequest, ctx: EvalContext, channel: Channel) -> EvalResult:
     """The whole judgement (RunnerFailed propagates: the caller reads the runner's exit)."""
     compare.disable_fused()  # torch ops only: nothing loaded from the Triton cache candidates share
-    result = EvalResult(
-        status=STATUS_OK,
-        device=ctx.device_label,
-        problem_hash=problem_hash(request.reference),
-        problem_id=request.problem_id,
-        request_id=request.request_id,
-    )
+    result = result_for(request, STATUS_OK, ctx.device_label)
     t0 = time.perf_counter()
     try:
         _judge(request, ctx, channel, result)
@@ -493,19 +493,12 @@ def _cpu_call(channel: Channel, ref: _Ref, request: EvalRequest, ctx: EvalContex
         dtype, shape, nbytes = wire.parse_meta(desc, len(payload) - at)
         outs.append(wire.tensor_from(payload[at : at + nbytes], dtype, shape))
         at += nbytes
-    got = outs[0] if len(outs) == 1 and not isinstance(expected, tuple | list) else _rebuild(expected, outs)
+    got = (
+        outs[0]
+        if len(outs) == 1 and not isinstance(expected, tuple | list)
+        else unflatten_like(expected, outs)
+    )
     return compare_outputs(expected, got, request.options.tolerance)
-
-
-def _rebuild(template: Any, leaves: list[torch.Tensor]) -> Any:
-    it = iter(leaves)
-
-    def build(obj: Any) -> Any:
-        if isinstance(obj, tuple | list):
-            return type(obj)(build(o) for o in obj)
-        return next(it)
-
-    return build(template)
 
 
 def _physics_floor(

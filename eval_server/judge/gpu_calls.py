@@ -30,7 +30,7 @@ import torch
 
 from eval_server import gpu_ipc, wire
 from eval_server.checks import persisting_l2
-from eval_server.checks.compare import Comparison, compare_outputs, flatten_output
+from eval_server.checks.compare import Comparison, compare_outputs, flatten_output, unflatten_like
 from eval_server.judge.channel import Channel, RunnerFailed
 from eval_server.pipeline import loader
 
@@ -283,18 +283,6 @@ class GpuSession:
         got = (
             snapshot[0]
             if len(self.leaves) == 1 and not isinstance(expected, tuple | list)
-            else _rebuild(expected, snapshot)
+            else unflatten_like(expected, snapshot)
         )
         return compare_outputs(expected, got, self.tolerance)
-
-
-def _rebuild(template: Any, leaves: list[torch.Tensor]) -> Any:
-    """The snapshot's leaves in the reference's nesting (for compare_outputs' structure check)."""
-    it = iter(leaves)
-
-    def build(obj: Any) -> Any:
-        if isinstance(obj, tuple | list):
-            return type(obj)(build(o) for o in obj)
-        return next(it)
-
-    return build(template)

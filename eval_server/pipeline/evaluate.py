@@ -33,7 +33,7 @@ from eval_server.pipeline.reference import reference_phase
 from eval_server.pipeline.timing_phase import persisting_l2_note, timing_phase
 from eval_server.pipeline.verdicts import Stop
 from eval_server.pipeline.verification import Guard, correctness_phase
-from eval_server.schema import STATUS_OK, EvalRequest, EvalResult, problem_hash
+from eval_server.schema import STATUS_OK, EvalRequest, EvalResult, result_for
 
 
 def evaluate(request: EvalRequest, ctx: EvalContext) -> EvalResult:
@@ -45,13 +45,7 @@ def first_layer(request: EvalRequest, ctx: EvalContext) -> tuple[EvalResult, Any
     """The pipeline in the candidate's process: its result and the candidate's model (None when
     it never got one). The judge (eval_server/judge) takes the report as the first layer."""
     model: Any = None
-    result = EvalResult(
-        status=STATUS_OK,
-        device=ctx.device_label,
-        problem_hash=problem_hash(request.reference),
-        problem_id=request.problem_id,
-        request_id=request.request_id,
-    )
+    result = result_for(request, STATUS_OK, ctx.device_label)
     t0 = time.perf_counter()
     holder: list[Any] = []
     try:
