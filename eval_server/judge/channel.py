@@ -24,11 +24,16 @@ class Channel:
         self.sock = sock
         self.deadline = deadline  # time.monotonic() by which the whole evaluation must end
         self.max_payload = max_payload
+        # set when the runner is asked to load the candidate: a failure before it is the
+        # evaluator's (its own process died or refused), after it the candidate's
+        self.candidate_asked = False
 
     def left(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
 
     def send(self, header: dict[str, Any], payload: bytes | memoryview = b"") -> None:
+        if header.get("op") == "candidate":
+            self.candidate_asked = True
         try:
             wire.send(self.sock, header, payload)
         except OSError as exc:

@@ -470,10 +470,13 @@ class Worker:
         from eval_server.judge.evaluate import evaluate
 
         ctx = self._context(evaldir, timing=True, gpu_busy_at=busy_at)
+        channel = Channel(sock, deadline=float("inf"))
         try:
-            return evaluate(request, ctx, Channel(sock, deadline=float("inf")))
+            return evaluate(request, ctx, channel)
         except RunnerFailed as exc:
             status = _end_runner(runner_pid)
+            if not channel.candidate_asked:  # no candidate code had run: not the candidate's doing
+                raise RuntimeError(f"the runner failed before the candidate was loaded ({exc})") from None
             refused = self._audit_refusal(status, evaldir)
             if refused is not None:
                 result = failure_result(request, STATUS_REJECTED, refused, device=self.device_label)

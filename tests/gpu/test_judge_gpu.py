@@ -58,6 +58,11 @@ def test_a_forward_that_synchronizes_is_refused_with_a_reason(mps_env: dict[str,
     assert r["status"] == "rejected" and [c["id"] for c in r["checks"]] == ["judge.host_sync"], r["feedback"]
 
 
+def test_an_output_finished_when_its_address_is_read_gets_no_reward(mps_env: dict[str, str]) -> None:
+    r = _judge("lazy_output", 1 << 24, mps_env)
+    assert r["status"] in ("incorrect", "rejected"), r["feedback"]
+
+
 def test_half_the_calls_skipped_is_incorrect(mps_env: dict[str, str]) -> None:
     r = _judge("every_other", 1 << 24, mps_env)
     assert r["status"] == "incorrect", r["feedback"]
