@@ -57,11 +57,23 @@ def scrubbed_env(base: Mapping[str, str], overrides: Mapping[str, str] | None = 
 def become_subreaper() -> bool:
     """Orphaned descendants (a candidate's double-fork) get reparented to us, so we can reap them."""
     PR_SET_CHILD_SUBREAPER = 36
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _prctl(option: int, value: int) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return libc.prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def become_undumpable() -> bool:
+    """Processes of the same user without CAP_SYS_PTRACE can no longer ptrace this process or
+    read and write its memory through /proc (the judge, after it forked the candidate's runner:
+    the runner keeps the default and cannot reach the judge's memory that way)."""
+    PR_SET_DUMPABLE = 4
+    return _prctl(PR_SET_DUMPABLE, 0)
 
 
 def kill_tree(pid: int) -> None:

@@ -185,3 +185,34 @@ def test_tree_rss_includes_children():
         assert tree_rss_bytes(proc.pid) > leader_only
     finally:
         _cleanup(proc, procs)
+
+
+def test_an_undumpable_process_reads_as_such_and_its_children_keep_the_default():
+    """What the judge does after forking its runner (workers/worker.py)."""
+    import os
+
+    from eval_server.isolation import sandbox
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        child = os.fork()
+        if child == 0:
+            os.read(w, 0)
+            import time
+
+            time.sleep(30)
+            os._exit(0)
+        ok = sandbox.become_undumpable()
+        import ctypes
+
+        got = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+        other = open(f"/proc/{child}/status").read()  # noqa: SIM115 - the child's, still readable
+        os.write(w, f"{int(ok)} {got} {int('Pid' in other)}".encode())
+        os.kill(child, 9)
+        os._exit(0)
+    os.close(w)
+    out = os.read(r, 100).decode().split()
+    os.waitpid(pid, 0)
+    assert out == ["1", "0", "1"]
