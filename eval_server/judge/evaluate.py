@@ -238,12 +238,12 @@ def _candidate(
         result.correct = False
         raise _Done
 
-    with ctx.phase("judge_correctness"), ctx.gpu():
+    with ctx.phase("correctness_calls"), ctx.gpu():
         checked = _judge_calls(session, ctx, channel, ref, request)
     bad = next((c for c in checked if not c.passed), None)
     if bad is not None:
         _end(result, STATUS_INCORRECT, "judge.output", _wrong_text(bad, "a call on inputs the judge chose"))
-    with ctx.phase("judge_shape"), ctx.gpu():
+    with ctx.phase("second_shape"), ctx.gpu():
         _second_shape(request, ctx, channel, result, ref, session)
     result.compiled = True
     result.correct = True
