@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -66,16 +68,18 @@ def _check(code: int, what: str) -> None:
 
 
 _u64 = ctypes.c_uint64
-_SIGNATURES: dict[str, tuple[Any, ...]] = {
-    "cuMemAlloc": (ctypes.POINTER(_u64), ctypes.c_size_t),
-    "cuMemFree": (_u64,),
-    "cuIpcGetMemHandle": (ctypes.POINTER(_Handle), _u64),
-    "cuIpcOpenMemHandle": (ctypes.POINTER(_u64), _Handle, ctypes.c_uint),
-    "cuIpcCloseMemHandle": (_u64,),
-    "cuMemGetAddressRange": (ctypes.POINTER(_u64), ctypes.POINTER(ctypes.c_size_t), _u64),
-    "cuStreamWaitValue32": (ctypes.c_void_p, _u64, ctypes.c_uint32, ctypes.c_uint),
-    "cuStreamWriteValue32": (ctypes.c_void_p, _u64, ctypes.c_uint32, ctypes.c_uint),
-}
+_SIGNATURES: Mapping[str, tuple[Any, ...]] = MappingProxyType(
+    {
+        "cuMemAlloc": (ctypes.POINTER(_u64), ctypes.c_size_t),
+        "cuMemFree": (_u64,),
+        "cuIpcGetMemHandle": (ctypes.POINTER(_Handle), _u64),
+        "cuIpcOpenMemHandle": (ctypes.POINTER(_u64), _Handle, ctypes.c_uint),
+        "cuIpcCloseMemHandle": (_u64,),
+        "cuMemGetAddressRange": (ctypes.POINTER(_u64), ctypes.POINTER(ctypes.c_size_t), _u64),
+        "cuStreamWaitValue32": (ctypes.c_void_p, _u64, ctypes.c_uint32, ctypes.c_uint),
+        "cuStreamWriteValue32": (ctypes.c_void_p, _u64, ctypes.c_uint32, ctypes.c_uint),
+    }
+)
 
 
 @functools.cache

@@ -13,6 +13,8 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -23,21 +25,23 @@ MAX_HEADER_BYTES = 1 << 20
 _LEN = struct.Struct(">I")
 
 # dtypes that may cross the boundary as tensor contents (by name: "float32", ...)
-DTYPES: dict[str, torch.dtype] = {
-    str(d).removeprefix("torch."): d
-    for d in (
-        torch.float64,
-        torch.float32,
-        torch.float16,
-        torch.bfloat16,
-        torch.int64,
-        torch.int32,
-        torch.int16,
-        torch.int8,
-        torch.uint8,
-        torch.bool,
-    )
-}
+DTYPES: Mapping[str, torch.dtype] = MappingProxyType(
+    {
+        str(d).removeprefix("torch."): d
+        for d in (
+            torch.float64,
+            torch.float32,
+            torch.float16,
+            torch.bfloat16,
+            torch.int64,
+            torch.int32,
+            torch.int16,
+            torch.int8,
+            torch.uint8,
+            torch.bool,
+        )
+    }
+)
 
 
 class WireError(Exception):

@@ -49,6 +49,12 @@ REVIEWED = {
         "eval_server.workers.triton_warmup",
         "_add_one",
     ): "a Triton kernel for the warm-up, before any candidate",
+    # The judge/runner channel: candidate code runs only in the runner, whose copies serve its own
+    # side of the protocol (which the judge treats as untrusted); the judge's copies are never
+    # reachable from candidate code (another process).
+    ("eval_server.gpu_ipc", "_lib"): "the driver library's handle (a cache); see above",
+    ("eval_server.gpu_ipc", "_bound"): "bound driver entry points (a cache); see above",
+    ("eval_server.wire", "_LEN"): "the frame length's struct; see above",
 }
 
 _IMMUTABLE = (
