@@ -135,7 +135,9 @@ class TimingStats:
     wall_median_ms: float | None = None
     # timing.py: median of the trials timed without the GPU lead (host launch time included)
     launch_median_ms: float | None = None
-    lead_ms: float | None = None  # GPU delay queued before each timed trial (None: not used)
+    # the judge's timing: the protocol's hand-over (an empty window's median), taken out of every
+    # window of both models (the former in-process timing: the GPU delay queued before each trial)
+    lead_ms: float | None = None
     # launch-inclusive median beyond the lead-timed one plus the host's call time: work that
     # ran outside the timed stream during the lead (0.0 when none)
     escaped_ms: float | None = None
