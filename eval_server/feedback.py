@@ -40,13 +40,16 @@ _HEADLINES = MappingProxyType(
     }
 )
 
-_FIXES = MappingProxyType(
+# What usually causes a failure of each status. A hint, never an instruction: the episode's
+# user message adds the one instruction of the turn (slime_ext/rollout/prompts.py), so the model
+# is told what to do once. A compile error's own text says what is wrong.
+_HINTS = MappingProxyType(
     {
-        STATUS_COMPILE_ERROR: "Fix the error above and return the complete corrected module defining ModelNew.",
-        STATUS_RUNTIME_ERROR: "Fix the error above (check shapes, strides, pointer arithmetic, masks and the launch grid).",
-        STATUS_INCORRECT: "Check indexing, masks for the tail elements, reduction order, the grid, and dtypes.",
-        STATUS_TIMEOUT: "Look for loops that never end, a huge launch grid or an expensive fallback.",
-        STATUS_CRASHED: "Look for out-of-bounds memory accesses (missing masks), wrong pointer offsets or process exits.",
+        STATUS_RUNTIME_ERROR: "Likely causes: shapes, strides, pointer arithmetic, masks or the launch grid.",
+        STATUS_INCORRECT: "Likely causes: indexing, masks for the tail elements, reduction order, the grid or dtypes.",
+        STATUS_TIMEOUT: "Likely causes: a loop that never ends, a huge launch grid or an expensive fallback.",
+        STATUS_CRASHED: "Likely causes: out-of-bounds memory accesses (missing masks), wrong pointer offsets or "
+        "process exits.",
     }
 )
 
@@ -97,8 +100,8 @@ def build_feedback(result: EvalResult, tolerance: float | None = None) -> str:
             lines.append("Speed was not measured on this evaluator.")
         lines += _roofline_lines(result)
         lines += _kernel_time_lines(result)
-    if result.status in _FIXES:
-        lines += ["", _FIXES[result.status]]
+    if result.status in _HINTS:
+        lines += ["", _HINTS[result.status]]
     return "\n".join(lines).strip()
 
 

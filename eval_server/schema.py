@@ -49,6 +49,10 @@ STATUSES: tuple[str, ...] = (
     STATUS_UNSUPPORTED,
 )
 
+# Statuses that are not the candidate's doing (the problem, the evaluator, the worker's device):
+# no reward signal, and nothing for the model to fix.
+EVALUATOR_STATUSES: tuple[str, ...] = (STATUS_REFERENCE_ERROR, STATUS_SERVER_ERROR, STATUS_UNSUPPORTED)
+
 # How the candidate writes its kernels: Triton (@triton.jit) or CUDA C++ built with
 # torch.utils.cpp_extension.load_inline (KernelBench's CUDA format).
 BACKENDS: tuple[str, ...] = ("triton", "cuda")

@@ -48,6 +48,7 @@ from eval_server.pipeline.context import EvalContext
 from eval_server.pipeline.reference import forward_counting_flops
 from eval_server.pipeline.timing import l2_flush_buffer, summarize
 from eval_server.schema import (
+    EVALUATOR_STATUSES,
     STATUS_CRASHED,
     STATUS_INCORRECT,
     STATUS_OK,
@@ -55,6 +56,7 @@ from eval_server.schema import (
     STATUS_REJECTED,
     STATUS_RUNTIME_ERROR,
     STATUS_UNSUPPORTED,
+    STATUSES,
     Check,
     EvalRequest,
     EvalResult,
@@ -71,9 +73,7 @@ ESCAPE_MARGIN_MS = 0.05
 ESCAPE_MARGIN_SHARE = 0.5
 # statuses a runner may report; others (server_error, reference_error: claims about the
 # evaluator or the problem, which the judge has just run fine) read as the candidate's crash
-RUNNER_STATUSES = frozenset(
-    {"ok", "compile_error", "runtime_error", "incorrect", "rejected", "timeout", "crashed"}
-)
+RUNNER_STATUSES = frozenset(STATUSES) - set(EVALUATOR_STATUSES)
 
 
 class _Done(Exception):

@@ -33,9 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eval_server.schema import (
-    STATUS_REFERENCE_ERROR,
-    STATUS_SERVER_ERROR,
-    STATUS_UNSUPPORTED,
+    EVALUATOR_STATUSES,
     EvalOptions,
     EvalResult,
 )
@@ -93,11 +91,7 @@ class EpisodeConfig:
     end_of_turn: str = "<|im_end|>"
     chat_template_kwargs: Mapping[str, Any] | None = None
     # Evaluator-side statuses (not the candidate's fault): the episode is aborted, not scored.
-    abort_on_eval_statuses: tuple[str, ...] = (
-        STATUS_REFERENCE_ERROR,
-        STATUS_SERVER_ERROR,
-        STATUS_UNSUPPORTED,
-    )
+    abort_on_eval_statuses: tuple[str, ...] = EVALUATOR_STATUSES
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:

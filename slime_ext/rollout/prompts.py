@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from eval_server.schema import EvalResult
+from eval_server.schema import EVALUATOR_STATUSES, EvalResult
 from slime_ext.clients.backends import CUDA, TRITON, check_backend
 from slime_ext.rollout.roles import FIXER, GENERATOR, OPTIMIZER, ROLES, RolePrompt, role_after
 
@@ -166,6 +166,11 @@ class ModelNew(nn.Module):
 DEFAULT_FIX_INSTRUCTION = (
     "Fix the problem above and return the full corrected module again, in ONE fenced ```python block."
 )
+# after an evaluator-side status (reference_error, server_error, unsupported): nothing to fix
+DEFAULT_RESUBMIT_INSTRUCTION = (
+    "The evaluator could not judge this answer, through no fault of yours. Return the full module "
+    "again, in ONE fenced ```python block."
+)
 DEFAULT_FASTER_INSTRUCTION = (
     "Your kernel is correct. Make it faster, and return the full module again, in ONE fenced ```python block."
 )
@@ -187,6 +192,7 @@ class PromptConfig:
     example: str = DEFAULT_EXAMPLE
     fix_instruction: str = DEFAULT_FIX_INSTRUCTION
     faster_instruction: str = DEFAULT_FASTER_INSTRUCTION
+    resubmit_instruction: str = DEFAULT_RESUBMIT_INSTRUCTION
     no_code_feedback: str = DEFAULT_NO_CODE_FEEDBACK
     eval_refused: str = "The evaluator refused the candidate: {error}"  # a 4xx from the eval server
     max_feedback_chars: int = 4000  # evaluator feedback longer than this keeps its head and tail
@@ -258,7 +264,10 @@ def feedback_text(result: EvalResult, config: PromptConfig | None = None) -> str
     config = config or PromptConfig()
     body = _trim(result.feedback.strip() or f"Evaluation status: {result.status}.", config.max_feedback_chars)
     role = role_after(result)
-    default = config.faster_instruction if role == OPTIMIZER else config.fix_instruction
+    if result.status in EVALUATOR_STATUSES:
+        default = config.resubmit_instruction
+    else:
+        default = config.faster_instruction if role == OPTIMIZER else config.fix_instruction
     return _handover(config, role, body, default)
 
 

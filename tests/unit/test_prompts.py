@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import replace
 
 import pytest
 
+from eval_server.feedback import build_feedback
 from eval_server.samples import load_problem
 from eval_server.schema import EvalResult
 from slime_ext.rollout.prompts import (
+    DEFAULT_FIX_INSTRUCTION,
+    DEFAULT_RESUBMIT_INSTRUCTION,
     PromptConfig,
     build_messages,
     default_prompt,
     feedback_message,
+    feedback_text,
     no_code_feedback,
     refused_feedback,
 )
@@ -98,3 +103,27 @@ def test_default_prompt_rejects_unknown_backends() -> None:
     assert default_prompt() == PromptConfig()
     with pytest.raises(ValueError, match="unknown kernel backend 'hip'"):
         default_prompt("hip")
+
+
+@pytest.mark.parametrize(
+    "status, instruction",
+    [
+        ("compile_error", DEFAULT_FIX_INSTRUCTION),
+        ("runtime_error", DEFAULT_FIX_INSTRUCTION),
+        ("incorrect", DEFAULT_FIX_INSTRUCTION),
+        ("timeout", DEFAULT_FIX_INSTRUCTION),
+        ("crashed", DEFAULT_FIX_INSTRUCTION),
+        ("reference_error", DEFAULT_RESUBMIT_INSTRUCTION),
+        ("server_error", DEFAULT_RESUBMIT_INSTRUCTION),
+    ],
+)
+def test_a_feedback_turn_carries_one_instruction_that_fits_its_status(status: str, instruction: str) -> None:
+    """The evaluator's text describes; the user message instructs once (a 'not your fault' status
+    is never asked for a fix)."""
+    result = EvalResult(status=status, error={"type": "E", "message": "what happened", "traceback": ""})
+    result.feedback = build_feedback(result)
+    text = feedback_text(result)
+    assert text.endswith(instruction)
+    assert len(re.findall(r"\b(Fix|Return)\b", text)) == 1
+    if "not your fault" in text:
+        assert "Fix" not in text
