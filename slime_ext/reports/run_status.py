@@ -216,7 +216,7 @@ def _buffer_section(stats: dict[str, Any] | None, now: float) -> dict[str, Any] 
     }
     if runner.get("configured"):
         episodes = runner.get("episodes") or {}
-        done = int(episodes.get("completed") or 0) + int(episodes.get("truncated") or 0)
+        done = int(episodes.get("completed") or 0)  # truncated episodes are among the completed
         started = runner.get("started_at")
         expected = None
         if all(isinstance(runner.get(k), int) for k in ("prompts", "group_size", "epochs")):

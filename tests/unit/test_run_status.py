@@ -205,3 +205,20 @@ def test_status_shows_the_current_evaluation_rate_per_device(tmp_path: Path) -> 
     console = Console(record=True, width=250)
     console.print(status.render(snap, earlier))
     assert "now 25/min (cuda:2 20, cuda:3 5)" in console.export_text()
+
+
+def test_truncated_episodes_are_counted_once() -> None:
+    """The runner counts a truncated episode among its completed ones (agent_runner.py): a 10-episode
+    dry run whose episodes all hit max_turns is 10/10 done, not 20/10."""
+    stats = {
+        "runner": {
+            "configured": True,
+            "finished": True,
+            "prompts": 5,
+            "group_size": 2,
+            "epochs": 1,
+            "episodes": {"completed": 10, "truncated": 10, "aborted": 0},
+        }
+    }
+    runner = run_status._buffer_section(stats, now=100.0)["runner"]
+    assert (runner["episodes_done"], runner["episodes_expected"]) == (10, 10)
