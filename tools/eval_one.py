@@ -47,8 +47,14 @@ EXIT_CODES = MappingProxyType(
 )
 
 
+# The server's own limit on one evaluation, beyond options.timeout_s (pool.PoolConfig.outer_grace_s),
+# plus a margin for the queue: the client waits this much longer than the evaluation may take.
+_CLIENT_MARGIN_S = 60.0
+
+
 async def evaluate(url: str, problem: str, candidate: str, options: EvalOptions, backend: str) -> EvalResult:
-    async with EvalClient(url) as client:
+    wait = (options.timeout_s or 600.0) + _CLIENT_MARGIN_S
+    async with EvalClient(url, timeout_s=wait) as client:
         return await client.evaluate_source(problem, candidate, options=options, backend=backend)
 
 
@@ -76,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         "--backend", choices=BACKENDS, default=None, help=f"kernel language (default {DEFAULT_BACKEND})"
     )
     p.add_argument("--trials", type=int, default=None, help="correctness trials (default: the server's)")
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=120.0,
+        help="the evaluation's wall-clock limit: a hanging candidate ends as `timeout` after it (default 120)",
+    )
     p.add_argument("--recipe", type=Path, help="a run recipe: its episode.prompt words the feedback")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON after the summary")
     args = p.parse_args(argv)
@@ -86,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         episode = episode_config_from_recipe(
             load_recipe(args.recipe) if args.recipe else None, backend=args.backend
         )
-        options = EvalOptions(**{"correctness_trials": args.trials} if args.trials is not None else {})
+        if not args.timeout_s > 0:
+            raise ValueError(f"--timeout-s must be > 0, got {args.timeout_s}")
+        options = EvalOptions(
+            timeout_s=args.timeout_s, **{"correctness_trials": args.trials} if args.trials is not None else {}
+        )
     except (OSError, ValueError) as exc:  # ValidationError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -94,13 +110,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --url {args.url}: {why}", file=sys.stderr)
         return EXIT_USAGE
     backend = episode.backend
+    waiting = f"evaluating {args.candidate.name} (at most {args.timeout_s:g} s) ..."
     try:
         if args.url:
+            print(waiting, file=sys.stderr, flush=True)
             result = asyncio.run(evaluate(args.url, problem, candidate, options, backend))
         else:
             with tempfile.TemporaryDirectory(prefix="eval-one-") as tmp:
                 print(f"starting an eval server (--devices {args.devices}) ...", file=sys.stderr, flush=True)
                 with running_server(Path(tmp), ["--devices", args.devices, "--cpu-workers", "1"]) as url:
+                    print(waiting, file=sys.stderr, flush=True)
                     result = asyncio.run(evaluate(url, problem, candidate, options, backend))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -51,3 +51,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert eval_one.main([problem, str(tmp_path / "missing.py"), "--url", "http://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing.py" in err[0]
+
+
+def test_a_hanging_candidate_ends_at_the_timeout_with_a_waiting_line(
+    cpu_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    problem, cand = _files(tmp_path, "relu", "relu__infinite_loop")
+    assert eval_one.main([problem, cand, "--url", cpu_server, "--timeout-s", "3"]) == 14
+    captured = capsys.readouterr()
+    assert "evaluating relu__infinite_loop.py (at most 3 s)" in captured.err
+    assert "status: timeout" in captured.out
+
+
+def test_the_timeout_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    problem, cand = _files(tmp_path, "relu", "relu__correct")
+    assert eval_one.main([problem, cand, "--url", "http://127.0.0.1:9", "--timeout-s", "0"]) == 2
+    assert "--timeout-s must be > 0" in capsys.readouterr().err
