@@ -109,7 +109,7 @@ krl_gpu_split() {
   if [[ "${PRINT_ONLY}" == 1 && -z "${NUM_GPUS:-}" && ! -v CUDA_VISIBLE_DEVICES ]] && ((total < need)); then
     krl_info "PRINT_ONLY: ${total} GPU(s) visible; the GPU split is not checked: assuming the documented default split" \
       "(docs/LAUNCH.md; unless TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS/COLOCATE/PRESET change it): train ${TRAIN_GPUS}," \
-      "rollout ${ROLLOUT_GPUS}, eval ${EVAL_GPUS}, colocate=${COLOCATE} = ${need} GPUs; set NUM_GPUS to check it"
+      "rollout ${ROLLOUT_GPUS}, eval ${EVAL_GPUS}, colocate=${COLOCATE} = ${need} GPU(s); set NUM_GPUS to check it"
     total="${need}"
   fi
   ((total >= need)) || krl_die "the split needs ${need} GPUs (train ${TRAIN_GPUS}, rollout ${ROLLOUT_GPUS}," \

@@ -44,6 +44,11 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def _seconds(value: Any) -> str:
+    """A duration with its unit, or "-" alone when there is none yet."""
+    return "-" if value is None else f"{_fmt(value)} s"
+
+
 def render(snap: dict[str, Any], earlier: dict[str, Any] | None = None) -> Any:
     """The snapshot as rich tables (imported here: the library side needs no terminal UI);
     `earlier`, a snapshot of up to RATE_WINDOW_S before, adds the eval server's current rate."""
@@ -117,7 +122,7 @@ def render(snap: dict[str, Any], earlier: dict[str, Any] | None = None) -> Any:
         if ev is None
         else f"{ev['evaluations']} evaluations ({_fmt(ev['per_min'])}/min since start{_now_rate(earlier, snap)}), "
         f"in flight {_fmt(ev['in_flight'])}, "
-        f"queued {_fmt(ev['queued'])}, p50 {_fmt(ev['p50_s'])} s, "
+        f"queued {_fmt(ev['queued'])}, p50 {_seconds(ev['p50_s'])}, "
         + ", ".join(f"{k} {v}" for k, v in sorted(ev["by_status"].items())),
     )
     buf = snap.get("buffer")

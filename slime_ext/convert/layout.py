@@ -102,7 +102,7 @@ def atomic_output_dir(out_dir: Path, overwrite: bool = False) -> Iterator[Path]:
     A failed run removes the temporary directory, so nothing that looks like a checkpoint is left."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
-        raise ConvertError(f"output {out_dir} already exists (pass overwrite to replace it)")
+        raise ConvertError(f"output {out_dir} already exists (pass --overwrite to replace it)")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     try:

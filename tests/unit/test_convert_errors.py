@@ -90,7 +90,7 @@ def test_vocab_larger_than_checkpoint(tmp_path: Path, hf_dir: Path, mg_dir: Path
 
 def test_existing_output_is_refused(tmp_path: Path, hf_dir: Path) -> None:
     (tmp_path / "out").mkdir()
-    with pytest.raises(ConvertError, match="already exists"):
+    with pytest.raises(ConvertError, match=r"already exists \(pass --overwrite to replace it\)"):
         hf_to_megatron(hf_dir, tmp_path / "out", progress=False)
 
 

@@ -222,3 +222,17 @@ def test_truncated_episodes_are_counted_once() -> None:
     }
     runner = run_status._buffer_section(stats, now=100.0)["runner"]
     assert (runner["episodes_done"], runner["episodes_expected"]) == (10, 10)
+
+
+def test_a_missing_latency_reads_as_a_dash_without_a_unit(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    snap = run_status.snapshot(_run_dir(tmp_path, trainer_rc=None), now=1000.0)
+    snap["eval"] = {
+        "evaluations": 0, "per_min": None, "in_flight": 0, "queued": 0, "p50_s": None, "by_status": {},
+        "per_device": {}, "workers_ready": 1, "workers": 1,
+    }  # fmt: skip
+    console = Console(width=400, record=True)
+    console.print(status.render(snap))
+    text = console.export_text()
+    assert "p50 -," in text and "p50 - s" not in text
