@@ -403,7 +403,7 @@ class Worker:
             os.close(_PROTO_FD)
             _quiet(evaldir)
             started_at = time.monotonic()
-            self._child_prepare()
+            self._child_prepare(judge=True)
             prepared_at = time.monotonic()
             raw = _read_all(request_fd)
             if not raw:  # the worker went away without a request
@@ -490,9 +490,11 @@ class Worker:
                 message = self._describe_exit(status)
             return failure_result(request, STATUS_CRASHED, message, device=self.device_label)
 
-    def _child_prepare(self) -> None:
-        """Trusted set-up before the request arrives: the CUDA context, Triton's first launch, the
-        profiler's first start and the output comparison's kernels. Without the GPU lock: its GPU
+    def _child_prepare(self, judge: bool = False) -> None:
+        """Trusted set-up before the request arrives: the CUDA context and, in the runner,
+        Triton's first launch, the profiler's first start and the output comparison's kernels.
+        The judge takes the context alone: it launches no Triton kernel, so it loads nothing from
+        the Triton cache that this worker's candidates can write. Without the GPU lock: its GPU
         work is a few kernels on 16-4096 elements, and waiting for the lock's shared mode made the
         running evaluation's timing wait ~0.4 s for it (measured). Best effort: whatever fails
         here is done (and reported) by the evaluation itself."""
@@ -503,7 +505,11 @@ class Worker:
 
             from eval_server.workers import child_prep
 
-            child_prep.prepare(torch.device("cuda", 0))
+            device = torch.device("cuda", 0)
+            if judge:
+                child_prep.create_context(device)
+            else:
+                child_prep.prepare(device)
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
 
