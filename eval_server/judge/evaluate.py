@@ -166,6 +166,7 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
     channel.send({"request": request.to_json()})
     with ctx.phase("reference"), torch.no_grad():
         ref = _reference(request, ctx, result, opts.seed)
+        shape = _shape_variant(request, ctx)
     session = None
     ref_timing: jtiming.Timing | None = None
     handover_ms = 0.0
@@ -188,7 +189,7 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
             ref_timing = _time_reference(request, ctx, result, session, handover_ms)
 
     try:
-        _candidate(request, ctx, channel, result, ref, session, ref_timing, handover_ms)
+        _candidate(request, ctx, channel, result, ref, session, ref_timing, handover_ms, shape)
     except OutputMismatch as exc:
         _end(result, STATUS_INCORRECT, "judge.output", f"The output does not match the reference: {exc}.")
     except RunnerError as exc:
@@ -211,6 +212,7 @@ def _candidate(
     session: GpuSession | None,
     ref_timing: jtiming.Timing | None,
     handover_ms: float,
+    shape: tuple[Any, dict[str, tuple[int, int]]] | None,
 ) -> None:
     """Everything after the candidate's import: what goes wrong here is the candidate's doing."""
     opts = request.options
@@ -247,7 +249,7 @@ def _candidate(
     if bad is not None:
         _end(result, STATUS_INCORRECT, "judge.output", _wrong_text(bad, "a call on inputs the judge chose"))
     with ctx.phase("second_shape"), ctx.gpu():
-        _second_shape(request, ctx, channel, result, ref, session)
+        _second_shape(request, ctx, channel, result, ref, session, shape)
     result.compiled = True
     result.correct = True
     if ref_timing is None:
@@ -422,6 +424,21 @@ def _judge_calls(
     return [_cpu_call(channel, ref, request, ctx) for _ in range(JUDGE_CALLS)]
 
 
+def _shape_variant(request: EvalRequest, ctx: EvalContext) -> tuple[Any, dict[str, tuple[int, int]]] | None:
+    """The problem at its second shape (shapes.py), imported before any candidate code runs: the
+    evaluation directory is writable by the candidate's process, so nothing is imported from it
+    after the candidate is loaded."""
+    scaled = shapes.scaled_constants(request.reference)
+    if not scaled:
+        return None
+    try:
+        variant = loader.import_source(request.reference, ctx.workdir, "judge_reference_shape")
+    except Exception:  # noqa: BLE001 - it imported as judge_reference a moment ago; no second shape
+        return None
+    shapes.apply(variant, scaled)
+    return variant, scaled
+
+
 def _second_shape(
     request: EvalRequest,
     ctx: EvalContext,
@@ -429,13 +446,12 @@ def _second_shape(
     result: EvalResult,
     ref: _Ref,
     session: GpuSession | None,
+    shape: tuple[Any, dict[str, tuple[int, int]]] | None,
 ) -> None:
     """One call at the problem's second input shape (shapes.py), compared like any other."""
-    scaled = shapes.scaled_constants(request.reference)
-    if not scaled:
+    if shape is None:
         return
-    variant = loader.import_source(request.reference, ctx.workdir, "judge_reference_shape")
-    shapes.apply(variant, scaled)
+    variant, scaled = shape
     try:
         args = loader.make_inputs(variant, _cpu_seed(), ctx.device)
         with torch.no_grad():

@@ -168,3 +168,19 @@ def test_a_report_with_infinite_differences_crosses_and_stands(tmp_path: Path) -
     result = _judge(tmp_path, lambda req: (report.to_json(), _Relu()))
     assert result.status == "incorrect"
     assert result.max_abs_diff is None
+
+
+def test_nothing_the_runner_writes_in_the_evaluation_directory_is_imported_by_the_judge(tmp_path: Path) -> None:
+    """The candidate may write files in the evaluation directory: the judge imports the problem
+    (at both shapes) before the candidate is loaded, never after."""
+    marker = tmp_path / "imported-by-the-judge"
+
+    def first_layer(req: dict) -> tuple[dict, Any]:
+        planted = f"open({str(marker)!r}, 'w').close()\n" + RELU
+        for stem in ("judge_reference", "judge_reference_shape"):
+            (tmp_path / "eval" / f"{stem}.py").write_text(planted)
+        return _forged_ok(), _Relu()
+
+    result = _judge(tmp_path, first_layer)
+    assert result.status == "ok", result.feedback
+    assert not marker.exists()
