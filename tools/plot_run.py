@@ -55,6 +55,28 @@ def step_rows(run_dir: Path) -> dict[int, dict[str, float]]:
     return rows
 
 
+DRY_RUN_SUMMARY = "rollout_step.json"  # what tools.rollout_step writes where slime's trainer would run
+
+
+def dry_run_rows(run_dir: Path) -> dict[int, dict[str, float]]:
+    """A dry run's one rollout step (tools.rollout_step's summary) as step 0: the mean reward and
+    the correct rate of each turn; {} when the run has no such summary."""
+    path = run_dir / DRY_RUN_SUMMARY
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    row: dict[str, float] = {}
+    if isinstance(summary.get("mean_reward"), (int, float)):
+        row["rollout/kernel/mean_return"] = float(summary["mean_reward"])
+    for turn in summary.get("turns") or []:
+        if isinstance(turn, dict) and turn.get("episodes"):
+            row[f"rollout/kernel/turn{int(turn['turn']) - 1}/correct_rate"] = (
+                turn["correct"] / turn["episodes"]
+            )
+    return {0: row} if row else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = make_parser("tools.plot_run", __doc__)
     p.add_argument("run_dir", type=Path, help="the run directory (RUN_DIR of the launcher)")
@@ -64,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.run_dir} is not a directory", file=sys.stderr)
         return EXIT_USAGE
     rows = step_rows(args.run_dir)
+    if not rows and (rows := dry_run_rows(args.run_dir)):
+        print(
+            f"{args.run_dir} is a dry run: tools.rollout_step stood in for slime's trainer, so there are no "
+            "training steps; plotting its one rollout step"
+        )
     if not rows:
         print(
             f"error: no training steps in {args.run_dir}/logs/trainer.log or {HISTORY_NAME} yet",

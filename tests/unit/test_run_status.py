@@ -236,3 +236,25 @@ def test_a_missing_latency_reads_as_a_dash_without_a_unit(tmp_path: Path) -> Non
     console.print(status.render(snap))
     text = console.export_text()
     assert "p50 -," in text and "p50 - s" not in text
+
+
+def test_plot_run_on_a_dry_run_says_so_and_plots_its_rollout_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tools import plot_run
+
+    run = tmp_path / "dry-run"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "trainer.log").write_text("no slime here\n")
+    summary = {
+        "records": 4, "statuses": {"truncated": 2, "completed": 2}, "mean_reward": 0.25,
+        "turns": [{"turn": 1, "episodes": 4, "evaluated": 4, "compiled": 3, "correct": 1, "mean_reward": 0.1},
+                  {"turn": 2, "episodes": 3, "evaluated": 3, "compiled": 3, "correct": 2, "mean_reward": 0.3}],
+    }  # fmt: skip
+    (run / "rollout_step.json").write_text(json.dumps(summary))
+    assert plot_run.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "is a dry run" in out and "reward.png" in out and "correct_rate.png" in out
+    rows = plot_run.dry_run_rows(run)
+    assert rows == {0: {"rollout/kernel/mean_return": 0.25, "rollout/kernel/turn0/correct_rate": 0.25,
+                        "rollout/kernel/turn1/correct_rate": 2 / 3}}  # fmt: skip
