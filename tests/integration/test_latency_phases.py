@@ -65,7 +65,7 @@ def test_spare_wait_is_the_wait_for_a_slow_preparation(
     args = cpu_worker_args(tmp_path)
     (tmp_path / "evals").mkdir()
     monkeypatch.setattr(worker, "_PROTO_FD", os.dup(1))  # the child closes its copy of the protocol fd
-    monkeypatch.setattr(worker.Worker, "_child_prepare", lambda self: time.sleep(1.0))
+    monkeypatch.setattr(worker.Worker, "_child_prepare", lambda self, judge=False: time.sleep(1.0))
     w = worker.Worker(args)
     try:
         # A candidate with a syntax error: the evaluation ends at the static checks.
