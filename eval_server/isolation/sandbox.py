@@ -70,8 +70,9 @@ def _prctl(option: int, value: int) -> bool:
 
 def become_undumpable() -> bool:
     """Processes of the same user without CAP_SYS_PTRACE can no longer ptrace this process or
-    read and write its memory through /proc (the judge, after it forked the candidate's runner:
-    the runner keeps the default and cannot reach the judge's memory that way)."""
+    read and write its memory through /proc. Meant for the judge once it forked the candidate's
+    runner; not enabled until a GPU run shows the runner's CUDA IPC imports of judge memory
+    still work then (drivers may check ptrace access for IPC)."""
     PR_SET_DUMPABLE = 4
     return _prctl(PR_SET_DUMPABLE, 0)
 

@@ -396,7 +396,6 @@ class Worker:
         from eval_server.judge.pair import fork_runner
 
         runner_pid, sock = fork_runner(lambda s: self._runner_main(s, evaldir, request_fd, write_fd))
-        sandbox.become_undumpable()  # the runner (same user) cannot ptrace or read this process
         request: EvalRequest | None = None
         payload = b""
         try:
