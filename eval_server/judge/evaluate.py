@@ -22,7 +22,6 @@ fields (its checks, trials, kernel counts) and what can make the verdict worse.
 from __future__ import annotations
 
 import math
-import secrets
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,7 +33,6 @@ from eval_server.checks import compare, physics_floor
 from eval_server.checks.compare import (
     Comparison,
     compare_outputs,
-    flatten_output,
     tolerance_for,
     unflatten_like,
 )
@@ -42,11 +40,11 @@ from eval_server.feedback import build_feedback
 from eval_server.judge import shapes
 from eval_server.judge import timing as jtiming
 from eval_server.judge.channel import Channel, RunnerError
-from eval_server.judge.gpu_calls import GpuSession, Leaf, OutputMismatch, expected_leaves
+from eval_server.judge.gpu_calls import GpuSession, Leaf, OutputMismatch, expected_leaves, fresh_seed
 from eval_server.pipeline import loader
 from eval_server.pipeline.context import EvalContext
-from eval_server.pipeline.reference import forward_counting_flops
-from eval_server.pipeline.timing import l2_flush_buffer, summarize
+from eval_server.pipeline.reference import forward_counting_flops, nbytes
+from eval_server.pipeline.timing import l2_flush_buffer
 from eval_server.schema import (
     EVALUATOR_STATUSES,
     STATUS_CRASHED,
@@ -117,12 +115,6 @@ def _end(result: EvalResult, status: str, check_id: str | None, message: str) ->
     raise _Done
 
 
-def _nbytes(obj: Any) -> int:
-    return sum(
-        t.numel() * t.element_size() for _, t in flatten_output(list(obj)) if isinstance(t, torch.Tensor)
-    )
-
-
 def _reference(request: EvalRequest, ctx: EvalContext, result: EvalResult, seed: int) -> _Ref:
     opts = request.options
     try:
@@ -135,7 +127,7 @@ def _reference(request: EvalRequest, ctx: EvalContext, result: EvalResult, seed:
         leaves = expected_leaves(out)
     except Exception as exc:  # noqa: BLE001 - the problem's own failure
         _end(result, STATUS_REFERENCE_ERROR, None, f"The reference failed: {type(exc).__name__}: {exc}")
-    return _Ref(module, model, leaves, _nbytes(args), _nbytes([out]), flops)
+    return _Ref(module, model, leaves, nbytes(args), nbytes(out), flops)
 
 
 def _merge_report(result: EvalResult, report: Any) -> EvalResult | None:
@@ -270,23 +262,6 @@ def _handover(session: GpuSession) -> float:
     return sorted(times.window_ms)[len(times.window_ms) // 2] if times.window_ms else 0.0
 
 
-def _net(t: jtiming.Timing, handover_ms: float) -> jtiming.Timing:
-    """Per-call statistics with the hand-over taken out of every window."""
-    k = t.stats.calls_per_trial
-    per_call = [max(w - handover_ms, 0.0) / k for w in t.windows.window_ms]
-    s = summarize(per_call)
-    t.stats = replace(
-        t.stats,
-        median_ms=s.median_ms,
-        min_ms=s.min_ms,
-        mean_ms=s.mean_ms,
-        iqr_ms=s.iqr_ms,
-        cv=s.cv,
-        lead_ms=round(handover_ms, 6),
-    )
-    return t
-
-
 def _settings(ctx: EvalContext, opts: Any, spot: bool = False) -> dict[str, Any]:
     hard = ctx.hardening
     return {
@@ -316,7 +291,7 @@ def _time_reference(
     if cached is not None and cached.method is not None:
         k = cached.calls_per_trial
         session.bind(k)
-        spot = _net(jtiming.time_model(session, k, **_settings(ctx, opts, spot=True)), handover_ms)
+        spot = jtiming.time_model(session, k, **_settings(ctx, opts, spot=True), handover_ms=handover_ms)
         drift = (
             abs(spot.stats.median_ms - cached.median_ms) / cached.median_ms
             if cached.median_ms > 0
@@ -330,15 +305,15 @@ def _time_reference(
             )
             return spot
         source = f"remeasured: spot check {spot.stats.median_ms:.4g} ms vs cached {cached.median_ms:.4g} ms"
-        full = _net(jtiming.time_model(session, k, **_settings(ctx, opts)), handover_ms)
+        full = jtiming.time_model(session, k, **_settings(ctx, opts), handover_ms=handover_ms)
     else:
-        single = _net(jtiming.time_model(session, 1, **_settings(ctx, opts)), handover_ms)
+        single = jtiming.time_model(session, 1, **_settings(ctx, opts), handover_ms=handover_ms)
         k = jtiming.choose_k(single.stats.median_ms)
         source = "measured"
         full = single
         if k > 1:
             session.bind(k)
-            full = _net(jtiming.time_model(session, k, **_settings(ctx, opts)), handover_ms)
+            full = jtiming.time_model(session, k, **_settings(ctx, opts), handover_ms=handover_ms)
             source += f"; {k} calls per window, chosen from its {single.stats.median_ms:.4g} ms timed one call per window"
     if ctx.ref_cache is not None:
         ctx.ref_cache.put(key, full.stats)
@@ -359,7 +334,7 @@ def _time_candidate(
     last: jtiming.Timing | None = None
     for attempt in range(1 + ctx.hardening.escape_retimes):
         try:
-            cand = _net(jtiming.time_model(session, k, **_settings(ctx, opts)), handover_ms)
+            cand = jtiming.time_model(session, k, **_settings(ctx, opts), handover_ms=handover_ms)
         except jtiming.StalledCalls as exc:
             _end(result, STATUS_REJECTED, "judge.host_sync", f"Your forward could not be timed: {exc}.")
         wrong = cand.wrong()
@@ -453,7 +428,7 @@ def _second_shape(
         return
     variant, scaled = shape
     try:
-        args = loader.make_inputs(variant, _cpu_seed(), ctx.device)
+        args = loader.make_inputs(variant, fresh_seed(), ctx.device)
         with torch.no_grad():
             leaves = expected_leaves(ref.model(*args))
     except Exception:  # noqa: BLE001 - the reference does not run there: no second shape
@@ -483,12 +458,8 @@ def _second_shape(
         )
 
 
-def _cpu_seed() -> int:
-    return secrets.randbits(62)
-
-
 def _cpu_call(channel: Channel, ref: _Ref, request: EvalRequest, ctx: EvalContext) -> Comparison:
-    seed = _cpu_seed()
+    seed = fresh_seed()
     args = loader.make_inputs(ref.module, seed, ctx.device)
     descs, chunks = [], []
     for a in args:
@@ -512,12 +483,7 @@ def _cpu_call(channel: Channel, ref: _Ref, request: EvalRequest, ctx: EvalContex
         dtype, shape, nbytes = wire.parse_meta(desc, len(payload) - at)
         outs.append(wire.tensor_from(payload[at : at + nbytes], dtype, shape))
         at += nbytes
-    got = (
-        outs[0]
-        if len(outs) == 1 and not isinstance(expected, tuple | list)
-        else unflatten_like(expected, outs)
-    )
-    return compare_outputs(expected, got, request.options.tolerance)
+    return compare_outputs(expected, unflatten_like(expected, outs), request.options.tolerance)
 
 
 def _physics_floor(

@@ -41,6 +41,12 @@ _POLL_S = 0.0005
 STALL_S = 1.0
 
 
+def fresh_seed() -> int:
+    """A seed drawn from the OS for each call: no call's seed says anything about another's (a
+    runner that recovered one from its input values learns nothing about the next)."""
+    return secrets.randbits(62)
+
+
 @dataclass(frozen=True)
 class Leaf:
     """One tensor of the expected output (path, dtype, shape), from the judge's reference."""
@@ -73,6 +79,12 @@ class Windows:
     # windows whose reply came only after go (the runner's host blocked on the GPU before it
     # could say where its outputs are): not timed (their outputs are still compared when kept)
     stalled: int = 0
+
+    def extend(self, other: Windows) -> None:
+        self.window_ms += other.window_ms
+        self.pre_ms += other.pre_ms
+        self.post_ms += other.post_ms
+        self.stalled += other.stalled
 
 
 @dataclass
@@ -110,13 +122,11 @@ class GpuSession:
         self.slots: list[list[Any]] = []  # per slot: SharedBuffer or a plain value, per argument
         self._mapped: dict[str, tuple[int, int]] = {}  # runner handle -> (base here, size)
         self._scratch: dict[tuple[int, int], torch.Tensor] = {}
-        self.secret = secrets.randbits(62)
-        self._calls = 0
 
     # ---------------------------------------------------------------- set-up
     def bind(self, k: int) -> None:
         """k input slots shaped like the problem's inputs, mapped by the runner."""
-        template = loader.make_inputs(self.module, self.fresh_seed(), self.device)
+        template = loader.make_inputs(self.module, fresh_seed(), self.device)
         while len(self.slots) < k:
             slot: list[Any] = []
             for arg in template:
@@ -137,11 +147,6 @@ class GpuSession:
         ]
         torch.cuda.synchronize(self.device)
         self.channel.ask({"op": "bind", "sync": self.sync.handle.hex(), "slots": descs})
-
-    def fresh_seed(self) -> int:
-        """A seed no one outside this process can predict (the secret, and a call counter)."""
-        self._calls += 1
-        return (self.secret + 7919 * self._calls) % (2**62)
 
     def release(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -223,7 +228,7 @@ class GpuSession:
         go, done = self.sync.ptr, self.sync.ptr + 4
         with torch.cuda.stream(self.stream), torch.no_grad():
             for w in range(windows):
-                seeds = [self.fresh_seed() for _ in range(k)]
+                seeds = [fresh_seed() for _ in range(k)]
                 fresh = [loader.make_inputs(self.module, s, self.device) for s in seeds]
                 msg = self.channel.poll(STALL_S)
                 e = tuple(torch.cuda.Event(enable_timing=True) for _ in range(4))
@@ -241,7 +246,7 @@ class GpuSession:
                     stalled.add(w)
                     msg, _ = self.channel.recv()
                 else:
-                    msg, _ = msg
+                    msg = msg[0]
                 if msg.get("window") != w:
                     raise RunnerFailed(f"window {msg.get('window')!r} reported, expected {w}")
                 views = self._outputs(msg, k)
@@ -280,9 +285,4 @@ class GpuSession:
         args = loader.make_inputs(self.module, seed, self.device)
         with torch.no_grad():
             expected = self.reference(*args)
-        got = (
-            snapshot[0]
-            if len(self.leaves) == 1 and not isinstance(expected, tuple | list)
-            else unflatten_like(expected, snapshot)
-        )
-        return compare_outputs(expected, got, self.tolerance)
+        return compare_outputs(expected, unflatten_like(expected, snapshot), self.tolerance)

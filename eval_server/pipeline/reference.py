@@ -155,7 +155,7 @@ def _reference_facts(
         args = loader.make_inputs(module, seed, device)
         with in_pool():
             first, flops = forward_counting_flops(model, args)
-        input_bytes = _nbytes(args)
+        input_bytes = nbytes(args)
         sync(device)
     kernels = None
     if device.type == "cuda" and ctx.hardening.profile_kernels:
@@ -166,7 +166,7 @@ def _reference_facts(
         precision = precision_baseline(module, model, seed, first, device, ctx.hardening.precision_policy)
     return _Facts(
         precision=precision,
-        output_bytes=_nbytes(first),
+        output_bytes=nbytes(first),
         input_bytes=input_bytes,
         flops=flops,
         kernels=kernels,
@@ -205,7 +205,8 @@ def _leaves(obj: Any) -> list[torch.Tensor]:
     return [leaf for _, leaf in flatten_output(obj) if isinstance(leaf, torch.Tensor)]
 
 
-def _nbytes(obj: Any) -> int:
+def nbytes(obj: Any) -> int:
+    """Bytes of every tensor in a (nested) output or argument list."""
     return sum(t.numel() * t.element_size() for t in _leaves(obj))
 
 
