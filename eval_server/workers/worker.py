@@ -564,18 +564,17 @@ def _end_runner(pid: int, grace_s: float = 2.0) -> int | None:
     """The runner's exit status: waited for up to `grace_s` (it may be exiting on its own), then
     killed. None if it was reaped already."""
     deadline = time.monotonic() + grace_s
-    while True:
-        try:
+    try:
+        while time.monotonic() < deadline:
             done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            grace_s, deadline = 0.0, float("inf")
-        time.sleep(0.005)
+            if done:
+                return status
+            time.sleep(0.005)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return None
 
 
 _PROTO_FD = -1
