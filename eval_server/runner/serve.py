@@ -48,6 +48,7 @@ class Runner:
         self.stream: torch.cuda.Stream | None = None
         self._exported: dict[int, str] = {}  # allocation base -> its IPC handle (hex)
         self._keep: list[Any] = []
+        self._imported: list[tuple[int, int]] = []  # (start, end) of the judge's mapped input buffers
 
     # ----------------------------------------------------------------- models
     def load_reference(self, source: str, seed: int) -> None:
@@ -69,6 +70,7 @@ class Runner:
                     continue
                 dtype, shape, nbytes = wire.parse_meta(desc, 1 << 62)
                 ptr = gpu_ipc.open_handle(bytes.fromhex(desc["handle"]))
+                self._imported.append((ptr, ptr + nbytes))
                 args.append(gpu_ipc.tensor_at(ptr, nbytes, dtype, shape, self.device))
             self.slots.append(args)
         self.warm()
@@ -84,16 +86,19 @@ class Runner:
                 self._leaves(self.model(*args))
         torch.cuda.synchronize(self.device)
 
-    @staticmethod
-    def _leaves(out: Any) -> list[tuple[str, Any]]:
-        """The output's leaves, non-contiguous tensors copied (queued before "done": in the window)."""
-        return [
-            (
-                path,
-                leaf.contiguous() if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda" else leaf,
-            )
-            for path, leaf in flatten_output(out)
-        ]
+    def _leaves(self, out: Any) -> list[tuple[str, Any]]:
+        """The output's leaves as tensors of this process's own memory, copied when not contiguous
+        or when they alias a judge buffer (an input returned as it is: an imported allocation
+        cannot be exported back); the copies are queued before "done", inside the window."""
+        leaves = []
+        for path, leaf in flatten_output(out):
+            if isinstance(leaf, torch.Tensor) and leaf.device.type == "cuda":
+                ptr = leaf.data_ptr()
+                if any(lo <= ptr < hi for lo, hi in self._imported):
+                    leaf = leaf.clone(memory_format=torch.contiguous_format)
+                leaf = leaf.contiguous()
+            leaves.append((path, leaf))
+        return leaves
 
     def _describe(self, leaves: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         descs = []
