@@ -274,12 +274,10 @@ def _settings(ctx: EvalContext, opts: Any, spot: bool = False) -> dict[str, Any]
     }
 
 
-def _time_reference(
-    request: EvalRequest, ctx: EvalContext, result: EvalResult, session: GpuSession, handover_ms: float
-) -> jtiming.Timing:
-    opts = request.options
-    key = {
-        "problem": result.problem_hash,
+def reference_cache_key(problem: str, ctx: EvalContext, opts: Any) -> dict[str, Any]:
+    """The reference cache's key for the judge's timing of a problem on this GPU."""
+    return {
+        "problem": problem,
         "gpu": torch.cuda.get_device_name(ctx.device),
         "torch": torch.__version__,
         "triton": ctx.versions.get("triton", ""),
@@ -287,6 +285,13 @@ def _time_reference(
         "timing_trials": opts.timing_trials,
         "ci": ctx.hardening.timing_ci_rel,
     }
+
+
+def _time_reference(
+    request: EvalRequest, ctx: EvalContext, result: EvalResult, session: GpuSession, handover_ms: float
+) -> jtiming.Timing:
+    opts = request.options
+    key = reference_cache_key(result.problem_hash, ctx, opts)
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None and cached.method is not None:
         k = cached.calls_per_trial

@@ -15,11 +15,12 @@ from pathlib import Path
 import torch
 
 from eval_server.judge.channel import Channel
-from eval_server.judge.evaluate import evaluate
+from eval_server.judge.evaluate import evaluate, reference_cache_key
 from eval_server.judge.pair import fork_runner
 from eval_server.pipeline.context import EvalContext
+from eval_server.pipeline.ref_cache import RefTimingCache
 from eval_server.runner.serve import serve
-from eval_server.schema import EvalResult, parse_request
+from eval_server.schema import EvalResult, TimingStats, parse_request, problem_hash
 
 PROBLEM = """
 import torch
@@ -118,6 +119,7 @@ MODELS = {
     "every_other": EveryOther,
     "sampled_memo": SampledMemo,
     "lazy_output": LazyOutput,
+    "poisoned_cache": Honest,
 }
 
 
@@ -130,10 +132,22 @@ def main() -> None:
         serve(sock, torch.device("cuda", 0), str(workdir), lambda req: (report, MODELS[case]().cuda()))
 
     _, sock = fork_runner(runner_main)
-    ctx = EvalContext(
-        device=torch.device("cuda", 0), device_label="cuda:0", workdir=workdir, timing_enabled=True
-    )
     request = parse_request({"reference": PROBLEM.format(n=n), "candidate": "x = 1\n"})
+    cache = None
+    if case == "poisoned_cache":  # what native code in a runner could write into the judge's cache
+        cache = RefTimingCache(workdir / "ref_timing.sqlite")
+    ctx = EvalContext(
+        device=torch.device("cuda", 0),
+        device_label="cuda:0",
+        workdir=workdir,
+        timing_enabled=True,
+        ref_cache=cache,
+    )
+    if cache is not None:
+        key = reference_cache_key(problem_hash(request.reference), ctx, request.options)
+        forged = TimingStats(median_ms=100.0, min_ms=100.0, mean_ms=100.0, iqr_ms=0.0, cv=0.0, trials=100,
+                             method="gpu-time", calls_per_trial=1)  # fmt: skip
+        cache.put(key, forged)
     result = evaluate(request, ctx, Channel(sock, deadline=float("inf")))
     print(json.dumps(result.to_json(), default=str))
 

@@ -48,6 +48,15 @@ def test_the_reference_against_itself_scores_one(mps_env: dict[str, str], n: int
     assert 0.97 <= r["speedup"] <= 1.03, (r["speedup"], r["reference_timing"], r["candidate_timing"])
 
 
+def test_a_forged_reference_timing_in_the_cache_is_remeasured_not_believed(mps_env: dict[str, str]) -> None:
+    """The reference cache is a file the candidate's user can write (native code in a runner):
+    a cached reference 100x slower than the truth must not reach the speedup."""
+    r = _judge("poisoned_cache", 1 << 24, mps_env)
+    assert r["status"] == "ok", r["feedback"]
+    assert r["reference_timing_source"].startswith("remeasured"), r["reference_timing_source"]
+    assert 0.97 <= r["speedup"] <= 1.03, r["speedup"]
+
+
 def test_escaped_work_on_a_side_stream_gets_no_reward(mps_env: dict[str, str]) -> None:
     r = _judge("side_stream", 1 << 24, mps_env)
     assert r["status"] in ("incorrect", "rejected"), r["feedback"]
