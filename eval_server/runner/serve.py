@@ -8,7 +8,7 @@ Operations (frames of eval_server.wire, one reply each unless said otherwise):
                              {"report": <EvalResult json>}; its model serves the next calls
   {"op": "bind", ...}        GPU: map the judge's input buffers and its go/done words
   {"op": "run", ...}         GPU: for each window w, queue [wait go >= c+w+1, the calls, write
-                             done = c+w+1] on this process's stream, then reply
+                             done = c+w+1] on this process's default stream, then reply
                              {"window": w, "outputs": [...]} with where each call's outputs live
                              (IPC handle + offset), so the judge can snapshot them after "done"
   {"op": "call", ...}        CPU: inputs as bytes in, outputs as bytes out
@@ -46,7 +46,6 @@ class Runner:
         self.slots: list[list[Any]] = []
         self.sync_ptr = 0
         self.stream: torch.cuda.Stream | None = None
-        self._exported: dict[int, str] = {}  # allocation base -> its IPC handle (hex)
         self._keep: list[Any] = []
         self._imported: list[tuple[int, int]] = []  # (start, end) of the judge's mapped input buffers
 
@@ -59,7 +58,11 @@ class Runner:
     # ----------------------------------------------------------------- GPU
     def bind(self, msg: dict[str, Any]) -> None:
         gpu_ipc.ensure_context(self.device)
-        self.stream = torch.cuda.Stream(self.device)
+        # the legacy default stream, not a stream of its own: a CUDA extension's `<<<grid, block>>>`
+        # without a stream argument launches there, and torch's streams do not wait for it, so
+        # the wait for "go" on any other stream let honest CUDA kernels read the previous
+        # window's inputs (every honest CUDA candidate was `incorrect`)
+        self.stream = torch.cuda.default_stream(self.device)
         self.sync_ptr = gpu_ipc.open_handle(bytes.fromhex(msg["sync"]))
         self.slots = []
         for slot in msg["slots"]:
@@ -109,11 +112,11 @@ class Runner:
             self._keep.append(leaf)
             ptr = leaf.data_ptr()
             base = gpu_ipc.address_range(ptr)[0] if leaf.numel() else ptr
-            if base not in self._exported:
-                self._exported[base] = gpu_ipc.export(base).hex() if leaf.numel() else ""
-            descs.append(
-                {"path": path, "handle": self._exported[base], "offset": ptr - base, **wire.tensor_meta(leaf)}
-            )
+            # exported again for every output: an address says nothing of which allocation is
+            # there now (the caching allocator frees segments and the next cudaMalloc may get
+            # the same base), and a handle remembered by address would name a freed one
+            handle = gpu_ipc.export(base).hex() if leaf.numel() else ""
+            descs.append({"path": path, "handle": handle, "offset": ptr - base, **wire.tensor_meta(leaf)})
         return descs
 
     def run(self, msg: dict[str, Any]) -> None:
