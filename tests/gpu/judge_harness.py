@@ -53,7 +53,7 @@ class SideStream(torch.nn.Module):
         self.side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.side):
             torch.cuda._sleep(1_000_000)
-            torch.relu(x, out=out)
+            torch.clamp(x, min=0, out=out)
         return out
 
 
@@ -94,14 +94,18 @@ class SampledMemo(torch.nn.Module):
 
 
 class _Lazy(torch.Tensor):
-    """An output that does its work when its address is asked for (after the runner's done)."""
+    """An output that does its work when its address is asked for the second time: the runner's
+    first look (its copy rules) comes before "done" is queued, the second (the description it
+    sends the judge) after, so the work lands outside the window."""
 
     pending: torch.Tensor | None = None
+    asked = 0
 
     def data_ptr(self) -> int:  # type: ignore[override]
-        if self.pending is not None:
+        self.asked += 1
+        if self.asked == 2 and self.pending is not None:
             x, self.pending = self.pending, None
-            torch.relu(x, out=self.as_subclass(torch.Tensor))
+            torch.clamp(x, min=0, out=self.as_subclass(torch.Tensor))
         return super().data_ptr()
 
 
@@ -120,6 +124,7 @@ MODELS = {
     "sampled_memo": SampledMemo,
     "lazy_output": LazyOutput,
     "poisoned_cache": Honest,
+    "freed_between": Honest,
 }
 
 
@@ -128,8 +133,13 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="judge-gpu-"))
     report = EvalResult(status="ok", compiled=True, correct=True, speedup=100.0).to_json()
 
+    def first_layer(req: dict) -> tuple[dict, torch.nn.Module]:
+        if case == "freed_between":  # as the real first layer's memory poisoning does: the segments
+            torch.cuda.empty_cache()  # of the reference's outputs go back to the driver
+        return report, MODELS[case]().cuda()
+
     def runner_main(sock) -> None:
-        serve(sock, torch.device("cuda", 0), str(workdir), lambda req: (report, MODELS[case]().cuda()))
+        serve(sock, torch.device("cuda", 0), str(workdir), first_layer)
 
     _, sock = fork_runner(runner_main)
     request = parse_request({"reference": PROBLEM.format(n=n), "candidate": "x = 1\n"})

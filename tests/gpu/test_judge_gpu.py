@@ -48,6 +48,15 @@ def test_the_reference_against_itself_scores_one(mps_env: dict[str, str], n: int
     assert 0.97 <= r["speedup"] <= 1.03, (r["speedup"], r["reference_timing"], r["candidate_timing"])
 
 
+def test_outputs_in_memory_freed_and_reallocated_are_read_where_they_are_now(mps_env: dict[str, str]) -> None:
+    """The first layer frees the reference's output segments; the candidate's outputs then get
+    new allocations, often at the same addresses: the judge must map the new ones (a handle
+    remembered by address named the freed memory: every honest candidate was `incorrect`)."""
+    r = _judge("freed_between", 1 << 24, mps_env)
+    assert r["status"] == "ok", r["feedback"]
+    assert 0.97 <= r["speedup"] <= 1.03, r["speedup"]
+
+
 def test_a_forged_reference_timing_in_the_cache_is_remeasured_not_believed(mps_env: dict[str, str]) -> None:
     """The reference cache is a file the candidate's user can write (native code in a runner):
     a cached reference 100x slower than the truth must not reach the speedup."""
@@ -67,7 +76,9 @@ def test_a_forward_that_synchronizes_is_refused_with_a_reason(mps_env: dict[str,
     assert r["status"] == "rejected" and [c["id"] for c in r["checks"]] == ["judge.host_sync"], r["feedback"]
 
 
-def test_an_output_finished_when_its_address_is_read_gets_no_reward(mps_env: dict[str, str]) -> None:
+def test_an_output_finished_after_done_gets_no_reward(mps_env: dict[str, str]) -> None:
+    """The work is queued when the runner describes its outputs, after "done": the judge's
+    snapshot, queued behind "done", holds what was there before."""
     r = _judge("lazy_output", 1 << 24, mps_env)
     assert r["status"] in ("incorrect", "rejected"), r["feedback"]
 
