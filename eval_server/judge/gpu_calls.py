@@ -9,7 +9,7 @@ The runner has queued [wait go >= c, its k calls, write done = c] on its stream 
 the judge where the outputs will be, and the judge queues go only after that message: the
 window e_start..e_end holds the hand-over to the runner's context, its queued GPU work and the
 hand-back, and nothing of either host. Its values exist only from the fill on (a secret seed per
-call, drawn by the judge's `secrets`), so no work before the window can be useful, and the
+window, drawn by the judge's `secrets`), so no work before the window can be useful, and the
 snapshot is queued behind "done" before go is even written, so the outputs the judge keeps are
 what existed when the runner said it was done. Work the runner leaves running after "done"
 shares the GPU with the judge's own steps (contexts time-slice): it delays e_end (inside the
@@ -39,11 +39,14 @@ _POLL_S = 0.0005
 # synchronizes with the GPU (.item(), a sync, a lazily loaded kernel) blocks its host until the
 # stream it queued behind "go" runs, so the reply can only come after go.
 STALL_S = 1.0
+# How each side's stream waits for the other's word (gpu_ipc.HANDOFFS): bench/judge_protocol.py
+# --handoff compares them.
+HANDOFF = "value"
 
 
 def fresh_seed() -> int:
-    """A seed drawn from the OS for each call: no call's seed says anything about another's (a
-    runner that recovered one from its input values learns nothing about the next)."""
+    """A seed drawn from the OS for each window or call: no seed says anything about another's (a
+    runner that recovered one from its input values learns nothing about the next window)."""
     return secrets.randbits(62)
 
 
@@ -89,9 +92,11 @@ class Windows:
 
 @dataclass
 class Checked:
-    """One verified call: its seed and the comparison of its snapshot with the reference."""
+    """One verified call: its window's seed, its place in the window and the comparison of its
+    snapshot with the reference."""
 
     seed: int
+    call: int
     comparison: Comparison
 
 
@@ -107,7 +112,12 @@ class GpuSession:
         leaves: Sequence[Leaf],
         tolerance: str,
         flush: torch.Tensor | None,
+        handoff: str | None = None,
     ) -> None:
+        handoff = handoff or HANDOFF
+        if handoff not in gpu_ipc.HANDOFFS:
+            raise ValueError(f"handoff must be one of {gpu_ipc.HANDOFFS}, got {handoff!r}")
+        self.handoff = handoff
         self.channel = channel
         self.device = device
         self.module = module
@@ -221,15 +231,19 @@ class GpuSession:
         keep = keep or set()
         base = self.counter
         self.counter += windows
-        self.channel.send({"op": "run", "windows": windows, "calls": list(range(k)), "counter": base})
+        self.channel.send(
+            {"op": "run", "windows": windows, "calls": list(range(k)), "counter": base, "wait": self.handoff}
+        )
         events: list[tuple[torch.cuda.Event, ...]] = []
-        kept: list[tuple[int, list[torch.Tensor]]] = []
+        kept: list[tuple[int, int, list[torch.Tensor]]] = []
         stalled: set[int] = set()
         go, done = self.sync.ptr, self.sync.ptr + 4
         with torch.cuda.stream(self.stream), torch.no_grad():
             for w in range(windows):
-                seeds = [fresh_seed() for _ in range(k)]
-                fresh = [loader.make_inputs(self.module, s, self.device) for s in seeds]
+                # one secret seed per window, its k calls drawn in turn: the runner sees all k
+                # slots at go, so values of one window tell it nothing it does not already have
+                seed = fresh_seed()
+                fresh = loader.make_input_sets(self.module, seed, self.device, k)
                 msg = self.channel.poll(STALL_S)
                 e = tuple(torch.cuda.Event(enable_timing=True) for _ in range(4))
                 e[0].record(self.stream)
@@ -250,14 +264,14 @@ class GpuSession:
                 if msg.get("window") != w:
                     raise RunnerFailed(f"window {msg.get('window')!r} reported, expected {w}")
                 views = self._outputs(msg, k)
-                gpu_ipc.wait_value(self.stream, done, base + w + 1)
+                gpu_ipc.wait_for(self.stream, done, base + w + 1, self.handoff)
                 e[2].record(self.stream)
                 for j in range(k):
                     dst = self._snapshot_into(j, (w, j) in keep)
                     for d, v in zip(dst, views[j], strict=True):
                         d.copy_(v)
                     if (w, j) in keep:  # a stalled window's outputs too: right or wrong, they are
-                        kept.append((seeds[j], dst))  # what existed after its done
+                        kept.append((seed, j, dst))  # what existed after its done
                 e[3].record(self.stream)
                 events.append(e)
                 del fresh
@@ -269,7 +283,7 @@ class GpuSession:
             times.pre_ms.append(e[0].elapsed_time(e[1]))
             times.window_ms.append(e[1].elapsed_time(e[2]))
             times.post_ms.append(e[2].elapsed_time(e[3]))
-        return times, [Checked(seed, self.check(seed, snap)) for seed, snap in kept]
+        return times, [Checked(seed, j, self.check(seed, j, snap)) for seed, j, snap in kept]
 
     def _wait(self, event: torch.cuda.Event) -> None:
         """Until the last window's snapshot is done, or the evaluation's deadline (the runner
@@ -279,10 +293,10 @@ class GpuSession:
                 raise RunnerFailed("the candidate's calls did not finish before the time limit")
             time.sleep(_POLL_S)
 
-    def check(self, seed: int, snapshot: list[torch.Tensor]) -> Comparison:
-        """The reference's output on the inputs of `seed` (regenerated here), compared with a
-        snapshot of the runner's."""
-        args = loader.make_inputs(self.module, seed, self.device)
+    def check(self, seed: int, call: int, snapshot: list[torch.Tensor]) -> Comparison:
+        """The reference's output on the inputs of call `call` of the window seeded `seed`
+        (regenerated here), compared with a snapshot of the runner's."""
+        args = loader.make_input_sets(self.module, seed, self.device, call + 1)[call]
         with torch.no_grad():
             expected = self.reference(*args)
         return compare_outputs(expected, unflatten_like(expected, snapshot), self.tolerance)

@@ -2,7 +2,7 @@
 (gpu_calls.py), by one rule for reference and candidate.
 
 Warm-up windows first (until WARMUP_MIN_MS of window time has passed and the last three batch
-medians agree within WARMUP_SETTLE_REL, at most WARMUP_MAX_MS), then batches of BATCH windows
+medians agree within WARMUP_SETTLE_REL, at most WARMUP_MAX_MS or WARMUP_MAX_WINDOWS), then batches of BATCH windows
 until the median's distribution-free 95 % confidence interval is within +-ci_rel of it (after at
 least `min_windows`), or `max_windows`. Times are per call (a window holds k calls; k > 1 for
 problems whose reference is shorter than SHORT_REFERENCE_MS, the same k for the candidate).
@@ -27,6 +27,9 @@ BATCH = 10
 WARMUP_BATCH = 5
 WARMUP_MIN_MS = 20.0
 WARMUP_MAX_MS = 200.0
+# ...and at most this many windows: short windows never reach WARMUP_MAX_MS in a useful time
+# (0.2 ms windows needed 1000 of them, seconds of host work filling their inputs)
+WARMUP_MAX_WINDOWS = 30
 WARMUP_SETTLE_REL = 0.01
 VERIFY_SHARE = 0.25
 MIN_VERIFIED = 2
@@ -79,7 +82,7 @@ def warm_up(
 ) -> float:
     """Windows until the per-call time settled; returns the warm-up's window milliseconds."""
     spent, medians = 0.0, []
-    while spent < max_ms:
+    while spent < max_ms and len(medians) * WARMUP_BATCH < WARMUP_MAX_WINDOWS:
         times, _ = session.run(WARMUP_BATCH, k)
         if times.stalled * 2 > WARMUP_BATCH:
             raise StalledCalls(times.stalled, WARMUP_BATCH)

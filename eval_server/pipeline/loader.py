@@ -89,6 +89,14 @@ def make_inputs(module: types.ModuleType, seed: int, device: torch.device) -> li
     return list(_to_device(list(inputs), device))
 
 
+def make_input_sets(module: types.ModuleType, seed: int, device: torch.device, n: int) -> list[list[Any]]:
+    """`n` successive calls of get_inputs() after one seeding: set j is reproduced by the same
+    seed and j + 1 sets. One seeding for many calls (seeding every generator costs ~0.2 ms)."""
+    seed_everything(seed)
+    with torch.device(device):
+        return [list(_to_device(list(module.get_inputs()), device)) for _ in range(n)]
+
+
 def build_model(cls: type, init_inputs: Sequence[Any], seed: int, device: torch.device) -> torch.nn.Module:
     """Construct `cls(*init_inputs)` after seeding, with parameters allocated on `device`."""
     seed_everything(seed)

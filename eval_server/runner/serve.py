@@ -7,7 +7,8 @@ Operations (frames of eval_server.wire, one reply each unless said otherwise):
                              callable: static rules, build, load, correctness trials) and reply
                              {"report": <EvalResult json>}; its model serves the next calls
   {"op": "bind", ...}        GPU: map the judge's input buffers and its go/done words
-  {"op": "run", ...}         GPU: for each window w, queue [wait go >= c+w+1, the calls, write
+  {"op": "run", ...}         GPU: for each window w, queue [wait go >= c+w+1 (by "wait": a stream
+                             memory wait or a spin kernel), the calls, write
                              done = c+w+1] on this process's default stream, then reply
                              {"window": w, "outputs": [...]} with where each call's outputs live
                              (IPC handle + offset), so the judge can snapshot them after "done"
@@ -122,12 +123,13 @@ class Runner:
     def run(self, msg: dict[str, Any]) -> None:
         assert self.stream is not None, "bind before run"
         windows, calls, counter = int(msg["windows"]), list(msg["calls"]), int(msg["counter"])
+        handoff = str(msg.get("wait", "value"))
         go, done = self.sync_ptr, self.sync_ptr + 4
         with torch.cuda.stream(self.stream), torch.no_grad():
             for w in range(windows):
                 value = counter + w + 1
                 self._keep = []  # the previous window's outputs: its snapshot precedes this go
-                gpu_ipc.wait_value(self.stream, go, value)
+                gpu_ipc.wait_for(self.stream, go, value, handoff)
                 try:
                     outs = [self._leaves(self.model(*self.slots[s])) for s in calls]
                     gpu_ipc.write_value(self.stream, done, value)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from eval_server.judge import gpu_calls
 from eval_server.judge.channel import Channel
 from eval_server.judge.evaluate import evaluate, reference_cache_key
 from eval_server.judge.pair import fork_runner
@@ -125,6 +126,7 @@ MODELS = {
     "lazy_output": LazyOutput,
     "poisoned_cache": Honest,
     "freed_between": Honest,
+    "honest_spin": Honest,
 }
 
 
@@ -141,6 +143,8 @@ def main() -> None:
     def runner_main(sock) -> None:
         serve(sock, torch.device("cuda", 0), str(workdir), first_layer)
 
+    if case == "honest_spin":  # both sides wait for the other's word with a polling kernel
+        gpu_calls.HANDOFF = "spin"
     _, sock = fork_runner(runner_main)
     request = parse_request({"reference": PROBLEM.format(n=n), "candidate": "x = 1\n"})
     cache = None

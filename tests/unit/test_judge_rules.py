@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import types
 
 import pytest
 
@@ -61,3 +62,47 @@ def test_kept_calls_respect_the_cap_and_vary() -> None:
 def test_the_runner_cannot_claim_an_evaluator_status() -> None:
     assert set(STATUSES) >= RUNNER_STATUSES
     assert not RUNNER_STATUSES & {"server_error", "reference_error", "unsupported"}
+
+
+class _NoisyWindows:
+    """Stands in for a GpuSession (CUDA, not here): windows of ~0.2 ms that never settle."""
+
+    def __init__(self) -> None:
+        self.windows = 0
+        self.rng = random.Random(1)
+
+    def run(self, windows: int, k: int, keep: object = None, flush: bool = True) -> tuple[object, list]:
+        from eval_server.judge.gpu_calls import Windows
+
+        self.windows += windows
+        return Windows(window_ms=[0.2 * (1 + self.rng.random()) for _ in range(windows)]), []
+
+
+def test_warm_up_of_short_noisy_windows_is_bounded_by_windows_not_only_time() -> None:
+    session = _NoisyWindows()
+    jtiming.warm_up(session, 64)  # type: ignore[arg-type]
+    assert session.windows <= jtiming.WARMUP_MAX_WINDOWS
+
+
+def test_a_windows_input_sets_are_distinct_and_reproducible_from_its_seed() -> None:
+    import torch
+
+    from eval_server.pipeline import loader
+
+    module = types.ModuleType("p")
+    exec(samples.load_problem("relu"), module.__dict__)
+    sets = loader.make_input_sets(module, 1234, torch.device("cpu"), 3)
+    assert not torch.equal(sets[0][0], sets[1][0]) and not torch.equal(sets[1][0], sets[2][0])
+    again = loader.make_input_sets(module, 1234, torch.device("cpu"), 3)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(sets, again, strict=True))
+    assert not torch.equal(loader.make_input_sets(module, 1235, torch.device("cpu"), 1)[0][0], sets[0][0])
+
+
+def test_an_unknown_hand_over_is_refused_before_any_gpu_work() -> None:
+    from eval_server import gpu_ipc
+    from eval_server.judge.gpu_calls import GpuSession
+
+    with pytest.raises(ValueError, match="handoff must be one of"):
+        GpuSession(None, None, None, None, [], "default", None, handoff="poll")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="handoff must be one of"):
+        gpu_ipc.wait_for(None, 0, 1, "poll")  # type: ignore[arg-type]
