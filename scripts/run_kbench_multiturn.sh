@@ -77,50 +77,8 @@ if [[ -z "${ROLLOUT_TEMPERATURE:-}" ]]; then
 fi
 : "${N_SAMPLES_PER_PROMPT:=8}"  # episodes per prompt: the GRPO group (buffer --group-size, slime n)
 
-# --- GPU split --------------------------------------------------------------------------------
-krl_gpu_split() {
-  local total need
-  [[ "${TRAIN_GPUS}" =~ ^[0-9]+$ && "${ROLLOUT_GPUS}" =~ ^[0-9]+$ && "${EVAL_GPUS}" =~ ^[0-9]+$ ]] ||
-    krl_die "TRAIN_GPUS, ROLLOUT_GPUS and EVAL_GPUS must be non-negative integers"
-  if [[ "${TRAIN_ONLY}" == 1 ]]; then
-    ROLLOUT_GPUS=0 # no SGLang engine
-  fi
-  if ((TRAIN_GPUS % (TP * CP * PP) != 0)); then
-    krl_die "TRAIN_GPUS=${TRAIN_GPUS} is not a multiple of TP*CP*PP=$((TP * CP * PP))"
-  fi
-  if [[ "${COLOCATE}" == 1 ]]; then
-    RAY_NUM_GPUS="${TRAIN_GPUS}"
-    ROLLOUT_GPUS="${TRAIN_GPUS}"
-  else
-    ((ROLLOUT_GPUS % ROLLOUT_GPUS_PER_ENGINE == 0)) ||
-      krl_die "ROLLOUT_GPUS=${ROLLOUT_GPUS} is not a multiple of ROLLOUT_GPUS_PER_ENGINE=${ROLLOUT_GPUS_PER_ENGINE}"
-    RAY_NUM_GPUS=$((TRAIN_GPUS + ROLLOUT_GPUS))
-  fi
-  # GPUs needed: Ray's, plus the eval server's unless EVAL_DEVICES names them (e.g. cpu); none
-  # when TRAINER_CMD replaces the trainer and the eval server runs on EVAL_DEVICES (tests, dry run).
-  need=0
-  [[ -z "${TRAINER_CMD}" ]] && need=${RAY_NUM_GPUS}
-  [[ -z "${EVAL_DEVICES:-}" ]] && need=$((RAY_NUM_GPUS + EVAL_GPUS))
-  krl_gpu_ids
-  total="${NUM_GPUS:-${#KRL_GPU_IDS[@]}}"
-  # PRINT_ONLY on any machine (no GPU, or fewer than the split): the configured split (by default
-  # the documented one of configs/run/common.sh or the PRESET) is assumed, printed, not checked.
-  # (CUDA_VISIBLE_DEVICES set counts as the caller's declared GPUs: checked like NUM_GPUS)
-  if [[ "${PRINT_ONLY}" == 1 && -z "${NUM_GPUS:-}" && ! -v CUDA_VISIBLE_DEVICES ]] && ((total < need)); then
-    krl_info "PRINT_ONLY: ${total} GPU(s) visible; the GPU split is not checked: assuming the documented default split" \
-      "(docs/LAUNCH.md; unless TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS/COLOCATE/PRESET change it): train ${TRAIN_GPUS}," \
-      "rollout ${ROLLOUT_GPUS}, eval ${EVAL_GPUS}, colocate=${COLOCATE} = ${need} GPU(s); set NUM_GPUS to check it"
-    total="${need}"
-  fi
-  ((total >= need)) || krl_die "the split needs ${need} GPUs (train ${TRAIN_GPUS}, rollout ${ROLLOUT_GPUS}," \
-    "eval ${EVAL_GPUS}, colocate=${COLOCATE}) but ${total} are visible; set TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS or COLOCATE=1"
-  if [[ -z "${EVAL_DEVICES:-}" ]]; then
-    EVAL_DEVICES="$(krl_gpu_range "${RAY_NUM_GPUS}" $((need - RAY_NUM_GPUS)))"
-    [[ -n "${EVAL_DEVICES}" ]] || krl_die "EVAL_GPUS=0: set EVAL_DEVICES (e.g. cpu, or GPU ids shared with training)"
-  fi
-  RAY_VISIBLE_DEVICES="$(krl_gpu_range 0 "${RAY_NUM_GPUS}")"
-}
-krl_gpu_split
+# --- GPU split (tools/run_plan.py) ------------------------------------------------------------
+krl_run_plan rl
 
 # The run id marks every process of the run (set in the window scripts only: the tmux server,
 # which may be shared with other sessions, must not carry it).

@@ -26,11 +26,7 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${TRAINER_CMD:=}"
 : "${SFT_ENTRY:=train_async.py}"
 
-((TRAIN_GPUS % (TP * CP * PP) == 0)) || krl_die "TRAIN_GPUS=${TRAIN_GPUS} is not a multiple of TP*CP*PP=$((TP * CP * PP))"
-# shellcheck disable=SC2034  # read by krl_write_trainer_cmd
-RAY_NUM_GPUS="${TRAIN_GPUS}"
-krl_gpu_ids
-RAY_VISIBLE_DEVICES="$(krl_gpu_range 0 "${TRAIN_GPUS}")"
+krl_run_plan sft
 KRL_RUN_ID="${RUN_NAME}-$$-${RANDOM}"
 RAY_TMPDIR="${RAY_TMPDIR:-${TMPDIR:-/tmp}/ray-${RUN_NAME}}"
 export RUN_DIR TMUX_SESSION

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from krl_common.cli import make_parser
+from tools import run_plan
 
 REPO = Path(__file__).resolve().parent.parent
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -59,6 +60,8 @@ SETTINGS = [
     "CP",
     "PP",
     "ROLLOUT_GPUS_PER_ENGINE",
+    "TRAIN_ONLY",
+    "EVAL_DEVICES",
     "EVAL_PORT",
     "BUFFER_PORT",
     "ROUTER_PORT",
@@ -342,40 +345,17 @@ def gpu_count() -> int:
 
 
 def check_gpus(s: Mapping[str, str], count: int) -> Check:
+    """The launcher's own split (tools/run_plan.py) on `count` visible GPUs."""
     try:
-        train, rollout, ev = int(s["TRAIN_GPUS"]), int(s["ROLLOUT_GPUS"]), int(s["EVAL_GPUS"])
-        tp, cp, pp, per_engine = int(s["TP"]), int(s["CP"]), int(s["PP"]), int(s["ROLLOUT_GPUS_PER_ENGINE"])
-    except ValueError as exc:
-        return Check("gpu split", FAIL, f"non-integer GPU setting: {exc}", "set integers")
-    colocate = s["COLOCATE"] == "1"
-    need = train + ev + (0 if colocate else rollout)
-    split = (
-        f"train {train} (TP{tp} x CP{cp} x PP{pp}), "
-        + ("rollout colocated" if colocate else f"rollout {rollout} ({per_engine}/engine)")
-        + f", eval {ev}"
-    )
-    if train % (tp * cp * pp):
+        plan = run_plan.plan_gpus({**s, "PRINT_ONLY": "0"}, list(range(count)))
+    except run_plan.PlanError as exc:
         return Check(
             "gpu split",
             FAIL,
-            f"{split}: TRAIN_GPUS not a multiple of TP*CP*PP",
-            "change TRAIN_GPUS or TP/CP/PP",
+            str(exc),
+            "lower TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS, use COLOCATE=1 or EVAL_DEVICES, or run on a larger machine",
         )
-    if not colocate and rollout % per_engine:
-        return Check(
-            "gpu split",
-            FAIL,
-            f"{split}: ROLLOUT_GPUS not a multiple of ROLLOUT_GPUS_PER_ENGINE",
-            "change ROLLOUT_GPUS or ROLLOUT_GPUS_PER_ENGINE",
-        )
-    if count < need:
-        return Check(
-            "gpu split",
-            FAIL,
-            f"{split} needs {need} GPUs, {count} visible",
-            "lower TRAIN_GPUS/ROLLOUT_GPUS/EVAL_GPUS, use COLOCATE=1, or run on a larger machine",
-        )
-    return Check("gpu split", PASS, f"{split}: {need} of {count} GPUs")
+    return Check("gpu split", PASS, plan.describe())
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -362,32 +362,18 @@ krl_init_run_dir() {
     "export PYTHONPATH=$(printf '%q' "${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}")")
 }
 
-# krl_gpu_ids: KRL_GPU_IDS, the physical ids of the GPUs a run may use: CUDA_VISIBLE_DEVICES's list
-# when it is set (a run on GPUs 4-7 of a node, two runs side by side on one machine), else 0..N-1
-# with N from NUM_GPUS or nvidia-smi. Ray, SGLang (through slime) and the eval server get their ids
-# from this list, so the launcher never reaches a GPU the caller hid.
-krl_gpu_ids() {
-  local id n
-  if [[ -v CUDA_VISIBLE_DEVICES ]]; then
-    IFS=, read -r -a KRL_GPU_IDS <<<"${CUDA_VISIBLE_DEVICES}"
-    for id in "${KRL_GPU_IDS[@]}"; do
-      [[ "${id}" =~ ^[0-9]+$ ]] ||
-        krl_die "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES}: list GPU indices (e.g. 4,5,6,7); the launcher does not take UUIDs"
-    done
-  else
-    n="${NUM_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
-    KRL_GPU_IDS=()
-    for ((id = 0; id < n; id++)); do KRL_GPU_IDS+=("${id}"); done
-  fi
-}
-
-# krl_gpu_range FROM COUNT: entries FROM..FROM+COUNT-1 of KRL_GPU_IDS, comma-separated; a position
-# past the list is its own index (PRINT_ONLY's assumed split on a machine with fewer GPUs).
-krl_gpu_range() {
-  local i out=()
-  for ((i = $1; i < $1 + $2; i++)); do out+=("${KRL_GPU_IDS[i]:-${i}}"); done
-  local IFS=,
-  printf '%s' "${out[*]}"
+# krl_run_plan KIND: the run's GPU split (tools/run_plan.py: the one place of the rule) as the
+# variables ROLLOUT_GPUS, RAY_NUM_GPUS, RAY_VISIBLE_DEVICES and, for KIND rl, EVAL_DEVICES. The
+# physical ids come from CUDA_VISIBLE_DEVICES when it is set, so the launcher never reaches a GPU
+# the caller hid.
+krl_run_plan() {
+  local out
+  out="$(TRAIN_GPUS="${TRAIN_GPUS}" ROLLOUT_GPUS="${ROLLOUT_GPUS}" EVAL_GPUS="${EVAL_GPUS}" \
+    ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE}" COLOCATE="${COLOCATE}" TP="${TP}" CP="${CP}" PP="${PP}" \
+    TRAIN_ONLY="${TRAIN_ONLY:-0}" TRAINER_CMD="${TRAINER_CMD:-}" EVAL_DEVICES="${EVAL_DEVICES:-}" \
+    PRINT_ONLY="${PRINT_ONLY:-0}" krl_py -m tools.run_plan --kind "$1" --shell)" ||
+    krl_die "no GPU split for these settings (the line above says why)"
+  eval "${out}"
 }
 
 # krl_write_trainer_cmd ENTRY ARGS...: the trainer window's script: TRAINER_CMD when set (tests,

@@ -678,7 +678,7 @@ def test_print_only_works_on_any_machine(tmp_path: Path) -> None:
     assert (
         "1 GPU(s) visible; the GPU split is not checked: assuming the documented default split" in res.stderr
     )
-    assert "train 4, rollout 2, eval 2, colocate=0 = 8 GPU(s)" in res.stderr
+    assert "train 4, rollout 2, eval 2 (6,7): 8 of 1 GPU(s) (assumed)" in res.stderr
     assert f"ports {eval_port} {buffer_port}" in res.stderr and "not checked" in res.stderr
     assert "### window trainer" in res.stdout
     assert refused.returncode != 0 and f"port {eval_port} is in use" in refused.stderr

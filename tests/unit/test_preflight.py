@@ -108,7 +108,7 @@ def test_good_setup_passes_checkpoint_data_model_and_split(settings: dict[str, s
     ):
         assert checks[name].status == PASS, checks[name]
     assert checks["slime"].status == FAIL and "SLIME_DIR" in checks["slime"].fix
-    assert "8 of 8 GPUs" in checks["gpu split"].detail
+    assert "8 of 8 GPU(s)" in checks["gpu split"].detail
 
 
 def test_failures_name_the_problem_and_the_fix(settings: dict[str, str], tmp_path: Path) -> None:
@@ -134,7 +134,7 @@ def test_failures_name_the_problem_and_the_fix(settings: dict[str, str], tmp_pat
         checks["prompt data"].status == FAIL
         and "level: missing required field" in checks["prompt data"].detail
     )
-    assert checks["gpu split"].status == FAIL and "needs 8 GPUs, 4 visible" in checks["gpu split"].detail
+    assert checks["gpu split"].status == FAIL and "needs 8 GPUs" in checks["gpu split"].detail and "4 are visible" in checks["gpu split"].detail
     assert "COLOCATE=1" in checks["gpu split"].fix
     assert (
         checks["ports"].status == FAIL and f"BUFFER_PORT={settings['BUFFER_PORT']}" in checks["ports"].detail
@@ -295,3 +295,13 @@ def test_gate_names_a_missing_trainer_requirement_first(tmp_path: Path, monkeypa
     assert preflight.main(["--gate"]) == 1
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("ray: not installed -> fix: ")
+
+
+def test_the_split_is_the_launchers_train_only_and_named_eval_devices_need_fewer(settings: dict[str, str]) -> None:
+    """TRAIN_ONLY=1 starts no SGLang engine and EVAL_DEVICES=cpu takes no GPU: the launcher starts
+    on 6 GPUs then, and preflight must agree (it said "needs 8 GPUs, 6 visible")."""
+    settings.update(TRAIN_GPUS="4", ROLLOUT_GPUS="2", EVAL_GPUS="2", COLOCATE="0", TP="1", CP="1", PP="1")
+    assert preflight.check_gpus(settings, 6).status == FAIL
+    assert preflight.check_gpus({**settings, "TRAIN_ONLY": "1"}, 6).status == PASS
+    check = preflight.check_gpus({**settings, "EVAL_DEVICES": "cpu"}, 6)
+    assert check.status == PASS and "eval 2 (cpu)" in check.detail
