@@ -7,7 +7,8 @@
 #      still the same one (PID and start time): SIGTERM, SIGKILL after STOP_TIMEOUT_S;
 #   2. every remaining process carrying this run's id (KRL_RUN_ID in its environment: the Ray
 #      daemons and workers of this run's Ray head, and anything else the windows started);
-#   3. the run's tmux session (on its own tmux server when TMUX_SOCKET was set).
+#   3. the run's tmux session, on the tmux server that holds it (its socket path, recorded in
+#      RUN_DIR/run.env when the session was created), whatever $TMUX says here.
 # It never kills by process name and never touches another run, another tmux session or Ray
 # cluster. Safe to run twice.
 set -euo pipefail
@@ -48,7 +49,10 @@ run_env() { (
 ); }
 KRL_RUN_ID="$(run_env KRL_RUN_ID)"
 TMUX_SESSION="$(run_env TMUX_SESSION)"
-TMUX_SOCKET="$(run_env TMUX_SOCKET)"
+# The socket path of the server that holds the session, recorded when it was created (the
+# launcher's TMUX_SOCKET for runs that recorded none)
+TMUX_SOCKET="$(run_env TMUX_SERVER)"
+[[ -n "${TMUX_SOCKET}" ]] || TMUX_SOCKET="$(run_env TMUX_SOCKET)"
 RUN_DIR="${run_dir}"
 : "${STOP_TIMEOUT_S:=30}"
 [[ -n "${KRL_RUN_ID}" ]] || krl_die "${run_dir}/run.env has no KRL_RUN_ID"

@@ -446,7 +446,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"logs:         {run_dir / 'logs'}/ (engine, eval, buffer, trainer)")
     print(f"run dir:      {run_dir} (model, prompts, recipe, buffer database)")
     if args.keep:
-        session, socket = env.get("TMUX_SESSION", run_dir.name), env.get("TMUX_SOCKET", "")
+        from slime_ext.reports.run_status import read_run_env
+
+        recorded = read_run_env(run_dir)  # the server that holds the session, whatever $TMUX says
+        session = env.get("TMUX_SESSION", run_dir.name)
+        socket = recorded.get("TMUX_SERVER") or env.get("TMUX_SOCKET", "")
         flag = f" -S {socket}" if "/" in socket else f" -L {socket}" if socket else ""
         print(f"dry run done in {time.monotonic() - t0:.0f} s; the session is kept (--keep):")
         print(f"  attach: tmux{flag} attach -t {session}")

@@ -224,6 +224,10 @@ krl_open_window() {
     krl_tmux new-window -d -t "=${session}:" -n "${name}" -c "${KRL_REPO_ROOT}" "${launch}"
   else
     krl_tmux new-session -d -s "${session}" -n "${name}" -c "${KRL_REPO_ROOT}" -x 200 -y 50 "${launch}"
+    # The server that holds the session, by its socket path: scripts/stop.sh addresses it there
+    # whatever $TMUX says where stop.sh runs (a pane of another server, `tmux -L other`)
+    printf 'export TMUX_SERVER=%q\n' "$(krl_tmux display-message -p -t "=${session}:" '#{socket_path}')" \
+      >>"${RUN_DIR}/run.env"
   fi
   # Keep a window whose command ended, so its last lines can be read after a crash.
   krl_tmux set-option -w -t "${session}:${name}" remain-on-exit on >/dev/null 2>&1 || true

@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -290,6 +291,30 @@ def test_a_window_whose_command_ends_stops_the_run(tmp_path: Path) -> None:
         assert _run_processes(run_dir) == set()
     finally:
         _stop(run_dir, env)
+
+
+def test_stop_finds_the_session_on_its_own_server_whatever_tmux_says(tmp_path: Path) -> None:
+    """A run started on one tmux server (here the default server of a private TMUX_TMPDIR) and
+    stopped from a pane of another (`$TMUX` names another socket): stop.sh addresses the server
+    recorded at start, not the one `$TMUX` points to (it used to say "stopped" and leave it)."""
+    tmux_dir = Path(tempfile.mkdtemp(prefix="tm"))  # short: a socket path has ~100 bytes
+    env = _static_services_env(tmp_path)
+    env.update(TMUX_SOCKET="", TMUX_TMPDIR=str(tmux_dir), TRAINER_CMD="sleep 600", ON_EXIT="wait")
+    run_dir = tmp_path / "runs" / "t"
+    default = ["tmux", "-S", str(tmux_dir / f"tmux-{os.getuid()}" / "default")]
+    try:
+        res = _launch(env)
+        assert res.returncode == 0, res.stderr
+        assert subprocess.run([*default, "has-session", "-t", "=t"]).returncode == 0
+        other = {**env, "TMUX": f"{tmux_dir / 'other.sock'},1,0"}  # a pane of another server
+        stopped = _stop(run_dir, other)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "tmux session t closed" in stopped.stderr
+        assert subprocess.run([*default, "has-session", "-t", "=t"], capture_output=True).returncode != 0
+    finally:
+        _stop(run_dir, env)
+        subprocess.run([*default, "kill-server"], capture_output=True)
+        shutil.rmtree(tmux_dir, ignore_errors=True)
 
 
 def test_in_slime_mode_runs_without_a_buffer_window(tmp_path: Path, runner_inputs: dict[str, str]) -> None:
