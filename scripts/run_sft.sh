@@ -16,6 +16,8 @@ set -euo pipefail
 # cannot change what a running copy does.
 {
 
+KRL_RUN_NAMED=0
+if [[ -n "${RUN_NAME:-}${RUN_DIR:-}" ]]; then KRL_RUN_NAMED=1; fi
 : "${RUN_NAME:=sft-$(date +%Y%m%d-%H%M%S)}"
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -44,6 +46,7 @@ if [[ -z "${TRAINER_CMD}" ]]; then
 fi
 krl_preflight_session "${ports[@]}"
 krl_report_resume "${LOAD_DIR}" "${REF_LOAD}"
+krl_print_only_scratch
 krl_init_run_dir "${KRL_RAY_PORT_VARS[@]}" RAY_VISIBLE_DEVICES TRAIN_GPUS SFT_DATA
 krl_write_trainer_cmd "${SFT_ENTRY}" "${TRAIN_ARGS[@]}"
 

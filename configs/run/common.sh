@@ -35,6 +35,12 @@ fi
 : "${RECIPE:=${KRL_REPO_ROOT}/configs/recipe/kernelbench_multiturn.yaml}"
 : "${BACKEND:=}"                  # kernel language, triton | cuda: the run recipe's episode.backend (empty: RECIPE's)
 : "${RUNS_ROOT:=${KRL_REPO_ROOT}/runs}"                  # one directory per run below it
+# KRL_RUN_NAMED=1 when the caller named the run (otherwise RUN_NAME is invented from the clock;
+# a launcher that invents its own sets KRL_RUN_NAMED before)
+if [[ -z "${KRL_RUN_NAMED:-}" ]]; then
+  KRL_RUN_NAMED=0
+  if [[ -n "${RUN_NAME:-}${RUN_DIR:-}" ]]; then KRL_RUN_NAMED=1; fi
+fi
 : "${RUN_NAME:=kbench-mt-$(date +%Y%m%d-%H%M%S)}"
 : "${RUN_DIR:=${RUNS_ROOT}/${RUN_NAME}}"
 : "${TMUX_SESSION:=${RUN_NAME}}"

@@ -347,6 +347,19 @@ krl_report_resume() {
   fi
 }
 
+# krl_print_only_scratch: with PRINT_ONLY=1 for a run the caller did not name (its RUN_NAME made
+# from the clock, new at every call), the run directory written to print the windows is removed
+# at exit, and RUNS_ROOT too when this call created it: printing leaves nothing behind. A named
+# run (RUN_NAME or RUN_DIR set) keeps the scripts it printed there, to inspect.
+krl_print_only_scratch() {
+  [[ "${PRINT_ONLY:-0}" == 1 && "${KRL_RUN_NAMED:-1}" == 0 && ! -e "${RUN_DIR}" ]] || return 0
+  local cleanup
+  cleanup="rm -rf -- $(printf '%q' "${RUN_DIR}")"
+  [[ -e "${RUNS_ROOT}" ]] || cleanup+="; rmdir -- $(printf '%q' "${RUNS_ROOT}") 2>/dev/null || true"
+  # shellcheck disable=SC2064  # the paths are fixed now, on purpose
+  trap "${cleanup}" EXIT
+}
+
 # krl_init_run_dir VAR...: create RUN_DIR/{logs,pids,cmd}, forget the PID files of an earlier
 # start, write RUN_DIR/run.env (the listed variables; stop.sh reads it) and the base KRL_CMD_ENV.
 krl_init_run_dir() {

@@ -21,7 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL_ARGS = "MODEL_ARGS=(--num-layers 36 --hidden-size 4096 --swiglu)\n"
 
 
-def _run(script: str, tmp_path: Path, cwd: Path = REPO, **extra: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    script: str, tmp_path: Path, cwd: Path = REPO, **extra: str | None
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "model.sh").write_text(MODEL_ARGS)
     (tmp_path / "recipe.yaml").write_text(
         "kernel_rl:\n  runner:\n    temperature: 0.7\n  episode:\n    max_turns: 2\n"
@@ -47,6 +49,8 @@ def _run(script: str, tmp_path: Path, cwd: Path = REPO, **extra: str) -> subproc
     env.pop("SLIME_HOST_IP", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)  # the caller's GPUs are not the test's
     env.update(extra)
+    for name in [k for k, v in extra.items() if v is None]:  # None: leave the setting unset
+        env.pop(name)
     return subprocess.run(
         ["bash", str(REPO / "scripts" / script)],
         env=env,
@@ -734,3 +738,17 @@ def test_mismatch_rejection_wires_slimes_own_function(tmp_path: Path) -> None:
         args, train_log_probs=train, rollout_log_probs=rollout, loss_masks=masks
     )
     assert kept[0].sum().item() == 6 and kept[1].sum().item() == 0
+
+
+@pytest.mark.parametrize("script", ["run_kbench_multiturn.sh", "run_sft.sh"])
+def test_print_only_of_an_unnamed_run_leaves_no_run_directory(tmp_path: Path, script: str) -> None:
+    """Without RUN_NAME the run's name comes from the clock, new at every call: printing must not
+    leave a runs/<name> directory each time (nor the runs/ it created)."""
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text("{}\n")
+    res = _run(script, tmp_path, RUN_NAME=None, NUM_GPUS="8", SFT_DATA=str(sft))
+    assert res.returncode == 0, res.stderr
+    assert "### window trainer" in res.stdout and "exec " in res.stdout
+    assert not (tmp_path / "runs").exists()
+    named = _run(script, tmp_path, NUM_GPUS="8", SFT_DATA=str(sft))  # a named run keeps what it printed
+    assert named.returncode == 0 and (tmp_path / "runs" / "r" / "cmd" / "trainer.sh").is_file()
