@@ -112,13 +112,22 @@ def render(snap: dict[str, Any], earlier: dict[str, Any] | None = None) -> Any:
             )
         parts.append(steps)
 
+    def silent(name: str) -> str:
+        """A service that did not answer: stopped with the run, its window ended, or lost."""
+        if snap.get("stopped"):
+            return f"stopped (the run was stopped at {snap['stopped']})"
+        window = next((w for w in snap["windows"] if w["name"] == name), None)
+        if window is not None and window["state"] == "exited":
+            return f"stopped (its window exited with code {_fmt(window['exit_code'])})"
+        return "unreachable"
+
     services = Table(title="services", title_justify="left")
     services.add_column("service")
     services.add_column("state")
     ev = snap.get("eval")
     services.add_row(
         "eval",
-        "unreachable"
+        silent("eval")
         if ev is None
         else f"{ev['evaluations']} evaluations ({_fmt(ev['per_min'])}/min since start{_now_rate(earlier, snap)}), "
         f"in flight {_fmt(ev['in_flight'])}, "
@@ -128,7 +137,7 @@ def render(snap: dict[str, Any], earlier: dict[str, Any] | None = None) -> Any:
     buf = snap.get("buffer")
     services.add_row(
         "buffer",
-        "unreachable"
+        silent("buffer")
         if buf is None
         else f"groups ready {_fmt(buf['groups_ready'])}, consumed {_fmt(buf['groups_consumed'])}, "
         f"records {_fmt(buf['records'])}, policy version {_fmt(buf['policy_version'])}, stale records "

@@ -265,6 +265,8 @@ def snapshot(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
         if buffer_port
         else None,
         "gpus": _gpus(),
+        # scripts/stop.sh's mark (UTC time): a service that does not answer is stopped, not lost
+        "stopped": _last_line(run_dir / "stopped") or None,
     }
 
 

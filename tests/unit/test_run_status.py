@@ -258,3 +258,21 @@ def test_plot_run_on_a_dry_run_says_so_and_plots_its_rollout_step(
     rows = plot_run.dry_run_rows(run)
     assert rows == {0: {"rollout/kernel/mean_return": 0.25, "rollout/kernel/turn0/correct_rate": 0.25,
                         "rollout/kernel/turn1/correct_rate": 2 / 3}}  # fmt: skip
+
+
+def test_services_of_a_stopped_run_read_stopped_not_unreachable(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    def shown(run: Path) -> str:
+        console = Console(width=400, record=True)
+        console.print(status.render(run_status.snapshot(run, now=1000.0)))
+        return console.export_text()
+
+    running = _run_dir(tmp_path / "a")
+    assert re.search(r"eval[\s│]+unreachable", shown(running))
+    stopped = _run_dir(tmp_path / "b")
+    (stopped / "stopped").write_text("2026-11-28T10:00:00Z\n")  # what scripts/stop.sh writes
+    assert re.search(r"eval[\s│]+stopped \(the run was stopped at 2026-11-28T10:00:00Z\)", shown(stopped))
+    ended = _run_dir(tmp_path / "c")
+    (ended / "pids" / "eval.rc").write_text("1\n")
+    assert re.search(r"eval[\s│]+stopped \(its window exited with code 1\)", shown(ended))
