@@ -47,7 +47,9 @@ REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO / "scripts" / "run_kbench_multiturn.sh"
 STOPPER = REPO / "scripts" / "stop.sh"
 RECIPE = REPO / "configs" / "dry_run" / "recipe.yaml"
-NEEDED = {"transformers": "transformers>=4.51", "tokenizers": "tokenizers>=0.21"}
+# What the dry run installs when missing: the range its engine was run with (transformers 4.51
+# through 5.24 with tokenizers up to 0.23; the engine passes its KV cache by the name each takes, `past_key_values` or `cache`)
+NEEDED = {"transformers": "transformers>=4.51,<5.25", "tokenizers": "tokenizers>=0.21,<0.24"}
 
 
 class DryRunError(RuntimeError):

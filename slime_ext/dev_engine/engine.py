@@ -51,6 +51,7 @@ CLI: `python -m slime_ext.dev_engine.engine --model DIR [--host 127.0.0.1] [--po
 from __future__ import annotations
 
 import collections
+import inspect
 import json
 import logging
 import signal
@@ -296,7 +297,8 @@ class GenerateEngine:
         logprobs: list[float] = []
         if max_new == 0:
             return ids, logprobs, {"type": "length", "length": 0}
-        out = self.model(input_ids=torch.tensor([input_ids], device=self.device), use_cache=True)
+        cache = self._new_cache()
+        out = self.model(input_ids=torch.tensor([input_ids], device=self.device), use_cache=True, **cache)
         for _ in range(max_new):
             lp = torch.log_softmax(out.logits[0, -1].float() / temperature, dim=-1).cpu()
             token = int(
@@ -311,12 +313,17 @@ class GenerateEngine:
                 hit = next((s for s in stops if text.endswith(s)), None)
                 if hit is not None:
                     return ids, logprobs, {"type": "stop", "matched": hit}
-            out = self.model(
-                input_ids=torch.tensor([[token]], device=self.device),
-                past_key_values=out.past_key_values,
-                use_cache=True,
-            )
+            out = self.model(input_ids=torch.tensor([[token]], device=self.device), use_cache=True, **cache)
         return ids, logprobs, {"type": "length", "length": max_new}
+
+    def _new_cache(self) -> dict[str, Any]:
+        """An empty KV cache, passed by the name this transformers' forward takes: `cache` from
+        transformers 5 (`past_key_values` is deprecated there and goes in 5.40), else
+        `past_key_values`. The cache object is filled in place by every call."""
+        from transformers import DynamicCache
+
+        params = inspect.signature(self.model.forward).parameters
+        return {"cache" if "cache" in params else "past_key_values": DynamicCache()}
 
     # ------------------------------------------------------------------ server
 

@@ -287,3 +287,17 @@ def test_cli_refuses_cuda_without_a_gpu(model_dir: str, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as exc:
         main(["--model", model_dir, "--device", "cuda", "--scripted-mix", "0.5"])
     assert exc.value.code == 2 and "no CUDA device is visible" in capsys.readouterr().err
+
+
+def test_sampling_uses_the_supported_cache_api(engine) -> None:
+    """The KV cache goes by the name this transformers takes (`past_key_values` is deprecated in
+    transformers 5 and goes in 5.40: a FutureWarning in every engine log, shown by the status
+    window as the engine's last line)."""
+    import warnings
+
+    eng, _ = engine
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ids, logprobs, _ = eng.sample(_prompt(), 0.7, 6, set())
+    assert len(ids) == 6 and len(logprobs) == 6
+    assert not [w for w in caught if "past_key_values" in str(w.message)], [str(w.message) for w in caught]
