@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"      {_scripted_label(args.scripted_mix)}", flush=True)
         num_groups = args.num_groups or n
         print(
-            "[3/4] starting the tmux session (engine, eval, buffer, trainer), each health-gated ...",
+            "[3/4] starting the tmux session (engine, eval, buffer, trainer, status), each health-gated ...",
             flush=True,
         )
         env, started = launch(run_dir, args, num_groups)
@@ -445,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_summary(summary))
     print()
     print(f"trajectories: {run_dir / 'trajectories.jsonl'}")
-    print(f"logs:         {run_dir / 'logs'}/ (engine, eval, buffer, trainer)")
+    print(f"logs:         {run_dir / 'logs'}/ (engine, eval, buffer, trainer, status)")
     print(f"run dir:      {run_dir} (model, prompts, recipe, buffer database)")
     if args.keep:
         from slime_ext.reports.run_status import read_run_env

@@ -42,3 +42,37 @@ def test_command_blocks_name_existing_paths_and_modules(doc: Path) -> None:
             if module.split(".")[0] in _PACKAGES and not _module_exists(module):
                 missing.append(f"python -m {module}")
     assert not missing, f"{doc.name}: commands name what does not exist: {sorted(set(missing))}"
+
+
+def test_readme_names_every_window_the_dry_run_opens() -> None:
+    """The README's dry-run paragraph lists the tmux windows; the launcher is where they are made."""
+    launcher = (REPO / "scripts" / "run_kbench_multiturn.sh").read_text(encoding="utf-8")
+    made = set(re.findall(r"^\s*windows\+=\((\w+)\)", launcher, flags=re.M))
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"\(windows ((?:`\w+`(?:, )?)+)\)", readme)
+    assert listed, "README: no '(windows `a`, `b`, ...)' list in the dry-run paragraph"
+    assert set(re.findall(r"`(\w+)`", listed.group(1))) == made
+
+
+def test_readme_dry_run_sample_shows_every_closing_line() -> None:
+    """Each labelled line the dry run prints after its table (tools/dry_run.py) is in the README's
+    sample output, in the same form."""
+    source = (REPO / "tools" / "dry_run.py").read_text(encoding="utf-8")
+    tail = source[source.index("print(format_summary(summary))") :]
+    labels = re.findall(r'print\(f"([a-z][a-z ]*?:)\s', tail) + re.findall(r'print\(f"(dry run done in) ', tail)
+    assert len(labels) >= 4, labels
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    fenced = re.split(r"^```.*$", readme, flags=re.M)[1::2]  # the insides of the fences
+    sample = next(b for b in fenced if "trajectories:" in b)
+    for label in labels:
+        assert any(line.startswith(label) for line in sample.splitlines()), f"README sample lacks '{label} ...'"
+    logs = re.search(r"\(([a-z, ]+)\)\"\)", tail[tail.index("logs:") :]).group(1)
+    assert f"({logs})" in sample, f"README sample's logs line should list ({logs})"
+
+
+def test_readme_layout_names_every_slime_ext_folder() -> None:
+    row = next(line for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `slime_ext/` |"))  # fmt: skip
+    folders = sorted(p.name for p in (REPO / "slime_ext").iterdir() if (p / "__init__.py").is_file())
+    missing = [f for f in folders if f"`{f}/`" not in row]
+    assert not missing, f"README's layout row for slime_ext/ lacks {missing}"
