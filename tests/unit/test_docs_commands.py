@@ -76,3 +76,20 @@ def test_readme_layout_names_every_slime_ext_folder() -> None:
     folders = sorted(p.name for p in (REPO / "slime_ext").iterdir() if (p / "__init__.py").is_file())
     missing = [f for f in folders if f"`{f}/`" not in row]
     assert not missing, f"README's layout row for slime_ext/ lacks {missing}"
+
+
+def test_docs_speak_of_the_project_not_of_how_it_was_worked_on() -> None:
+    """Dates, hardware and commits; no work-session counts, tracker issue numbers or the names
+    of lent machine kinds."""
+    pattern = re.compile(
+        r"\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|this|previous|next|same) "
+        r"session\b|\bissue \d+|\bnvidia-h\d+(?:-x\d)?\b",
+        flags=re.I,
+    )
+    found = [
+        f"{doc.relative_to(REPO)}:{n}: {m.group(0)}"
+        for doc in [*DOCS, *REPO.glob("*/README.md")]
+        for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)
+        for m in pattern.finditer(line)
+    ]
+    assert not found, found
