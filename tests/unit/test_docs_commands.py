@@ -93,3 +93,34 @@ def test_docs_speak_of_the_project_not_of_how_it_was_worked_on() -> None:
         for m in pattern.finditer(line)
     ]
     assert not found, found
+
+
+def _launch_table() -> str:
+    doc = (REPO / "docs" / "LAUNCH.md").read_text(encoding="utf-8")
+    table = doc[doc.index("| variable | default | meaning |") :]
+    return table[: table.index("\n\n")]
+
+
+def test_every_setting_the_launchers_read_is_in_the_launch_table() -> None:
+    """The launchers' settings are frozen by docs/LAUNCH.md's table: a variable a launcher, its
+    sourced configs or the run plan reads with a default must be a row there, and every row must
+    still be read (a new setting fails here until it is documented)."""
+    files = [
+        *(REPO / "scripts" / n for n in ("run_kbench_multiturn.sh", "run_sft.sh", "stop.sh", "preflight.sh")),
+        *(REPO / "scripts" / "lib").glob("*.sh"),
+        *(REPO / "configs" / "run").rglob("*.sh"),
+        *(REPO / "configs" / "servers").glob("*.sh"),
+    ]
+    read: set[str] = set()
+    for f in files:
+        code = "\n".join(line for line in f.read_text(encoding="utf-8").splitlines() if not line.lstrip().startswith("#"))
+        read |= set(re.findall(r'"\$\{([A-Z][A-Z0-9_]*):[=-]', code))
+        read |= set(re.findall(r"\[\[ -v ([A-Z][A-Z0-9_]*) ", code))
+    plan = (REPO / "tools" / "run_plan.py").read_text(encoding="utf-8")
+    read |= set(re.findall(r'(?:\.get\(|_int\(settings, |env\[)"([A-Z][A-Z0-9_]+)"', plan))
+    internal = {"TMPDIR", "CUDA_VISIBLE_DEVICES"} | {v for v in read if v.startswith("KRL_")}
+    documented: set[str] = set()
+    for row in _launch_table().splitlines()[2:]:
+        documented |= set(re.findall(r"`([A-Z][A-Z0-9_]*)`", row.split("|")[1]))
+    assert sorted(read - documented - internal) == [], "settings missing from docs/LAUNCH.md's table"
+    assert sorted(documented - read - {"CUDA_VISIBLE_DEVICES"}) == [], "rows of settings nothing reads"
