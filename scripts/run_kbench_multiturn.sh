@@ -152,16 +152,14 @@ krl_init_run_dir EVAL_PORT BUFFER_PORT ENGINE_PORT ROUTER_HOST ROUTER_PORT "${KR
   EVAL_DEVICES RAY_VISIBLE_DEVICES TRAIN_GPUS ROLLOUT_GPUS EVAL_GPUS COLOCATE MODE TRAIN_ONLY \
   ROLLOUT_TEMPERATURE N_SAMPLES_PER_PROMPT RECIPE RUN_RECIPE PROMPT_DATA TRAIN_PROMPT_DATA SGLANG_URL
 
-# The run's recipe: the user's plus this run's URLs, data, tokenizer and temperature; read by
-# the buffer's agent runner (--recipe) and by slime's plug-ins (--custom-config-path: the
-# `plugins` section gets this run's buffer, eval and generate URLs).
+# The run's recipe: the user's plus this run's services (URLs, data, tokenizer: its `services`
+# section, read by the buffer's agent runner (--recipe) and by slime's plug-ins
+# (--custom-config-path) alike) and temperature.
 recipe_sets=(
-  --set "runner.sglang_url=${SGLANG_URL}" --set "runner.eval_urls=http://127.0.0.1:${EVAL_PORT}"
-  --set "runner.prompt_data=${PROMPT_DATA}" --set "runner.tokenizer=${TOKENIZER}"
-  --set "runner.temperature=${ROLLOUT_TEMPERATURE}"
-  --set "plugins.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "plugins.eval_urls=[http://127.0.0.1:${EVAL_PORT}]"
-  --set "plugins.sglang_url=${SGLANG_URL}" --set "plugins.prompt_data=${PROMPT_DATA}"
-  --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}"
+  --set "services.sglang_url=${SGLANG_URL}" --set "services.eval_urls=[http://127.0.0.1:${EVAL_PORT}]"
+  --set "services.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "services.prompt_data=${PROMPT_DATA}"
+  --set "services.tokenizer=${TOKENIZER}"
+  --set "runner.temperature=${ROLLOUT_TEMPERATURE}" --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}"
 )
 [[ -n "${CREDIT}" ]] && recipe_sets+=(--set "episode.reward.credit=${CREDIT}")
 [[ -n "${BACKEND}" ]] && recipe_sets+=(--set "episode.backend=${BACKEND}")

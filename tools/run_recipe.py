@@ -27,7 +27,8 @@ import yaml
 from krl_common.cli import EXIT_USAGE, HelpFormatter, make_parser
 from krl_common.fileio import atomic_write
 from krl_common.validation import ValidationError
-from slime_ext.rollout.recipe import ROOT_KEY, episode_config_from_recipe, load_recipe, recipe_section
+from slime_ext.rollout.recipe import ROOT_KEY, episode_config_from_recipe, load_recipe, with_services
+from slime_ext.slime_plugins.config import parse_plugin_config
 
 __all__ = ["lookup", "main", "with_values"]
 
@@ -70,12 +71,13 @@ def with_values(recipe: dict[str, Any], assignments: list[str]) -> dict[str, Any
 def validate(recipe: dict[str, Any]) -> None:
     """Validate the sections this project knows (each by its owner's parser)."""
     episode_config_from_recipe(recipe)
+    parse_plugin_config(recipe)
     try:
-        from buffer_server.runner.config import runner_config_from_dict
+        from buffer_server.runner.config import RUNNER_SERVICES, runner_config_from_dict
     except ImportError:
         return
     if recipe.get("runner") is not None:
-        runner_config_from_dict(recipe_section(recipe, "runner"))
+        runner_config_from_dict(with_services(recipe, "runner", RUNNER_SERVICES))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,9 +19,12 @@ from krl_common.settings import parse_settings
 from krl_common.urls import url_list_setting
 from slime_ext.rollout.episode import EpisodeConfig
 from slime_ext.rollout.problems import SPLITS
-from slime_ext.rollout.recipe import ROOT_KEY, episode_config_from_recipe, recipe_section
+from slime_ext.rollout.recipe import ROOT_KEY, episode_config_from_recipe, recipe_section, with_services
 
 __all__ = ["RunnerConfig", "RunnerSettings", "runner_config_from_dict", "runner_settings"]
+
+# the recipe's `services` keys the runner reads when its own section does not set them
+RUNNER_SERVICES = ("prompt_data", "sglang_url", "eval_urls", "tokenizer")
 
 
 @dataclass(frozen=True)
@@ -109,10 +112,11 @@ def runner_settings(recipe: Mapping[str, Any] | None, overrides: Mapping[str, An
     """The recipe's `runner`, `episode` and `curriculum` sections, with the buffer server's runner
     flags (`overrides`, None values ignored) taking precedence over `runner` keys. None when
     neither the recipe nor a flag configures a runner. Raises ValidationError naming the key."""
-    section = recipe_section(recipe, "runner")
-    section.update({k: v for k, v in overrides.items() if v is not None})
-    if not section:
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    if not recipe_section(recipe, "runner") and not flags:
         return None
+    section = with_services(recipe, "runner", RUNNER_SERVICES)
+    section.update(flags)
     return RunnerSettings(
         runner=runner_config_from_dict(section),
         episode=episode_config_from_recipe(recipe),

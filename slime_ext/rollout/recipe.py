@@ -9,6 +9,10 @@ The file has one top-level key, `kernel_rl`, so the same file can be given to sl
   `max_new_tokens_per_turn`, `enable_thinking`, `end_of_turn`, `chat_template_kwargs`, the nested `prompt`
   (`PromptConfig`), `reward` (`RewardConfig`: rewards, `gamma`, `credit`, early stop) and
   `eval_options` (the eval request's options) sections.
+- `services`: where the run's services are (`sglang_url`, `eval_urls`, `buffer_url`,
+  `prompt_data`, `tokenizer`), written once and read by the agent runner and the plug-ins alike
+  (`with_services`); a component section may set one of these itself only when `services`
+  does not (the same key set to two values is an error naming both).
 - `runner` and `curriculum` (the buffer's agent runner) and `plugins` (the slime plug-ins) belong
   to the component that reads them; each validates its own section (unknown keys are errors
   there too). Any other section name is an error here (`check_sections`), so a misspelled
@@ -33,6 +37,7 @@ import yaml
 
 from eval_server.schema import EvalOptions, parse_options
 from krl_common.settings import parse_settings
+from krl_common.urls import url_list_setting
 from krl_common.validation import ValidationError, check_type
 from slime_ext.clients.backends import DEFAULT_BACKEND, check_backend
 from slime_ext.rollout.episode import EpisodeConfig
@@ -47,10 +52,12 @@ __all__ = [
     "episode_config_from_recipe",
     "load_recipe",
     "recipe_section",
+    "with_services",
 ]
 
 ROOT_KEY = "kernel_rl"
-SECTIONS = ("episode", "runner", "curriculum", "plugins")
+SECTIONS = ("services", "episode", "runner", "curriculum", "plugins")
+SERVICE_KEYS = ("sglang_url", "eval_urls", "buffer_url", "prompt_data", "tokenizer")
 
 
 def check_sections(recipe: Mapping[str, Any]) -> None:
@@ -96,6 +103,41 @@ def recipe_section(recipe: Mapping[str, Any] | None, name: str) -> dict[str, Any
         return {}
     check_type(f"{ROOT_KEY}.{name}", value, dict)
     return dict(value)
+
+
+def _unset(value: Any) -> bool:
+    return value is None or (isinstance(value, str | list | tuple) and not value)
+
+
+def _same(key: str, a: Any, b: Any) -> bool:
+    if key == "eval_urls":
+        return url_list_setting(a, key) == url_list_setting(b, key)
+    return a == b
+
+
+def with_services(recipe: Mapping[str, Any] | None, name: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """Section `name` with its unset `keys` taken from the `services` section (unknown keys of
+    `services` are errors; a key set in both to different values is an error naming both)."""
+    section = recipe_section(recipe, name)
+    services = recipe_section(recipe, "services")
+    unknown = sorted(set(services) - set(SERVICE_KEYS))
+    if unknown:
+        raise ValidationError(
+            f"unknown key {', '.join(f'{ROOT_KEY}.services.{k}' for k in unknown)}; "
+            f"the services are {', '.join(SERVICE_KEYS)}"
+        )
+    for key in keys:
+        shared = services.get(key)
+        if _unset(shared):
+            continue
+        own = section.get(key)
+        if not _unset(own) and not _same(key, own, shared):
+            raise ValidationError(
+                f"{ROOT_KEY}.{name}.{key} ({own!r}) and {ROOT_KEY}.services.{key} ({shared!r}) differ: "
+                f"set it once, in services (read by the agent runner and the plug-ins)"
+            )
+        section[key] = shared
+    return section
 
 
 def episode_config_from_recipe(

@@ -27,7 +27,12 @@ from krl_common.settings import parse_settings
 from krl_common.urls import parse_urls, url_list_setting
 from krl_common.validation import check_type
 from slime_ext.rollout.episode import EpisodeConfig
-from slime_ext.rollout.recipe import ROOT_KEY, check_sections, episode_config_from_recipe, recipe_section
+from slime_ext.rollout.recipe import (
+    ROOT_KEY,
+    check_sections,
+    episode_config_from_recipe,
+    with_services,
+)
 
 __all__ = [
     "DEFAULT_BUFFER_URL",
@@ -47,6 +52,8 @@ ENV_BUFFER_URL = "KERNEL_RL_BUFFER_URL"
 ENV_EVAL_URLS = "KERNEL_RL_EVAL_URLS"
 DEFAULT_BUFFER_URL = "http://127.0.0.1:8889"
 DEFAULT_EVAL_URL = "http://127.0.0.1:18188"
+# the recipe's `services` keys the plug-ins read when their own section does not set them
+PLUGIN_SERVICES = ("buffer_url", "eval_urls", "sglang_url", "tokenizer", "prompt_data")
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,7 @@ class PluginConfig:
 def parse_plugin_config(recipe: Mapping[str, Any] | None) -> PluginConfig:
     """PluginConfig from a recipe's `plugins` section (defaults when absent); errors name the key."""
     path = f"{ROOT_KEY}.{SECTION}"
-    data = recipe_section(recipe, SECTION)
+    data = with_services(recipe, SECTION, PLUGIN_SERVICES)
     if "eval_urls" in data:  # a comma-separated string or a list; empty: the env var or default
         data["eval_urls"] = url_list_setting(data["eval_urls"], f"{path}.eval_urls", allow_empty=True)
     return parse_settings(PluginConfig, data, path)

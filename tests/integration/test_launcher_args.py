@@ -116,8 +116,11 @@ def test_default_split_of_eight_gpus(tmp_path: Path) -> None:
     assert _flag(buf, "--recipe") == str(run / "recipe.yaml") and _flag(buf, "--group-size") == "8"
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
     assert recipe["episode"] == {"max_turns": 2}
-    assert recipe["runner"]["temperature"] == 0.7 and recipe["runner"]["eval_urls"] == "http://127.0.0.1:0"
-    assert recipe["plugins"]["buffer_url"] == "http://127.0.0.1:0"
+    assert recipe["runner"]["temperature"] == 0.7 and recipe["services"]["eval_urls"] == ["http://127.0.0.1:0"]
+    assert recipe["services"]["buffer_url"] == "http://127.0.0.1:0"
+    # each service once: the runner and the plug-ins read `services` (slime_ext/rollout/recipe.py)
+    assert not {"sglang_url", "eval_urls", "prompt_data", "tokenizer"} & set(recipe["runner"])
+    assert not {"sglang_url", "eval_urls", "prompt_data", "tokenizer", "buffer_url"} & set(recipe["plugins"])
     assert "no checkpoint in" in res.stderr
     assert "KRL_RUN_ID=" in (run / "run.env").read_text()
 
@@ -409,7 +412,7 @@ def test_router_address_is_chosen_once(
     assert ip == (host or _node_ipv4())
     url = f"http://{url_host or ip}:30123"
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
-    assert recipe["runner"]["sglang_url"] == url and recipe["plugins"]["sglang_url"] == url
+    assert recipe["services"]["sglang_url"] == url
     assert _flag(_argv(run, "trainer"), "--sglang-router-port") == "30123"
 
     job = subprocess.run(
@@ -486,9 +489,9 @@ def test_in_slime_mode(tmp_path: Path) -> None:
     assert trainer[ev + 1 : ev + 3] == ["kernelbench_holdout", str(prompts)]
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
     assert recipe["episode"]["reward"]["credit"] == "per_turn"
-    assert recipe["plugins"]["prompt_data"] == str(prompts)  # level lookup by the generate plug-in
+    assert recipe["services"]["prompt_data"] == str(prompts)  # level lookup by the generate plug-in
     assert (
-        recipe["plugins"]["sglang_url"]
+        recipe["services"]["sglang_url"]
         == f"http://{_exported(run / 'cmd' / 'trainer.sh', 'SLIME_HOST_IP')}:0"
     )
 
@@ -586,7 +589,7 @@ def test_single_gpu_tiny_preset_train_only(tmp_path: Path) -> None:
     buf = _argv(run, "buffer")
     assert "--no-drop-zero-variance" in buf and _flag(buf, "--group-size") == "4"
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
-    assert recipe["runner"]["sglang_url"] == recipe["plugins"]["sglang_url"] == "http://127.0.0.1:0"
+    assert recipe["services"]["sglang_url"] == "http://127.0.0.1:0"
     assert recipe["episode"]["reward"]["credit"] == "per_turn"
     assert recipe["runner"]["max_new_tokens"] == recipe["episode"]["max_new_tokens_per_turn"] == 2048
     assert recipe["runner"]["max_context_tokens"] == 8192
@@ -623,7 +626,7 @@ def test_single_gpu_tiny_preset_colocated_and_overrides(tmp_path: Path) -> None:
     assert _flag(trainer, "--n-samples-per-prompt") == "2" and _flag(trainer, "--global-batch-size") == "8"
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
     ip = _exported(run / "cmd" / "trainer.sh", "SLIME_HOST_IP")
-    assert recipe["runner"]["sglang_url"] == f"http://{ip}:0"  # slime's router
+    assert recipe["services"]["sglang_url"] == f"http://{ip}:0"  # slime's router
     assert recipe["runner"]["concurrency"] == 3 and recipe["episode"]["reward"]["credit"] == "trajectory"
     too_few = _run("run_kbench_multiturn.sh", tmp_path, PRESET="single_gpu_tiny", NUM_GPUS="0")
     assert too_few.returncode == 1 and "needs 1 GPUs" in too_few.stderr

@@ -95,3 +95,30 @@ def test_a_misspelled_section_is_an_error_naming_it(tmp_path):
 def test_a_value_of_the_wrong_type_names_the_key():
     with pytest.raises(ValidationError, match=r"kernel_rl\.episode\.max_turns: expected int, got str"):
         episode_config_from_dict({"max_turns": "three"})
+
+
+def test_services_are_written_once_and_read_by_the_runner_and_the_plugins() -> None:
+    from buffer_server.runner.config import runner_settings
+    from slime_ext.rollout.recipe import with_services
+    from slime_ext.slime_plugins.config import parse_plugin_config
+
+    recipe = {
+        "services": {"sglang_url": "http://h:1", "eval_urls": "http://e:2,http://e:3", "prompt_data": "/p",
+                     "tokenizer": "/t", "buffer_url": "http://b:4"},
+        "runner": {"concurrency": 4, "eval_urls": ["http://e:2", "http://e:3"]},  # the same, as a list
+        "plugins": {"eval_urls": []},  # empty: unset
+    }  # fmt: skip
+    runner = runner_settings(recipe, {}).runner
+    assert (runner.sglang_url, runner.eval_urls, runner.prompt_data, runner.tokenizer) == (
+        "http://h:1", ("http://e:2", "http://e:3"), "/p", "/t")  # fmt: skip
+    plugins = parse_plugin_config(recipe)
+    assert (plugins.buffer_url, plugins.eval_urls, plugins.sglang_url) == (
+        "http://b:4", ("http://e:2", "http://e:3"), "http://h:1")  # fmt: skip
+    with pytest.raises(ValidationError, match=r"runner.sglang_url .* and kernel_rl.services.sglang_url .* differ"):
+        with_services({**recipe, "runner": {"sglang_url": "http://other:9"}}, "runner", ("sglang_url",))
+    with pytest.raises(ValidationError, match=r"unknown key kernel_rl.services.sglang_uri"):
+        with_services({"services": {"sglang_uri": "x"}}, "runner", ("sglang_url",))
+    # a recipe without `services` keeps working with the keys in each section
+    alone = {"runner": {"sglang_url": "http://h:1", "eval_urls": "http://e:2", "prompt_data": "/p", "tokenizer": "/t"}}
+    assert runner_settings(alone, {}).runner.sglang_url == "http://h:1"
+    assert runner_settings({"services": recipe["services"]}, {}) is None  # no runner section, no flags
