@@ -27,6 +27,16 @@ reports its own evaluations/min, p50 and mean phases (`compile` included).
   python bench/eval_throughput.py --kernelbench third_party/KernelBench --backend cuda --repeats 3 --baseline-repeats 2
   python bench/eval_throughput.py --kernelbench third_party/KernelBench --repeats 3 --baseline-repeats 0 \
       --server-args '' --server-args '--warmup-busy-ms 200'    # A/B of server flags in one run
+
+With `--fresh N` every request is a never-seen candidate (bench/fresh.py: unique kernel names, so
+no cache serves a compile), as in an RL step: the bundled samples' status mix, or with
+`--kernelbench` its problems with every third kernel broken (a compile error); one warm-up
+evaluation per problem first (its reference timed once), then N requests `--in-flight` at a time.
+It reports evaluations/min, client latency p50/p90, statuses, phase means and the GPU-exclusive
+seconds per evaluation; exit 1 when a status differs from the one the case must get.
+
+  python bench/eval_throughput.py --fresh 64 --in-flight 12 --devices 0
+  python bench/eval_throughput.py --fresh 64 --in-flight 12 --kernelbench third_party/KernelBench --devices 0
 """
 
 from __future__ import annotations
@@ -50,11 +60,14 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import BENCH_CASES  # noqa: E402
+from bench.fresh import FreshRequest, fresh_requests  # noqa: E402
 from eval_server.launch import running_server  # noqa: E402
 from eval_server.schema import BACKENDS  # noqa: E402
 from krl_common.stats import percentile  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
+# the judge's sections that hold the GPU alone (eval_server/judge/evaluate.py: ctx.gpu(exclusive=True))
+FRESH_EXCLUSIVE_PHASES = ("judge_reference_timing", "judge_timing")
 
 # KernelBench problems (level, number) and the bench problem whose candidates
 # (bench/candidates/<problem>__<backend>.py) solve each.
@@ -277,6 +290,70 @@ def run_baseline(
     }
 
 
+def run_fresh(
+    devices: str,
+    workers_per_device: int,
+    requests: list[FreshRequest],
+    warmups: list[FreshRequest],
+    tmp: Path,
+    timeout_s: float,
+    in_flight: int,
+    server_args: Sequence[str] = (),
+) -> dict:
+    """Never-seen candidates (bench/fresh.py), `in_flight` at a time, after one evaluation per
+    problem (`warmups`: its reference timed once, as an RL run times it once per problem and GPU).
+    GPU-exclusive seconds: the judge's timed sections (reference and candidate timing)."""
+    args = ["--devices", devices, "--workers-per-device", str(workers_per_device),
+            "--ref-cache", str(tmp / "ref_cache.sqlite"), "--timeout-s", str(timeout_s), *server_args]  # fmt: skip
+    rows: list[dict] = []
+    with running_server(tmp, args) as url, httpx.Client(timeout=timeout_s + 600) as client:
+
+        def one(req: FreshRequest) -> dict:
+            body: dict = {"reference": req.problem_source, "candidate": req.candidate_source, "problem_id": req.name}
+            if req.timeout_s is not None:
+                body["options"] = {"timeout_s": req.timeout_s}
+            t = time.perf_counter()
+            res = client.post(f"{url}/eval", json=body).json()
+            phases = res["phases"]
+            return {
+                "case": req.name,
+                "expected": req.expected_status,
+                "status": res["status"],
+                "latency_s": time.perf_counter() - t,
+                "elapsed_in_worker_s": res["elapsed_s"],
+                "gpu_exclusive_s": sum(phases.get(k, 0.0) for k in FRESH_EXCLUSIVE_PHASES),
+                "phases": phases,
+                "checks": [c["id"] for c in res["checks"]],
+                "feedback": res["feedback"][:400] if res["status"] != req.expected_status else "",
+            }
+
+        with ThreadPoolExecutor(max_workers=in_flight) as ex:
+            list(ex.map(one, warmups))
+            t0 = time.perf_counter()
+            for row in ex.map(one, requests):
+                rows.append(row)
+                print(
+                    f"fresh {row['case']:36s} {row['status']:14s} (expected {row['expected']}) "
+                    f"{row['latency_s']:6.2f} s, GPU-exclusive {row['gpu_exclusive_s']:.2f} s",
+                    flush=True,
+                )
+            wall = time.perf_counter() - t0
+    latency = [r["latency_s"] for r in rows]
+    statuses: dict[str, int] = {}
+    for r in rows:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    return {
+        **_wave_summary(rows, wall),
+        "in_flight": in_flight,
+        "latency_p50_s": percentile(latency, 0.5),
+        "latency_p90_s": percentile(latency, 0.9),
+        "gpu_exclusive_mean_s": statistics.fmean(r["gpu_exclusive_s"] for r in rows),
+        "statuses": dict(sorted(statuses.items())),
+        "unexpected": [r for r in rows if r["status"] != r["expected"]],
+        "rows": rows,
+    }
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--devices", default="0", help="GPU id(s) for our server; the baseline uses the first")
@@ -302,16 +379,63 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="further eval-server flags, one configuration per use (A/B in one run), e.g. "
         "--server-args '' --server-args '--warmup-busy-ms 200'; default: one configuration, none",
     )
+    p.add_argument(
+        "--fresh",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N never-seen candidates (bench/fresh.py): the bundled samples' mix, or with --kernelbench its "
+        "problems with every third kernel broken; no baseline",
+    )
+    p.add_argument("--in-flight", type=int, default=0, help="--fresh: requests in flight (0: 2 per worker)")
     p.add_argument("--timeout-s", type=float, default=300.0)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    if args.fresh and args.backend != "triton":
+        p.error("--fresh renames Triton kernels: --backend triton only")
     args.server_args = args.server_args or [""]
     return args
+
+
+def main_fresh(args: argparse.Namespace, names: list[str]) -> int:
+    jobs = None
+    if args.kernelbench:
+        jobs = [(j.name, j.problem, j.candidate) for j in kernelbench_jobs(args.kernelbench, names)]
+    tag = f"{os.getpid()}_{int(time.time())}"
+    requests = fresh_requests(jobs, args.fresh, tag)
+    first: dict[str, FreshRequest] = {}
+    for r in fresh_requests(jobs, len(jobs) if jobs else args.fresh, f"{tag}_warm"):
+        if r.expected_status == "ok":
+            first.setdefault(r.problem_source, r)
+    results = {}
+    for wpd in [int(w) for w in args.workers_per_device.split(",")]:
+        n_workers = wpd * len(args.devices.split(","))
+        in_flight = args.in_flight or 2 * n_workers
+        for extra in args.server_args:
+            name = f"fresh_{wpd}_per_gpu_{in_flight}_in_flight" + (f" [{extra}]" if extra else "")
+            with tempfile.TemporaryDirectory(prefix="bench-fresh-") as tmp:
+                r = run_fresh(args.devices, wpd, requests, list(first.values()), Path(tmp), args.timeout_s,
+                              in_flight, shlex.split(extra))  # fmt: skip
+            results[name] = r
+            print(
+                f"{name}: {r['evaluations']} evaluations in {r['wall_s']:.1f} s = {r['evals_per_min']:.1f}/min, "
+                f"latency p50 {r['latency_p50_s']:.2f} s p90 {r['latency_p90_s']:.2f} s, in-worker p50 "
+                f"{r['p50_s']:.2f} s, GPU-exclusive {r['gpu_exclusive_mean_s']:.3f} s per evaluation"
+            )
+            print(f"{name} statuses:", json.dumps(r["statuses"]))
+            print(f"{name} phase means (s):", json.dumps({k: round(v, 3) for k, v in r["phase_mean_s"].items()}))
+            for row in r["unexpected"]:
+                print(f"  UNEXPECTED {row['case']}: {row['status']} (expected {row['expected']}): {row['feedback']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 1 if any(r["unexpected"] for r in results.values()) else 0
 
 
 def main() -> int:
     args = parse_args()
     names = [n for n in args.cases.split(",") if n]
+    if args.fresh:
+        return main_fresh(args, names)
     cases = (
         kernelbench_jobs(args.kernelbench, names, args.backend)
         if args.kernelbench
