@@ -99,7 +99,13 @@ def render(snap: dict[str, Any], earlier: dict[str, Any] | None = None) -> Any:
         turns = sorted({t for k in rollout if (t := turn_index(k)) is not None})
         for t in turns:
             table.add_row(str(t + 1), *[_fmt(rollout.get(f"turn{t}/{k}")) for k in per_turn])
-        table.caption = "  ".join(f"{k} {_fmt(rollout[k])}" for k in headline if k in rollout)
+        caption = ["  ".join(f"{k} {_fmt(rollout[k])}" for k in headline if k in rollout)]
+        for label, prefix in (("statuses", "status/"), ("ended by", "check/")):
+            shares = sorted(((k[len(prefix) :], v) for k, v in rollout.items() if k.startswith(prefix)),
+                            key=lambda kv: -kv[1])  # fmt: skip
+            if shares:
+                caption.append(f"{label}: " + ", ".join(f"{name} {_fmt(v)}" for name, v in shares))
+        table.caption = "\n".join(c for c in caption if c)
         parts.append(table)
     recent = snap.get("recent_rollouts") or []
     if len(recent) > 1:

@@ -124,7 +124,12 @@ RUN_CURVES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
     # the server's latency and, added by plot_run_curve, each phase that took >= 0.05 s at some step
     "eval_phases": ("evaluation time by phase (mean)", "seconds",
                     [("server total", "rollout/kernel/eval_latency_s/mean")]),
+    # one line per status, and per check id that ended a turn, added by run_curve_series
+    "statuses": ("evaluation statuses", "share of evaluated turns", []),
+    "checks": ("checks that ended a turn", "share of evaluated turns", []),
 }  # fmt: skip
+STATUS_PREFIX = "rollout/kernel/status/"
+CHECK_PREFIX = "rollout/kernel/check/"
 EVAL_PHASE_PREFIX = "rollout/kernel/eval_phase_s/"
 MIN_PHASE_S = 0.05  # a phase never this long stays off the plot (a dozen lines would hide the rest)
 
@@ -148,6 +153,10 @@ def run_curve_series(name: str, rows: Mapping[int, Mapping[str, float]]) -> list
                     longest[k] = max(longest.get(k, 0.0), float(v))
         series = series + [(k[len(EVAL_PHASE_PREFIX) :].removesuffix("/mean"), k)
                            for k in sorted(longest) if longest[k] >= MIN_PHASE_S]  # fmt: skip
+    for curve, prefix in (("statuses", STATUS_PREFIX), ("checks", CHECK_PREFIX)):
+        if name == curve:
+            keys = sorted({k for r in rows.values() for k in r if k.startswith(prefix)})
+            series = series + [(k[len(prefix) :], k) for k in keys]
     return [(label, key) for label, key in series if any(key in r for r in rows.values())]
 
 

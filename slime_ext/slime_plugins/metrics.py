@@ -20,7 +20,10 @@ are counted once); aborted trajectories are only counted in `aborted_rate`:
   turns (GPU: the share of the forward's GPU time in the candidate's own kernels, which the
   recipe's `reward.profile_scale` / `reward.prs_min_share` read);
 - per role (`role/{generator,fixer,optimizer}/...`: slime_ext/rollout/roles.py), over the turns
-  played in that role: `n`, `correct_rate`, `fast_1_rate`, `speedup_correct_mean`.
+  played in that role: `n`, `correct_rate`, `fast_1_rate`, `speedup_correct_mean`;
+- `status/{status}`: share of the evaluated turns that got each status (`ok`, `compile_error`,
+  `incorrect`, `rejected`, ...), and `check/{id}`: share of the evaluated turns that a check ended
+  (`static.forbidden_api`, `judge.output`, ...): why candidates fail, step by step.
 """
 
 from __future__ import annotations
@@ -114,6 +117,11 @@ def kernel_metrics(samples: Sequence[Any], prefix: str = "rollout/kernel/") -> d
             timed = [x["speedup"] for x in turns if x["correct"] and x["speedup"] is not None]
             _put_mean(out, f"role/{role}/speedup_correct_mean", timed)
     all_turns = [t for m, _ in trajectories for t in m["turns"]]
+    evaluated = [t for t in all_turns if t.get("evaluated") and t.get("status")]
+    for status in sorted({str(t["status"]) for t in evaluated}):
+        out[f"status/{status}"] = _rate([t["status"] == status for t in evaluated])
+    for check in sorted({c for t in evaluated for c in t.get("checks") or ()}):
+        out[f"check/{check}"] = _rate([check in (t.get("checks") or ()) for t in evaluated])
     latencies = [float(t["eval_s"]) for t in all_turns if t.get("eval_s") is not None]
     if latencies:
         out["eval_latency_s/mean"] = sum(latencies) / len(latencies)

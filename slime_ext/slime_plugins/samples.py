@@ -78,6 +78,10 @@ def turn_summary(
         # the eval server's seconds per phase (compile, correctness, timing, ...): where eval_s went
         "phases": {str(k): float(v) for k, v in phases.items()} if isinstance(phases, Mapping) else {},
         "reward": float(reward),
+        # the check ids that ended a turn that was not ok (static rules, runtime checks, the judge)
+        "checks": [str(c.get("id")) for c in r.get("checks") or [] if isinstance(c, Mapping)]
+        if r.get("status") not in (None, "ok")
+        else [],
     }
     if role is not None:
         summary["role"] = role

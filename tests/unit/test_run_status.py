@@ -276,3 +276,21 @@ def test_services_of_a_stopped_run_read_stopped_not_unreachable(tmp_path: Path) 
     ended = _run_dir(tmp_path / "c")
     (ended / "pids" / "eval.rc").write_text("1\n")
     assert re.search(r"eval[\s│]+stopped \(its window exited with code 1\)", shown(ended))
+
+
+def test_status_and_plots_show_why_candidates_fail(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    snap = run_status.snapshot(_run_dir(tmp_path), now=1000.0)
+    snap["rollout"] = {
+        "rollout/kernel/turn0/n": 8.0, "rollout/kernel/status/ok": 0.25, "rollout/kernel/status/compile_error": 0.5,
+        "rollout/kernel/status/rejected": 0.25, "rollout/kernel/check/static.forbidden_api": 0.25,
+    }  # fmt: skip
+    console = Console(width=300, record=True)
+    console.print(status.render(snap))
+    text = console.export_text()
+    assert "statuses: compile_error 0.5, ok 0.25, rejected 0.25" in text
+    assert "ended by: static.forbidden_api 0.25" in text
+    rows = {3: snap["rollout"]}
+    assert [label for label, _ in run_curve_series("statuses", rows)] == ["compile_error", "ok", "rejected"]
+    assert [label for label, _ in run_curve_series("checks", rows)] == ["static.forbidden_api"]

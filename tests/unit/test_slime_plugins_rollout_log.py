@@ -75,6 +75,26 @@ def test_metrics_by_level_and_turn() -> None:
     assert m[k + "speedup_correct/mean"] == pytest.approx(2.25)
 
 
+def test_statuses_and_the_checks_that_ended_turns() -> None:
+    """Shares over the evaluated turns (aborted trajectories' too: the evaluator did the work),
+    and, for each check id, the share of evaluated turns it ended (a warning on an ok turn is not
+    counted)."""
+    rejected = dict(result("rejected"), checks=[{"id": "static.forbidden_api", "message": "m"}])
+    warned = dict(result("ok", speedup=1.1), checks=[{"id": "runtime.escaped_timing", "message": "w"}])
+    recs = [
+        rec("a", 1, [rejected, warned], [0.0, 0.5]),
+        rec("b", 1, [result("compile_error"), None], [0.0, 0.0]),
+        rec("c", 1, [result("incorrect")], [0.0]),
+    ]
+    samples, _ = group_to_samples(recs, credit="trajectory", group_index=0, first_index=0)
+    m = kernel_metrics(samples)
+    k = "rollout/kernel/"
+    assert {key: v for key, v in m.items() if key.startswith(k + "status/")} == {
+        k + "status/compile_error": 0.25, k + "status/incorrect": 0.25, k + "status/ok": 0.25,
+        k + "status/rejected": 0.25}  # fmt: skip
+    assert {key: v for key, v in m.items() if key.startswith(k + "check/")} == {k + "check/static.forbidden_api": 0.25}
+
+
 def test_own_share_of_correct_profiled_turns() -> None:
     """GPU evaluations carry kernel_time: its own_share is averaged over correct turns only."""
 
