@@ -77,7 +77,7 @@ if [[ -z "${ROLLOUT_TEMPERATURE:-}" ]]; then
 fi
 : "${N_SAMPLES_PER_PROMPT:=8}"  # episodes per prompt: the GRPO group (buffer --group-size, slime n)
 
-# --- GPU split (tools/run_plan.py) ------------------------------------------------------------
+# --- the plan: GPU split, service URLs, ports (tools/run_plan.py) -----------------------------
 krl_run_plan rl
 
 # The run id marks every process of the run (set in the window scripts only: the tmux server,
@@ -93,25 +93,8 @@ if [[ "${MODE}" == in_slime && -z "${TRAIN_PROMPT_DATA:-}" ]]; then
 fi
 : "${TRAIN_PROMPT_DATA:=}"
 
-# --- the engine the episodes generate with (SGLANG_URL) ----------------------------------------
-# slime starts its router at ROUTER_HOST:ROUTER_PORT (SLIME_HOST_IP=ROUTER_HOST below); the agent
-# runner (buffer mode) and the generate plug-in (in-slime mode) both generate with SGLANG_URL.
-if [[ "${ENGINE}" == tiny ]]; then
-  : "${ENGINE_HEALTH_URL:=http://127.0.0.1:${ENGINE_PORT}/health}"
-  : "${SGLANG_URL:=http://127.0.0.1:${ENGINE_PORT}}"
-fi
-if [[ -z "${SGLANG_URL:-}" ]]; then
-  [[ "${TRAIN_ONLY}" == 1 ]] && krl_die "TRAIN_ONLY=1 starts no SGLang router: set ENGINE=tiny (an engine window serving HF_CKPT) or SGLANG_URL=http://HOST:PORT of a /generate server"
-  if [[ "${ROUTER_HOST}" == *:* ]]; then
-    SGLANG_URL="http://[${ROUTER_HOST}]:${ROUTER_PORT}" # IPv6, bracketed as slime does
-  else
-    SGLANG_URL="http://${ROUTER_HOST}:${ROUTER_PORT}"
-  fi
-fi
-if [[ -n "${SLIME_HOST_IP:-}" && "${SLIME_HOST_IP}" != "${ROUTER_HOST}" ]]; then
-  krl_die "SLIME_HOST_IP=${SLIME_HOST_IP} differs from ROUTER_HOST=${ROUTER_HOST}: slime binds its router to SLIME_HOST_IP; set only ROUTER_HOST"
-fi
-SLIME_HOST_IP="${ROUTER_HOST}" # exported to the trainer and its Ray job (krl_write_trainer_cmd)
+# SGLANG_URL, the service URLs, SLIME_HOST_IP (exported to the trainer and its Ray job: slime
+# binds its router at ROUTER_HOST:ROUTER_PORT) and the ports came with the plan above.
 : "${TOKENIZER:=${HF_CKPT}}"
 export RUN_DIR TMUX_SESSION
 RAY_TMPDIR="${RAY_TMPDIR:-${TMPDIR:-/tmp}/ray-${RUN_NAME}}"
@@ -131,13 +114,7 @@ TRAIN_ARGS=("${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${EVAL_AR
   "${PLACEMENT_ARGS[@]}")
 
 # --- checks before anything starts ------------------------------------------------------------
-ports=("${EVAL_PORT}")
-[[ "${MODE}" == buffer ]] && ports+=("${BUFFER_PORT}")
-[[ "${ENGINE}" == tiny && -z "${ENGINE_CMD}" ]] && ports+=("${ENGINE_PORT}")
-if [[ -z "${TRAINER_CMD}" ]]; then
-  for var in "${KRL_RAY_PORT_VARS[@]}"; do ports+=("${!var}"); done
-  [[ "${TRAIN_ONLY}" == 1 ]] || ports+=("${ROUTER_PORT}")
-fi
+read -ra ports <<<"${KRL_PORTS}"
 krl_preflight_session "${ports[@]}"
 # What slime would otherwise find wrong only after Ray and Megatron started: checkpoints,
 # tokenizer, model args against config.json, prompt data (one line naming the fix).
@@ -156,8 +133,8 @@ krl_init_run_dir EVAL_PORT BUFFER_PORT ENGINE_PORT ROUTER_HOST ROUTER_PORT "${KR
 # section, read by the buffer's agent runner (--recipe) and by slime's plug-ins
 # (--custom-config-path) alike) and temperature.
 recipe_sets=(
-  --set "services.sglang_url=${SGLANG_URL}" --set "services.eval_urls=[http://127.0.0.1:${EVAL_PORT}]"
-  --set "services.buffer_url=http://127.0.0.1:${BUFFER_PORT}" --set "services.prompt_data=${PROMPT_DATA}"
+  --set "services.sglang_url=${SGLANG_URL}" --set "services.eval_urls=[${EVAL_URL}]"
+  --set "services.buffer_url=${BUFFER_URL}" --set "services.prompt_data=${PROMPT_DATA}"
   --set "services.tokenizer=${TOKENIZER}"
   --set "runner.temperature=${ROLLOUT_TEMPERATURE}" --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}"
 )

@@ -1,9 +1,12 @@
-"""The GPU split of a run, decided once: which GPUs train, which generate, which evaluate.
+"""A run's plan, decided once: which GPUs train, which generate, which evaluate, and where the
+services are (the URLs the agent runner and the plug-ins use, the ports a start needs free).
 
 The launchers (`scripts/run_kbench_multiturn.sh`, `scripts/run_sft.sh`) `eval` what `--shell`
 prints, and `tools/preflight.py` checks the same plan, so the rule that turns TRAIN_GPUS,
 ROLLOUT_GPUS, EVAL_GPUS, COLOCATE, TRAIN_ONLY, EVAL_DEVICES and the visible GPUs into device
-lists exists here only.
+lists, and the one that turns ROUTER_HOST/ROUTER_PORT, ENGINE and SGLANG_URL into the URL every
+episode generates with, exist here only. The launcher records the plan in RUN_DIR/run.env, which
+scripts/stop.sh and the status window read.
 
   python -m tools.run_plan --shell            # KEY=VALUE lines for the launcher (env in, env out)
   python -m tools.run_plan --kind sft --shell
@@ -172,6 +175,76 @@ def plan_gpus(settings: Mapping[str, str], ids: Sequence[int], kind: str = "rl")
     )
 
 
+RAY_PORTS = ("RAY_PORT", "RAY_DASHBOARD_PORT", "RAY_CLIENT_PORT", "RAY_AGENT_PORT")
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the GRPO run's services are, and the ports its start must find free."""
+
+    sglang_url: str  # what the agent runner and the plug-ins generate with
+    eval_url: str
+    buffer_url: str
+    engine_health_url: str  # "" without an engine window
+    slime_host_ip: str  # slime binds its router there: ROUTER_HOST
+    ports: tuple[int, ...]
+
+    def shell(self) -> dict[str, str]:
+        return {
+            "SGLANG_URL": self.sglang_url,
+            "EVAL_URL": self.eval_url,
+            "BUFFER_URL": self.buffer_url,
+            "ENGINE_HEALTH_URL": self.engine_health_url,
+            "SLIME_HOST_IP": self.slime_host_ip,
+            "KRL_PORTS": " ".join(str(p) for p in self.ports),
+        }
+
+
+def plan_endpoints(settings: Mapping[str, str]) -> Endpoints:
+    """The run's URLs (slime starts its router at ROUTER_HOST:ROUTER_PORT, SLIME_HOST_IP being
+    ROUTER_HOST; ENGINE=tiny serves at ENGINE_PORT; SGLANG_URL set by hand wins) and its ports."""
+    port = {n: _int(settings, n, "0") for n in ("EVAL_PORT", "BUFFER_PORT", "ENGINE_PORT", "ROUTER_PORT", *RAY_PORTS)}
+    engine_tiny = settings.get("ENGINE") == "tiny"
+    train_only = settings.get("TRAIN_ONLY") == "1"
+    router_host = settings.get("ROUTER_HOST") or "127.0.0.1"
+    health = settings.get("ENGINE_HEALTH_URL", "")
+    sglang = settings.get("SGLANG_URL", "")
+    if engine_tiny:
+        health = health or f"http://127.0.0.1:{port['ENGINE_PORT']}/health"
+        sglang = sglang or f"http://127.0.0.1:{port['ENGINE_PORT']}"
+    if not sglang:
+        if train_only:
+            raise PlanError(
+                "TRAIN_ONLY=1 starts no SGLang router: set ENGINE=tiny (an engine window serving HF_CKPT) "
+                "or SGLANG_URL=http://HOST:PORT of a /generate server"
+            )
+        host = f"[{router_host}]" if ":" in router_host else router_host  # IPv6, bracketed as slime does
+        sglang = f"http://{host}:{port['ROUTER_PORT']}"
+    slime_ip = settings.get("SLIME_HOST_IP", "")
+    if slime_ip and slime_ip != router_host:
+        raise PlanError(
+            f"SLIME_HOST_IP={slime_ip} differs from ROUTER_HOST={router_host}: slime binds its router to "
+            "SLIME_HOST_IP; set only ROUTER_HOST"
+        )
+    ports = [port["EVAL_PORT"]]
+    if settings.get("MODE", "buffer") == "buffer":
+        ports.append(port["BUFFER_PORT"])
+    if engine_tiny and not settings.get("ENGINE_CMD"):
+        ports.append(port["ENGINE_PORT"])
+    if not settings.get("TRAINER_CMD"):
+        ports += [port[n] for n in RAY_PORTS]
+        if not train_only:
+            ports.append(port["ROUTER_PORT"])
+    return Endpoints(
+        sglang_url=sglang,
+        eval_url=f"http://127.0.0.1:{port['EVAL_PORT']}",
+        buffer_url=f"http://127.0.0.1:{port['BUFFER_PORT']}",
+        engine_health_url=health,
+        slime_host_ip=router_host,
+        ports=tuple(ports),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = make_parser("tools.run_plan", __doc__)
     p.add_argument("--kind", choices=KINDS, default="rl", help="rl: the GRPO run; sft: the SFT run")
@@ -179,11 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         plan = plan_gpus(os.environ, visible_ids(os.environ), args.kind)
+        endpoints = plan_endpoints(os.environ) if args.kind == "rl" else None
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.shell:
-        for key, value in plan.shell().items():
+        for key, value in {**plan.shell(), **(endpoints.shell() if endpoints else {})}.items():
             print(f"{key}={shlex.quote(value)}")
         if plan.assumed:
             print(
@@ -194,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     else:
         print(plan.describe())
+        if endpoints:
+            print(f"generate {endpoints.sglang_url}, eval {endpoints.eval_url}, buffer {endpoints.buffer_url}")
     return 0
 
 

@@ -379,17 +379,21 @@ krl_init_run_dir() {
     "export PYTHONPATH=$(printf '%q' "${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}")")
 }
 
-# krl_run_plan KIND: the run's GPU split (tools/run_plan.py: the one place of the rule) as the
-# variables ROLLOUT_GPUS, RAY_NUM_GPUS, RAY_VISIBLE_DEVICES and, for KIND rl, EVAL_DEVICES. The
-# physical ids come from CUDA_VISIBLE_DEVICES when it is set, so the launcher never reaches a GPU
-# the caller hid.
+# krl_run_plan KIND: the run's plan (tools/run_plan.py: the one place of its rules) as the
+# variables RAY_NUM_GPUS, RAY_VISIBLE_DEVICES and, for KIND rl, ROLLOUT_GPUS, EVAL_DEVICES,
+# SGLANG_URL, EVAL_URL, BUFFER_URL, ENGINE_HEALTH_URL, SLIME_HOST_IP and KRL_PORTS (the ports a
+# start needs free). The physical ids come from CUDA_VISIBLE_DEVICES when it is set, so the
+# launcher never reaches a GPU the caller hid.
 krl_run_plan() {
-  local out
-  out="$(TRAIN_GPUS="${TRAIN_GPUS}" ROLLOUT_GPUS="${ROLLOUT_GPUS}" EVAL_GPUS="${EVAL_GPUS}" \
-    ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE}" COLOCATE="${COLOCATE}" TP="${TP}" CP="${CP}" PP="${PP}" \
-    TRAIN_ONLY="${TRAIN_ONLY:-0}" TRAINER_CMD="${TRAINER_CMD:-}" EVAL_DEVICES="${EVAL_DEVICES:-}" \
-    PRINT_ONLY="${PRINT_ONLY:-0}" krl_py -m tools.run_plan --kind "$1" --shell)" ||
-    krl_die "no GPU split for these settings (the line above says why)"
+  local out var settings=()
+  for var in TRAIN_GPUS ROLLOUT_GPUS EVAL_GPUS ROLLOUT_GPUS_PER_ENGINE COLOCATE TP CP PP TRAIN_ONLY TRAINER_CMD \
+    EVAL_DEVICES PRINT_ONLY MODE ENGINE ENGINE_CMD ENGINE_PORT ENGINE_HEALTH_URL SGLANG_URL ROUTER_HOST ROUTER_PORT \
+    SLIME_HOST_IP EVAL_PORT BUFFER_PORT "${KRL_RAY_PORT_VARS[@]}"; do
+    settings+=("${var}=${!var-}")
+  done
+  out="$(env "${settings[@]}" PYTHONPATH="${KRL_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" \
+    "${PYTHON:-python3}" -m tools.run_plan --kind "$1" --shell)" ||
+    krl_die "no plan for these settings (the line above says why)"
   eval "${out}"
 }
 

@@ -76,3 +76,31 @@ def test_shell_output_is_what_bash_evaluates(monkeypatch: pytest.MonkeyPatch, ca
     monkeypatch.setenv("TRAIN_GPUS", "3")
     assert main(["--shell"]) == 1
     assert "error: TRAIN_GPUS=3" in capsys.readouterr().err
+
+
+PORTS = {"EVAL_PORT": "18188", "BUFFER_PORT": "8889", "ENGINE_PORT": "30010", "ROUTER_PORT": "30000",
+         "RAY_PORT": "6379", "RAY_DASHBOARD_PORT": "8265", "RAY_CLIENT_PORT": "10001", "RAY_AGENT_PORT": "52365"}  # fmt: skip
+
+
+def test_endpoints_follow_the_router_the_engine_or_a_url_given_by_hand() -> None:
+    from tools.run_plan import plan_endpoints
+
+    router = plan_endpoints({**PORTS, "ROUTER_HOST": "10.0.0.5"})
+    assert router.sglang_url == "http://10.0.0.5:30000" and router.slime_host_ip == "10.0.0.5"
+    assert router.eval_url == "http://127.0.0.1:18188" and router.buffer_url == "http://127.0.0.1:8889"
+    assert router.ports == (18188, 8889, 6379, 8265, 10001, 52365, 30000)
+    assert plan_endpoints({**PORTS, "ROUTER_HOST": "fd00::5"}).sglang_url == "http://[fd00::5]:30000"
+    tiny = plan_endpoints({**PORTS, "ENGINE": "tiny", "TRAIN_ONLY": "1"})
+    assert tiny.sglang_url == "http://127.0.0.1:30010" and tiny.engine_health_url.endswith(":30010/health")
+    assert 30010 in tiny.ports and 30000 not in tiny.ports  # no router with TRAIN_ONLY
+    dry = plan_endpoints({**PORTS, "SGLANG_URL": "http://e:1", "TRAINER_CMD": "true", "MODE": "in_slime"})
+    assert dry.sglang_url == "http://e:1" and dry.ports == (18188,)
+
+
+def test_endpoints_refuse_what_slime_would_get_wrong() -> None:
+    from tools.run_plan import plan_endpoints
+
+    with pytest.raises(PlanError, match="TRAIN_ONLY=1 starts no SGLang router"):
+        plan_endpoints({**PORTS, "TRAIN_ONLY": "1"})
+    with pytest.raises(PlanError, match="SLIME_HOST_IP=10.0.0.9 differs from ROUTER_HOST=10.0.0.5"):
+        plan_endpoints({**PORTS, "ROUTER_HOST": "10.0.0.5", "SLIME_HOST_IP": "10.0.0.9"})
