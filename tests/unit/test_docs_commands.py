@@ -124,3 +124,18 @@ def test_every_setting_the_launchers_read_is_in_the_launch_table() -> None:
         documented |= set(re.findall(r"`([A-Z][A-Z0-9_]*)`", row.split("|")[1]))
     assert sorted(read - documented - internal) == [], "settings missing from docs/LAUNCH.md's table"
     assert sorted(documented - read - {"CUDA_VISIBLE_DEVICES"}) == [], "rows of settings nothing reads"
+
+
+def test_every_gpu_test_file_is_in_the_reference_table() -> None:
+    """docs/GPU_TESTS.md's current-status table has a row for every GPU test file (a new file fails
+    here until it has one), and every file a row names exists."""
+    doc = (REPO / "docs" / "GPU_TESTS.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Current status \(reference\)\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S)
+    assert section, "docs/GPU_TESTS.md: no '## Current status (reference)' section"
+    rows = [line for line in section.group(1).splitlines() if line.startswith("|")][2:]
+    assert rows, "docs/GPU_TESTS.md: the current-status section has no table rows"
+    named = {path for row in rows for path in re.findall(r"`(tests/gpu/[\w./-]+\.py)`", row.split("|")[1])}
+    files = {f"tests/gpu/{p.name}" for p in (REPO / "tests" / "gpu").glob("test_*_gpu.py")}
+    assert sorted(files - named) == [], "GPU test files without a row in docs/GPU_TESTS.md's current status"
+    gone = sorted(p for p in named if not (REPO / p).is_file())
+    assert gone == [], "rows naming GPU test files that do not exist"
