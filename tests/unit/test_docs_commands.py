@@ -83,7 +83,7 @@ def test_docs_speak_of_the_project_not_of_how_it_was_worked_on() -> None:
     of lent machine kinds."""
     pattern = re.compile(
         r"\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|this|previous|next|same) "
-        r"session\b|\bissue \d+|\bnvidia-h\d+(?:-x\d)?\b",
+        r"session\b|\bissues? \d+|\bnvidia-h\d+(?:-x\d)?\b",
         flags=re.I,
     )
     found = [
