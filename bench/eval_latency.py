@@ -1,4 +1,4 @@
-"""Where a client's latency goes outside the evaluation itself (issue 16 item 5).
+"""Where a client's latency goes outside the evaluation itself.
 
 Starts one eval server with one worker and evaluates the bundled relu sample (`relu` /
 `relu__correct`) `--repeats` times, first one request at a time, then with `--in-flight`

@@ -1,4 +1,4 @@
-"""Where the evaluation-to-evaluation spread of short kernels comes from (issue 3, A/A noise).
+"""Where the evaluation-to-evaluation spread of short kernels comes from (A/A noise).
 
 Each evaluation is a fresh process, and a 50-150 us kernel's median moves between processes
 while it is stable within one. This times the same case in `--procs` fresh processes per

@@ -168,7 +168,7 @@ class TimingStats:
 class KernelTime:
     """Where the GPU time of one profiled forward went (CUPTI, the first correctness call): the
     candidate's own kernels against all device activity (copies and fills included), and the
-    largest other activities. What the profiling-based reward scales by (issue 29)."""
+    largest other activities. What the profiling-based reward scales by."""
 
     own_share: float  # own kernels' time / all device time, 0..1
     own_us: float

@@ -34,7 +34,7 @@ def running_eval_server(tmp_path: Path, *args: str, env: dict[str, str] | None =
 def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Two CPU (Triton interpreter) workers."""
     with running_eval_server(
-        # no compile limit a loaded machine trips (issue 25): the CUDA candidates take ~50 s each alone
+        # no compile limit a loaded machine trips: the CUDA candidates take ~50 s each alone
         tmp_path_factory.mktemp("evalsrv"),
         "--devices",
         "cpu",

@@ -31,7 +31,7 @@ except when the store keeps only the current policy version's records (`max_stal
 on-policy loop): then everything that was sampled before the stop is dropped at the next version,
 so a stop cancels in-flight episodes at once and writes no unfinished group (its samples run
 again, whole, at the next start). On an H100 the drain was 8-17 s of each 30-47 s step of the
-on-policy GRPO loop (docs/GPU_TESTS.md, sixth session), episodes of the next groups that the
+on-policy GRPO loop (docs/GPU_TESTS.md, 2026-11-27), episodes of the next groups that the
 trainer would never use.
 """
 

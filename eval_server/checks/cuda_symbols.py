@@ -1,4 +1,4 @@
-"""What a built CUDA extension links against, held to an allowlist (issue 30, item 5).
+"""What a built CUDA extension links against, held to an allowlist.
 
 The source rules (cuda_static.py) read what the C++ says; the dynamic symbols the built
 extension leaves undefined say what it *calls* outside itself, however the source spelled it

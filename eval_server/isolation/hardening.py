@@ -31,7 +31,7 @@ class Hardening:
     # The interval such a problem's candidate timing stops at: its reference's spot check is 10
     # trials without the interval rule, and +-0.1 % ran GEMM's candidate to 78 trials on average
     # (softmax and sum now and then to 40-100) for speedups that agreed with +-0.5 % to 0.15 %
-    # (H200, docs/BENCHMARKS.md, 2026-11-27 fifth session).
+    # (H200, docs/BENCHMARKS.md, 2026-11-27).
     long_trial_ci_rel: float = 0.005
     # Warm-up before timed trials (timing._warm_up): the reference's timing is the first GPU
     # timing of the process, on a GPU that may have idled, and warms for warmup_ms; the

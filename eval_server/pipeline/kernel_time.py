@@ -1,5 +1,5 @@
 """Where one forward's GPU time went: the candidate's own kernels against everything else the
-device ran (issue 29, the profiling-based reward of Dr. Kernel).
+device ran (the profiling-based reward of Dr. Kernel).
 
 The runtime checks already reject any compute kernel that is not the candidate's (ATen, cuBLAS,
 ...), so what else can take time in an `ok` forward is data movement the evaluator allows:

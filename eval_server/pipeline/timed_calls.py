@@ -1,4 +1,4 @@
-"""What each timed call is given, and which timed calls are verified (issue 30, item 3).
+"""What each timed call is given, and which timed calls are verified.
 
 A candidate that can tell the calls being timed from the calls being checked can be right when
 checked and skip work when timed. Two things take that signal away:

@@ -1,4 +1,4 @@
-"""Optimizer-role SFT examples (issue 26): for one problem, a slower and a faster correct kernel,
+"""Optimizer-role SFT examples: for one problem, a slower and a faster correct kernel,
 both evaluated with timing, become `prompt -> slower kernel (context, not trained) -> its real
 feedback handed to the optimizer -> the faster kernel (trained)`. A pair is kept only when the
 evaluator measured the faster one correct and faster by at least `min_gain` (its speedup over the

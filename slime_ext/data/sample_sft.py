@@ -1,7 +1,7 @@
 """Warm-start SFT data from the bundled sample problems: for each problem, its first prompt (as the
 RL episode renders it) answered once correctly and once wrongly, so a small model learns to write
 kernels in the expected format and both outcomes are in its distribution; RL then has reward
-variance to climb from (issue 28's closed loop).
+variance to climb from (the closed loop's).
 
 The correct answer is the bundled `<problem>__correct` candidate. The wrong ones are the bundled
 candidates the evaluator must find incorrect or not compiling (relu: 3, softmax: 1). A problem

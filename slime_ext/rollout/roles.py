@@ -1,4 +1,4 @@
-"""The role a turn of an episode plays, chosen by what happened before it (issue 26): the first
+"""The role a turn of an episode plays, chosen by what happened before it: the first
 turn is the *generator* (writes the first kernel); a later turn is the *fixer* when the previous
 attempt failed (no code, refused, compile or runtime error, incorrect) and the *optimizer* when it
 was correct (its feedback carries the speedup and timings: make it faster). Each role's wording

@@ -48,7 +48,7 @@ class ModelNew(nn.Module):
 )
 
 # The fault surfaces at the first launch of a second kernel (Triton loads its module into a
-# context the first kernel poisoned): a fault of code that ran, never compile_error (issue 16).
+# context the first kernel poisoned): a fault of code that ran, never compile_error.
 ILLEGAL_ADDRESS_THEN_NEW_KERNEL = ILLEGAL_ADDRESS.replace(
     "class ModelNew",
     """@triton.jit

@@ -1,4 +1,4 @@
-"""The loop closes on one GPU (issue 28 item 4): a warm-started policy generates with SGLang,
+"""The loop closes on one GPU: a warm-started policy generates with SGLang,
 is rewarded by the eval server, is trained by slime, and generates again with its new weights.
 
 What runs: the SFT model of the warm start (`KRL_SFT_MODEL=DIR`, an HF directory such as
@@ -23,10 +23,10 @@ rate climbs: the mean of the last three steps is at least KRL_GRPO_MIN_GAIN abov
 step's, or at least 0.9. KRL_GPU_ARTIFACTS=DIR keeps the logs, the plots and a JSON summary.
 Settings: KRL_GRPO_STEPS (default 12), KRL_GRPO_LR (1e-4), KRL_GRPO_SAMPLES (8 per prompt).
 
-A third test runs the learning-signal options of issue 29 together (TRLOO, PR, PRS, MRS) for
+A third test runs the learning-signal options together (TRLOO, PR, PRS, MRS) for
 three steps and checks that each one's metrics are logged; a fourth, on 2 GPUs only, runs the
 2-GPU form (trainer on GPU 0, SGLang and the eval server on GPU 1, no --colocate); a fifth, on 4
-GPUs only, the default split scaled down (issue 27: TP=2 training, one engine, one eval GPU),
+GPUs only, the default split scaled down (TP=2 training, one engine, one eval GPU),
 resumed, and with train_async.py.
 """
 
@@ -55,9 +55,9 @@ STEPS = int(os.environ.get("KRL_GRPO_STEPS", "12"))
 LR = os.environ.get("KRL_GRPO_LR", "1e-4")
 SAMPLES = os.environ.get("KRL_GRPO_SAMPLES", "8")
 MIN_GAIN = float(os.environ.get("KRL_GRPO_MIN_GAIN", "0.15"))
-# steps of the 4-GPU split's train.py run (issue 27 asks for >= 10 at 8 GPUs; 3 checks the wiring)
+# steps of the 4-GPU split's train.py run (>= 10 at 8 GPUs make the measurement; 3 check the wiring)
 SPLIT_STEPS = int(os.environ.get("KRL_SPLIT_STEPS", "3"))
-# H100, 2026-11-27 (sixth session): ~4.5 min from the launch to the first rollout, then 30-47 s a step
+# H100: ~4.5 min from the launch to the first rollout, then 30-47 s a step
 # (the rollout: on-policy groups are generated and evaluated after each weight push); 900 s cut a
 # 20-step run at step 16
 RUN_TIMEOUT_S = float(os.environ.get("KRL_TRAIN_TIMEOUT_S", str(600 + 60 * STEPS)))
@@ -300,7 +300,7 @@ def test_two_gpu_form_trainer_on_one_sglang_and_eval_on_the_other(tmp_path: Path
     """Issue 28 item 4's 2-GPU form: Megatron on GPU 0; SGLang and the eval server on GPU 1 (no
     --colocate: the agent runner is never paused, slime pushes the weights over NCCL after every
     step). Three steps; every step trains on rollouts of the weights it just pushed."""
-    _needs_gpus(2, "nvidia-h100-x2")
+    _needs_gpus(2, "a 2-GPU machine")
     env = _split_env(tmp_path, "two-gpu", train_gpus=1, eval_gpu=1, mem_fraction="0.6")
     run = _train(env, "two-gpu")
     diffs = _on_policy_steps(run, 3)
@@ -315,7 +315,7 @@ def test_four_gpu_split_resume_and_overlapped_rollout(tmp_path: Path) -> None:
     --colocate). KRL_SPLIT_STEPS (3) steps of train.py, on-policy at every step; the same run
     resumed for one more; then train_async.py (the next rollout generated while a step trains: one policy version
     behind, so its log-prob difference is not held to the on-policy bound) for three steps."""
-    _needs_gpus(4, "nvidia-h100-x4")
+    _needs_gpus(4, "a 4-GPU machine")
     n = SPLIT_STEPS
     env = _split_env(tmp_path, "four-gpu", train_gpus=2, eval_gpu=3, mem_fraction="0.7", steps=n, TP="2")
     run = _train(env, "four-gpu")

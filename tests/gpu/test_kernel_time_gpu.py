@@ -1,4 +1,4 @@
-"""Where a forward's GPU time went, measured by CUPTI on a real GPU (issue 29 item 2).
+"""Where a forward's GPU time went, measured by CUPTI on a real GPU.
 
 `result.kernel_time` (the candidate's own share of one profiled forward, the other activities)
 and the reference's forward beside it (`reference_us`, `reference_top`, profiled once per problem

@@ -1,4 +1,4 @@
-"""Optimizer-role SFT data from real timings (issue 26): `tools.prepare_optimizer_sft` against the
+"""Optimizer-role SFT data from real timings: `tools.prepare_optimizer_sft` against the
 eval server on a GPU. Two pairs on a memory-bound ReLU large enough to time (8192 x 4096 fp32):
 the slower kernel runs the same pass twice (twice the memory traffic), the faster runs it once, so
 the pair is kept; a pair whose "faster" kernel is the slower one's twin is dropped (`not_faster`).

@@ -1,4 +1,4 @@
-"""LoRA / QLoRA SFT on one GPU (tools.sft_lora, issue 26): the LoRA run of the tiny Qwen3 (head
+"""LoRA / QLoRA SFT on one GPU (tools.sft_lora): the LoRA run of the tiny Qwen3 (head
 dim 64) on the sample warm-start data, and a QLoRA run (4-bit NF4 base, bitsandbytes) of a small
 real-architecture Qwen3 (0.6B-class shapes, random weights: no weights are downloaded). Each
 records its steps, loss, eval loss, step time and peak GPU memory (KRL_GPU_ARTIFACTS=DIR keeps
@@ -84,7 +84,7 @@ def test_lora_on_the_tiny_model_learns_the_warm_start(tmp_path: Path) -> None:
     assert rec["last_loss"] < 0.8 * rec["first_loss"], rec
     assert len(rec["eval_losses"]) >= 2 and rec["eval_losses"][-1] < rec["eval_losses"][0], rec
 
-    # the merged checkpoint is what SGLang serves as is (issue 26): its /generate log-probs match a
+    # the merged checkpoint is what SGLang serves as is: its /generate log-probs match a
     # transformers forward of the same directory
     if importlib.util.find_spec("sglang") is None:
         return

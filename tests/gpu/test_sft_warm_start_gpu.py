@@ -1,6 +1,6 @@
 """slime's SFT for real through our `scripts/run_sft.sh`, on warm-start data our own tool makes from
 the bundled sample problems, and the SFT model, served by SGLang, writes kernels the eval server
-scores (issue 28 item 3).
+scores.
 
 What runs: the tiny Qwen3 at head dim 64 (`tiny_model --size hd64`, random weights), converted to
 torch_dist; `tools.prepare_sample_sft` (each sample problem's first prompt answered once correctly

@@ -1,5 +1,5 @@
 """SGLang serves our tiny model token in / token out, with log-probs a transformers forward agrees
-with, and takes new weights (issue 28 item 1).
+with, and takes new weights.
 
 What runs: the tiny Qwen3 at head dim 64 (`slime_ext.dev_engine.tiny_model --size hd64`: SGLang's
 attention kernels need 64 or 128) written to a temporary directory, `python -m

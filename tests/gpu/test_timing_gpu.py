@@ -1,7 +1,7 @@
 """eval_server.pipeline.timing.time_gpu on a real GPU: the lead excludes host launch time, and work that
 runs outside the timed stream during the lead is measured by the launch-inclusive check trials,
 one call per trial or k calls (the method of short problems); and the A/A steadiness of a small
-kernel's speedup over evaluations through a pool worker, a restart included (issue 16).
+kernel's speedup over evaluations through a pool worker, a restart included.
 
 Run on the GPU machine: `python -m pytest -m gpu tests/gpu/test_timing_gpu.py`.
 """

@@ -50,7 +50,7 @@ def test_summary_per_case_in_first_seen_order():
 
 
 def test_issue16_series_fails_on_cv_and_the_method_switch():
-    """The H200 series of issue 16, as two methods would have reported it."""
+    """The H200 series recorded in docs/BENCHMARKS.md, as two methods would have reported it."""
     series = [0.47, 0.53, 0.59, 0.66, 1.01, 1.04, 1.05, 1.05]
     records = [rec("relu", s, method="launch x1" if s < 0.9 else "gpu-time x1") for s in series]
     (row,) = tn.summarize(records)

@@ -1,9 +1,9 @@
 """Every module of the evaluator is reachable from candidate code (`sys.modules`, a renamed
 `getattr`: no audited call), so a module-level object the evaluator reads after candidate code has
-run must be read-only or cross-checked against evidence the candidate cannot edit (issue 30,
-item 2). This lists the mutable module-level objects of `eval_server` and fails on any that is not
-reviewed below: freeze a new one (MappingProxyType, tuple, frozenset) or add it with the reason it
-cannot change a verdict."""
+run must be read-only or cross-checked against evidence the candidate cannot edit. This lists
+the mutable module-level objects of `eval_server` and fails on any that is not reviewed below:
+freeze a new one (MappingProxyType, tuple, frozenset) or add it with the reason it cannot change
+a verdict."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Roles in the multi-turn episode (slime_ext/rollout/roles.py, issue 26): which role a turn
+"""Roles in the multi-turn episode (slime_ext/rollout/roles.py): which role a turn
 plays, each role's wording from the recipe (defaults unchanged without it), the role recorded in
 the rollout metrics and the evaluation reports."""
 

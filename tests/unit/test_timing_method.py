@@ -1,4 +1,4 @@
-"""One timing method per problem (issue 16): the choice from the reference's recorded duration,
+"""One timing method per problem: the choice from the reference's recorded duration,
 its boundary, the cache round trip, and the evaluator's use of it (reference and candidate on the
 same method, escapes re-timed or rejected, never a switch of method).
 
