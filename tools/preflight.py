@@ -62,6 +62,12 @@ SETTINGS = [
     "ROLLOUT_GPUS_PER_ENGINE",
     "TRAIN_ONLY",
     "EVAL_DEVICES",
+    "MODE",
+    "ENGINE",
+    "ENGINE_PORT",
+    "SGLANG_URL",
+    "ROUTER_HOST",
+    "SLIME_HOST_IP",
     "EVAL_PORT",
     "BUFFER_PORT",
     "ROUTER_PORT",
@@ -369,8 +375,13 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def check_ports(s: Mapping[str, str]) -> Check:
-    names = ("EVAL_PORT", "BUFFER_PORT", "ROUTER_PORT", "RAY_PORT", "RAY_DASHBOARD_PORT", "RAY_CLIENT_PORT",
-             "RAY_AGENT_PORT")  # fmt: skip
+    """The ports the launcher's plan (tools/run_plan.py) needs free, and its endpoints' rules."""
+    try:
+        ports = run_plan.plan_endpoints(s).ports
+    except run_plan.PlanError as exc:
+        return Check("ports", FAIL, str(exc), "see the message: the launcher refuses the same")
+    names = [n for n in ("EVAL_PORT", "BUFFER_PORT", "ENGINE_PORT", "ROUTER_PORT", *run_plan.RAY_PORTS)
+             if s.get(n) and int(s[n]) in ports]  # fmt: skip
     busy = [f"{n}={s[n]}" for n in names if not port_free(int(s[n]))]
     if busy:
         return Check(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from krl_common.service import free_port
 from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 from tools import preflight
 from tools.preflight import FAIL, PASS
@@ -305,3 +306,14 @@ def test_the_split_is_the_launchers_train_only_and_named_eval_devices_need_fewer
     assert preflight.check_gpus({**settings, "TRAIN_ONLY": "1"}, 6).status == PASS
     check = preflight.check_gpus({**settings, "EVAL_DEVICES": "cpu"}, 6)
     assert check.status == PASS and "eval 2 (cpu)" in check.detail
+
+
+def test_ports_are_the_plans_and_its_refusals_the_launchers(settings: dict[str, str]) -> None:
+    ports = {n: str(free_port()) for n in ("EVAL_PORT", "BUFFER_PORT", "ENGINE_PORT", "ROUTER_PORT", "RAY_PORT",
+                                           "RAY_DASHBOARD_PORT", "RAY_CLIENT_PORT", "RAY_AGENT_PORT")}  # fmt: skip
+    settings.update(ports)
+    check = preflight.check_ports({**settings, "TRAIN_ONLY": "1"})
+    assert check.status == FAIL and "TRAIN_ONLY=1 starts no SGLang router" in check.detail
+    tiny = preflight.check_ports({**settings, "TRAIN_ONLY": "1", "ENGINE": "tiny"})
+    assert tiny.status == PASS and "ENGINE_PORT" in tiny.detail and "ROUTER_PORT" not in tiny.detail
+    assert "ROUTER_PORT" in preflight.check_ports(settings).detail
