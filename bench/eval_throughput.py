@@ -309,7 +309,11 @@ def run_fresh(
     with running_server(tmp, args) as url, httpx.Client(timeout=timeout_s + 600) as client:
 
         def one(req: FreshRequest) -> dict:
-            body: dict = {"reference": req.problem_source, "candidate": req.candidate_source, "problem_id": req.name}
+            body: dict = {
+                "reference": req.problem_source,
+                "candidate": req.candidate_source,
+                "problem_id": req.name,
+            }
             if req.timeout_s is not None:
                 body["options"] = {"timeout_s": req.timeout_s}
             t = time.perf_counter()
@@ -423,9 +427,13 @@ def main_fresh(args: argparse.Namespace, names: list[str]) -> int:
                 f"{r['p50_s']:.2f} s, GPU-exclusive {r['gpu_exclusive_mean_s']:.3f} s per evaluation"
             )
             print(f"{name} statuses:", json.dumps(r["statuses"]))
-            print(f"{name} phase means (s):", json.dumps({k: round(v, 3) for k, v in r["phase_mean_s"].items()}))
+            print(
+                f"{name} phase means (s):", json.dumps({k: round(v, 3) for k, v in r["phase_mean_s"].items()})
+            )
             for row in r["unexpected"]:
-                print(f"  UNEXPECTED {row['case']}: {row['status']} (expected {row['expected']}): {row['feedback']}")
+                print(
+                    f"  UNEXPECTED {row['case']}: {row['status']} (expected {row['expected']}): {row['feedback']}"
+                )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 1 if any(r["unexpected"] for r in results.values()) else 0

@@ -46,7 +46,9 @@ def break_first_kernel(source: str) -> str:
         raise ValueError("no @triton.jit function to break")
     body = source.index(":\n", match.end()) + 2
     indent = re.match(r"[ \t]*", source[body:]).group(0) or "    "
-    return f"{source[:body]}{indent}_fresh_undefined = tl.undefined_name_of_a_fresh_candidate\n{source[body:]}"
+    return (
+        f"{source[:body]}{indent}_fresh_undefined = tl.undefined_name_of_a_fresh_candidate\n{source[body:]}"
+    )
 
 
 @dataclass(frozen=True)

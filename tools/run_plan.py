@@ -56,7 +56,9 @@ class GpuPlan:
         if self.kind == "rl":
             roles.append("rollout colocated" if self.colocate else f"rollout {self.rollout}")
             roles.append(f"eval {self.eval} ({self.eval_devices or 'none'})")
-        return f"{', '.join(roles)}: {self.need} of {self.visible} GPU(s)" + (" (assumed)" if self.assumed else "")
+        return f"{', '.join(roles)}: {self.need} of {self.visible} GPU(s)" + (
+            " (assumed)" if self.assumed else ""
+        )
 
     def shell(self) -> dict[str, str]:
         """What the launcher's bash reads back."""
@@ -131,7 +133,9 @@ def plan_gpus(settings: Mapping[str, str], ids: Sequence[int], kind: str = "rl")
             ray = train
         else:
             if per_engine == 0 or rollout % per_engine:
-                raise PlanError(f"ROLLOUT_GPUS={rollout} is not a multiple of ROLLOUT_GPUS_PER_ENGINE={per_engine}")
+                raise PlanError(
+                    f"ROLLOUT_GPUS={rollout} is not a multiple of ROLLOUT_GPUS_PER_ENGINE={per_engine}"
+                )
             ray = train + rollout
     # GPUs needed: Ray's (none when TRAINER_CMD replaces the trainer: tests, the dry run), plus
     # the eval server's unless EVAL_DEVICES names its devices (cpu, or GPUs shared with training)
@@ -141,7 +145,11 @@ def plan_gpus(settings: Mapping[str, str], ids: Sequence[int], kind: str = "rl")
         need = ray + ev
     assumed = False
     if len(ids) < need:
-        if settings.get("PRINT_ONLY") == "1" and not settings.get("NUM_GPUS") and "CUDA_VISIBLE_DEVICES" not in settings:
+        if (
+            settings.get("PRINT_ONLY") == "1"
+            and not settings.get("NUM_GPUS")
+            and "CUDA_VISIBLE_DEVICES" not in settings
+        ):
             assumed = True
         else:
             roles = f"train {train}" + (
@@ -203,7 +211,10 @@ class Endpoints:
 def plan_endpoints(settings: Mapping[str, str]) -> Endpoints:
     """The run's URLs (slime starts its router at ROUTER_HOST:ROUTER_PORT, SLIME_HOST_IP being
     ROUTER_HOST; ENGINE=tiny serves at ENGINE_PORT; SGLANG_URL set by hand wins) and its ports."""
-    port = {n: _int(settings, n, "0") for n in ("EVAL_PORT", "BUFFER_PORT", "ENGINE_PORT", "ROUTER_PORT", *RAY_PORTS)}
+    port = {
+        n: _int(settings, n, "0")
+        for n in ("EVAL_PORT", "BUFFER_PORT", "ENGINE_PORT", "ROUTER_PORT", *RAY_PORTS)
+    }
     engine_tiny = settings.get("ENGINE") == "tiny"
     train_only = settings.get("TRAIN_ONLY") == "1"
     router_host = settings.get("ROUTER_HOST") or "127.0.0.1"
@@ -269,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(plan.describe())
         if endpoints:
-            print(f"generate {endpoints.sglang_url}, eval {endpoints.eval_url}, buffer {endpoints.buffer_url}")
+            print(
+                f"generate {endpoints.sglang_url}, eval {endpoints.eval_url}, buffer {endpoints.buffer_url}"
+            )
     return 0
 
 

@@ -67,7 +67,9 @@ def test_sft_uses_the_training_gpus_only() -> None:
     assert plan.shell() == {"RAY_NUM_GPUS": "2", "RAY_VISIBLE_DEVICES": "3,4"}
 
 
-def test_shell_output_is_what_bash_evaluates(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_shell_output_is_what_bash_evaluates(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     for key, value in {**BASE, "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}.items():
         monkeypatch.setenv(key, value)
     assert main(["--shell"]) == 0
