@@ -145,6 +145,14 @@ def _wave_summary(rows: list[dict], wall: float) -> dict:
     }
 
 
+def _server_args(
+    devices: str, workers_per_device: int, tmp: Path, timeout_s: float, extra: Sequence[str]
+) -> list[str]:
+    """The eval server's flags of one benchmark configuration (a fresh reference cache in `tmp`)."""
+    return ["--devices", devices, "--workers-per-device", str(workers_per_device),
+            "--ref-cache", str(tmp / "ref_cache.sqlite"), "--timeout-s", str(timeout_s), *extra]  # fmt: skip
+
+
 def run_ours(
     devices: str,
     workers_per_device: int,
@@ -160,8 +168,7 @@ def run_ours(
     rest (cached wave: a training run's steady state, where every problem has been seen).
     `server_args`: further eval-server flags (one configuration of an A/B comparison)."""
     rows: list[dict] = []
-    args = ["--devices", devices, "--workers-per-device", str(workers_per_device),
-            "--ref-cache", str(tmp / "ref_cache.sqlite"), "--timeout-s", str(timeout_s), *server_args]  # fmt: skip
+    args = _server_args(devices, workers_per_device, tmp, timeout_s, server_args)
     jobs = [(rep, case) for rep in range(repeats) for case in cases]
     waves = [jobs[: len(cases)], jobs[len(cases) :]] if repeats > 1 else [jobs]
     wave_walls: list[float] = []
@@ -303,8 +310,7 @@ def run_fresh(
     """Never-seen candidates (bench/fresh.py), `in_flight` at a time, after one evaluation per
     problem (`warmups`: its reference timed once, as an RL run times it once per problem and GPU).
     GPU-exclusive seconds: the judge's timed sections (reference and candidate timing)."""
-    args = ["--devices", devices, "--workers-per-device", str(workers_per_device),
-            "--ref-cache", str(tmp / "ref_cache.sqlite"), "--timeout-s", str(timeout_s), *server_args]  # fmt: skip
+    args = _server_args(devices, workers_per_device, tmp, timeout_s, server_args)
     rows: list[dict] = []
     with running_server(tmp, args) as url, httpx.Client(timeout=timeout_s + 600) as client:
 

@@ -343,13 +343,6 @@ def check_recipe(s: Mapping[str, str]) -> Check:
     )
 
 
-def gpu_count() -> int:
-    if shutil.which("nvidia-smi"):
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-        return sum(line.startswith("GPU") for line in out.stdout.splitlines())
-    return 0
-
-
 def check_gpus(s: Mapping[str, str], count: int) -> Check:
     """The launcher's own split (tools/run_plan.py) on `count` visible GPUs."""
     try:
@@ -504,7 +497,7 @@ def gate_line(checks: list[Check]) -> str | None:
 
 
 def run_checks(
-    settings: Mapping[str, str], *, env: Mapping[str, str] | None = None, gpus: Callable[[], int] = gpu_count
+    settings: Mapping[str, str], *, env: Mapping[str, str] | None = None, gpus: Callable[[], int] = run_plan.gpu_count
 ) -> list[Check]:
     env = os.environ if env is None else env
     checks = gate_checks(settings)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -70,18 +71,14 @@ class GpuPlan:
 
 def _int(settings: Mapping[str, str], name: str, default: str) -> int:
     raw = settings.get(name) or default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise PlanError(f"{name}={raw}: must be a non-negative integer") from None
-    if value < 0:
+    if not (raw.isascii() and raw.isdigit()):
         raise PlanError(f"{name}={raw}: must be a non-negative integer")
-    return value
+    return int(raw)
 
 
-def visible_ids(env: Mapping[str, str], count: int | None = None) -> list[int]:
-    """The GPUs a run may use: CUDA_VISIBLE_DEVICES's ids when set, else 0..N-1 (N: `count`,
-    NUM_GPUS, or what nvidia-smi lists)."""
+def visible_ids(env: Mapping[str, str]) -> list[int]:
+    """The GPUs a run may use: CUDA_VISIBLE_DEVICES's ids when set, else 0..N-1 (N: NUM_GPUS, or
+    what nvidia-smi lists)."""
     if "CUDA_VISIBLE_DEVICES" in env:
         raw = env["CUDA_VISIBLE_DEVICES"]
         ids = [p for p in raw.split(",") if p != ""]
@@ -90,17 +87,15 @@ def visible_ids(env: Mapping[str, str], count: int | None = None) -> list[int]:
                 f"CUDA_VISIBLE_DEVICES={raw}: list GPU indices (e.g. 4,5,6,7); the launcher does not take UUIDs"
             )
         return [int(p) for p in ids]
-    if count is None:
-        count = _int(env, "NUM_GPUS", "0") if env.get("NUM_GPUS") else _nvidia_smi_count()
-    return list(range(count))
+    return list(range(_int(env, "NUM_GPUS", "0") if env.get("NUM_GPUS") else gpu_count()))
 
 
-def _nvidia_smi_count() -> int:
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
+def gpu_count() -> int:
+    """GPUs nvidia-smi lists (0 without it)."""
+    if not shutil.which("nvidia-smi"):
         return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU"))
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU") for line in out.stdout.splitlines())
 
 
 def _ids(ids: Sequence[int], start: int, count: int) -> str:

@@ -83,10 +83,7 @@ def make_init_inputs(module: types.ModuleType, seed: int, device: torch.device) 
 
 def make_inputs(module: types.ModuleType, seed: int, device: torch.device) -> list[Any]:
     """Inputs for one trial, created on `device` (the default device is set while they are built)."""
-    seed_everything(seed)
-    with torch.device(device):
-        inputs = module.get_inputs()
-    return list(_to_device(list(inputs), device))
+    return make_input_sets(module, seed, device, 1)[0]
 
 
 def make_input_sets(module: types.ModuleType, seed: int, device: torch.device, n: int) -> list[list[Any]]:
