@@ -117,6 +117,21 @@ class LazyOutput(torch.nn.Module):
         return out
 
 
+class EarlyDone(torch.nn.Module):
+    """Says "done" as its window starts: copies the go word into the done word (judge memory the
+    runner maps, found here as an attacker would, through gc) on its stream before its work."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import gc
+
+        from eval_server import gpu_ipc
+
+        runner = next(o for o in gc.get_objects() if type(o).__name__ == "Runner" and getattr(o, "sync_ptr", 0))
+        words = gpu_ipc.tensor_at(runner.sync_ptr, 8, torch.int32, (2,), x.device)
+        words[1:].copy_(words[:1])
+        return torch.relu(x)
+
+
 MODELS = {
     "honest": Honest,
     "side_stream": SideStream,
@@ -127,6 +142,7 @@ MODELS = {
     "poisoned_cache": Honest,
     "freed_between": Honest,
     "honest_spin": Honest,
+    "early_done": EarlyDone,
 }
 
 

@@ -91,6 +91,14 @@ def test_an_output_finished_after_done_gets_no_reward(mps_env: dict[str, str]) -
     assert r["status"] in ("incorrect", "rejected"), r["feedback"]
 
 
+def test_a_done_said_before_the_work_gets_no_reward(mps_env: dict[str, str]) -> None:
+    """The go/done words are judge memory the runner maps and can write: a runner that writes done
+    before its work ends the window early, but the snapshot queued behind done then holds what
+    existed (the previous window's outputs) or the work shows as escaped; never a speedup."""
+    r = _judge("early_done", 1 << 20, mps_env)
+    assert r["status"] in ("incorrect", "rejected") or r["speedup"] <= 1.03, (r["status"], r["speedup"], r["feedback"])
+
+
 def test_half_the_calls_skipped_is_incorrect(mps_env: dict[str, str]) -> None:
     r = _judge("every_other", 1 << 24, mps_env)
     assert r["status"] == "incorrect", r["feedback"]
