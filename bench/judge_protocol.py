@@ -102,7 +102,7 @@ def _in_process(model, module, k: int, flush, device, n: int = 100) -> float:
     return statistics.median(times)
 
 
-def _judge_case(name: str, source: str, out_path: str, handoff: str, force_k: int) -> None:
+def _judge_case(name: str, source: str, out_path: str, handoff: str, force_k: int, mps: str) -> None:
     import torch
 
     from eval_server.checks.compare import flatten_output  # noqa: F401
@@ -126,7 +126,7 @@ def _judge_case(name: str, source: str, out_path: str, handoff: str, force_k: in
         leaves = expected_leaves(model(*loader.make_inputs(module, 0, device)))
     flush = l2_flush_buffer(device)
     request = {"reference": source, "options": {"seed": 0}}
-    row: dict = {"case": name, "device": torch.cuda.get_device_name(device), "handoff": handoff}
+    row: dict = {"case": name, "device": torch.cuda.get_device_name(device), "handoff": handoff, "mps": mps}
     medians = []
     for p, (pid, sock) in enumerate(pairs):
         ch = Channel(sock, deadline=float("inf"))
@@ -176,24 +176,43 @@ def main() -> None:
     parser.add_argument("--out", default="judge_protocol.jsonl")
     parser.add_argument("--cases", default=",".join(c for c, _ in CASES))
     parser.add_argument(
-        "--handoff", default="value", help="comma-separated: value (stream memory waits), spin (a polling kernel)"
+        "--handoff",
+        default="value",
+        help="comma-separated: value (stream memory waits), spin (a polling kernel)",
     )
     parser.add_argument("--k", type=int, default=0, help="calls per window (0: the evaluator's rule)")
+    parser.add_argument(
+        "--mps",
+        choices=("on", "off"),
+        default="on",
+        help="on: a CUDA MPS daemon of this bench's own, as the eval server runs (off: two contexts time-slice)",
+    )
     args = parser.parse_args()
     wanted = set(args.cases.split(","))
-    for name, source in CASES:
-        if name in wanted:
-            for handoff in args.handoff.split(","):
-                _forked_case(name, source, args.out, handoff, args.k)
+    with tempfile.TemporaryDirectory(prefix="judge-bench-mps-") as tmp:
+        daemon = None
+        if args.mps == "on":
+            from eval_server.isolation.mps import MpsDaemon
+
+            daemon = MpsDaemon.start(Path(tmp))
+            os.environ.update(daemon.client_env())  # inherited by every forked judge and runner
+        try:
+            for name, source in CASES:
+                if name in wanted:
+                    for handoff in args.handoff.split(","):
+                        _forked_case(name, source, args.out, handoff, args.k, args.mps)
+        finally:
+            if daemon is not None:
+                daemon.stop()
 
 
-def _forked_case(name: str, source: str, out: str, handoff: str, force_k: int) -> None:
+def _forked_case(name: str, source: str, out: str, handoff: str, force_k: int, mps: str) -> None:
     """One case in a child of its own (this process never touches CUDA)."""
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
-            _judge_case(name, source, out, handoff, force_k)
+            _judge_case(name, source, out, handoff, force_k, mps)
         except BaseException as exc:  # noqa: BLE001
             print(f"{name}: {type(exc).__name__}: {exc}", flush=True)
             import traceback
@@ -204,6 +223,7 @@ def _forked_case(name: str, source: str, out: str, handoff: str, force_k: int) -
     _, status = os.waitpid(pid, 0)
     if status:
         print(f"{name}: judge exited with status {status}", flush=True)
+
 
 if __name__ == "__main__":
     main()
