@@ -14,7 +14,7 @@ around the same k calls after the same L2 flush (the in-process baseline). Repor
   pre_us/post_us  the judge's fill+flush and snapshot steps per window
 
     python bench/judge_protocol.py --out judge_protocol.jsonl       # on a GPU machine
-    python bench/judge_protocol.py --cases relu_64k,relu_1M --handoff value,spin [--k 256]
+    python bench/judge_protocol.py --cases relu_64k,relu_1M [--k 64] [--mps off]
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _in_process(model, module, k: int, flush, device, n: int = 100) -> float:
     return statistics.median(times)
 
 
-def _judge_case(name: str, source: str, out_path: str, handoff: str, force_k: int, mps: str) -> None:
+def _judge_case(name: str, source: str, out_path: str, force_k: int, mps: str) -> None:
     import torch
 
     from eval_server.checks.compare import flatten_output  # noqa: F401
@@ -126,13 +126,13 @@ def _judge_case(name: str, source: str, out_path: str, handoff: str, force_k: in
         leaves = expected_leaves(model(*loader.make_inputs(module, 0, device)))
     flush = l2_flush_buffer(device)
     request = {"reference": source, "options": {"seed": 0}}
-    row: dict = {"case": name, "device": torch.cuda.get_device_name(device), "handoff": handoff, "mps": mps}
+    row: dict = {"case": name, "device": torch.cuda.get_device_name(device), "mps": mps}
     medians = []
     for p, (pid, sock) in enumerate(pairs):
         ch = Channel(sock, deadline=float("inf"))
         ch.send({"request": request})
         ch.ask({"op": "reference"})
-        session = GpuSession(ch, device, module, model, leaves, "default", flush, handoff)
+        session = GpuSession(ch, device, module, model, leaves, "default", flush)
         session.bind(1)
         k = 1
         if p == 0:
@@ -175,11 +175,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="judge_protocol.jsonl")
     parser.add_argument("--cases", default=",".join(c for c, _ in CASES))
-    parser.add_argument(
-        "--handoff",
-        default="value",
-        help="comma-separated: value (stream memory waits), spin (a polling kernel)",
-    )
     parser.add_argument("--k", type=int, default=0, help="calls per window (0: the evaluator's rule)")
     parser.add_argument(
         "--mps",
@@ -199,20 +194,19 @@ def main() -> None:
         try:
             for name, source in CASES:
                 if name in wanted:
-                    for handoff in args.handoff.split(","):
-                        _forked_case(name, source, args.out, handoff, args.k, args.mps)
+                    _forked_case(name, source, args.out, args.k, args.mps)
         finally:
             if daemon is not None:
                 daemon.stop()
 
 
-def _forked_case(name: str, source: str, out: str, handoff: str, force_k: int, mps: str) -> None:
+def _forked_case(name: str, source: str, out: str, force_k: int, mps: str) -> None:
     """One case in a child of its own (this process never touches CUDA)."""
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
-            _judge_case(name, source, out, handoff, force_k, mps)
+            _judge_case(name, source, out, force_k, mps)
         except BaseException as exc:  # noqa: BLE001
             print(f"{name}: {type(exc).__name__}: {exc}", flush=True)
             import traceback

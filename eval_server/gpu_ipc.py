@@ -78,45 +78,8 @@ _SIGNATURES: Mapping[str, tuple[Any, ...]] = MappingProxyType(
         "cuMemGetAddressRange": (ctypes.POINTER(_u64), ctypes.POINTER(ctypes.c_size_t), _u64),
         "cuStreamWaitValue32": (ctypes.c_void_p, _u64, ctypes.c_uint32, ctypes.c_uint),
         "cuStreamWriteValue32": (ctypes.c_void_p, _u64, ctypes.c_uint32, ctypes.c_uint),
-        "cuModuleLoadData": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p),
-        "cuModuleGetFunction": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p),
-        "cuLaunchKernel": (
-            ctypes.c_void_p,
-            *(ctypes.c_uint,) * 7,
-            ctypes.c_void_p,
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_void_p),
-        ),
     }
 )
-
-# One thread that polls a 32-bit word until (int32)(word - value) >= 0, the compare of
-# cuStreamWaitValue32 GEQ. A kernel sees the word change within about a microsecond; a stream
-# memory wait is re-checked by the GPU's front end at intervals of its own (tens of us of jitter
-# per window measured, most of a 0.2 ms window). It holds one warp of one SM while it waits.
-SPIN_PTX = b"""
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .entry krl_spin_geq(.param .u64 krl_spin_geq_word, .param .u32 krl_spin_geq_value)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<4>;
-    .reg .b64 %rd<3>;
-
-    ld.param.u64 %rd1, [krl_spin_geq_word];
-    ld.param.u32 %r1, [krl_spin_geq_value];
-    cvta.to.global.u64 %rd2, %rd1;
-SPIN:
-    ld.acquire.sys.global.u32 %r2, [%rd2];
-    sub.s32 %r3, %r2, %r1;
-    setp.lt.s32 %p1, %r3, 0;
-    @%p1 bra SPIN;
-    ret;
-}
-"""
-HANDOFFS = ("value", "spin")  # how a stream waits for the other process's word
 
 
 @functools.cache
@@ -177,35 +140,6 @@ def wait_value(stream: torch.cuda.Stream, ptr: int, value: int) -> None:
         _bound("cuStreamWaitValue32")(stream.cuda_stream, ptr, value & 0xFFFFFFFF, WAIT_GEQ),
         "cuStreamWaitValue32",
     )
-
-
-@functools.cache
-def _spin_kernel(device_index: int) -> int:
-    """The spin kernel in this process's context of the device (JIT-compiled from PTX once)."""
-    module, fn = ctypes.c_void_p(), ctypes.c_void_p()
-    _check(_bound("cuModuleLoadData")(ctypes.byref(module), SPIN_PTX), "cuModuleLoadData")
-    _check(_bound("cuModuleGetFunction")(ctypes.byref(fn), module, b"krl_spin_geq"), "cuModuleGetFunction")
-    return int(fn.value or 0)
-
-
-def spin_until(stream: torch.cuda.Stream, ptr: int, value: int) -> None:
-    """Queue on `stream`: one thread that polls the word at `ptr` until it is >= value."""
-    word, target = ctypes.c_uint64(ptr), ctypes.c_uint32(value & 0xFFFFFFFF)
-    params = (ctypes.c_void_p * 2)(ctypes.addressof(word), ctypes.addressof(target))
-    fn = _spin_kernel(stream.device.index if stream.device.index is not None else torch.cuda.current_device())
-    _check(
-        _bound("cuLaunchKernel")(fn, 1, 1, 1, 1, 1, 1, 0, stream.cuda_stream, params, None), "cuLaunchKernel"
-    )
-
-
-def wait_for(stream: torch.cuda.Stream, ptr: int, value: int, handoff: str) -> None:
-    """Queue on `stream` a wait for the word at `ptr` to reach `value`, by `handoff` (HANDOFFS)."""
-    if handoff == "spin":
-        spin_until(stream, ptr, value)
-    elif handoff == "value":
-        wait_value(stream, ptr, value)
-    else:
-        raise ValueError(f"handoff must be one of {HANDOFFS}, got {handoff!r}")
 
 
 def write_value(stream: torch.cuda.Stream, ptr: int, value: int) -> None:

@@ -37,7 +37,7 @@ from eval_server.checks.compare import (
     unflatten_like,
 )
 from eval_server.feedback import build_feedback
-from eval_server.judge import gpu_calls, shapes
+from eval_server.judge import shapes
 from eval_server.judge import timing as jtiming
 from eval_server.judge.channel import Channel, RunnerError
 from eval_server.judge.gpu_calls import GpuSession, Leaf, OutputMismatch, expected_leaves, fresh_seed
@@ -282,7 +282,6 @@ def reference_cache_key(problem: str, ctx: EvalContext, opts: Any) -> dict[str, 
         "torch": torch.__version__,
         "triton": ctx.versions.get("triton", ""),
         "method": jtiming.METHOD,
-        "handoff": gpu_calls.HANDOFF,  # the hand-over's own cost and jitter differ by kind
         "timing_trials": opts.timing_trials,
         "ci": ctx.hardening.timing_ci_rel,
     }

@@ -2,20 +2,22 @@
 
 Per window w (k calls of the model the runner serves), on the judge's own stream:
 
-    e0 | fill the k input slots with fresh values | flush L2 | e_start | write go = c
+    wait gate | e0 | fill the k input slots with fresh values | flush L2 | e_start | write go = c
        | wait done >= c | e_end | copy every output of the window (snapshot) | e_snap
 
 The runner has queued [wait go >= c, its k calls, write done = c] on its stream before it told
-the judge where the outputs will be, and the judge queues go only after that message: the
-window e_start..e_end holds the hand-over to the runner's context, its queued GPU work and the
-hand-back, and nothing of either host. Its values exist only from the fill on (a secret seed per
-window, drawn by the judge's `secrets`), so no work before the window can be useful, and the
-snapshot is queued behind "done" before go is even written, so the outputs the judge keeps are
-what existed when the runner said it was done. Work the runner leaves running after "done"
-shares the GPU with the judge's own steps (contexts time-slice): it delays e_end (inside the
-window) or stretches the fill or the snapshot (`pre_ms`, `post_ms`), which the escape check
-compares with the same steps of the reference's run (timing.py). Which snapshots are compared
-with the reference is chosen by the judge and never leaves its process.
+the judge where the outputs will be. The judge reads that reply, then queues the whole window
+behind its gate (a word only its host writes, through a second stream) and opens the gate: e0 to
+e_snap run back to back on the GPU, so the window e_start..e_end holds the hand-over to the
+runner's context, its queued GPU work and the hand-back, and nothing of either host, and the
+fill and snapshot steps hold no host time either. Values exist only from the fill on (a secret
+seed per window, drawn by the judge's `secrets`), so no work before the window can be useful,
+and the snapshot runs right behind "done", so the outputs the judge keeps are what existed when
+the runner said it was done. Work the runner leaves running after "done" shares the GPU with the
+judge's own steps: it delays e_end (inside the window) or stretches the fill or the snapshot
+(`pre_ms`, `post_ms`), which the escape check compares with the same steps of the reference's
+run (timing.py). Which snapshots are compared with the reference is chosen by the judge and
+never leaves its process.
 """
 
 from __future__ import annotations
@@ -39,9 +41,6 @@ _POLL_S = 0.0005
 # synchronizes with the GPU (.item(), a sync, a lazily loaded kernel) blocks its host until the
 # stream it queued behind "go" runs, so the reply can only come after go.
 STALL_S = 1.0
-# How each side's stream waits for the other's word (gpu_ipc.HANDOFFS): bench/judge_protocol.py
-# --handoff compares them.
-HANDOFF = "value"
 
 
 def fresh_seed() -> int:
@@ -112,12 +111,7 @@ class GpuSession:
         leaves: Sequence[Leaf],
         tolerance: str,
         flush: torch.Tensor | None,
-        handoff: str | None = None,
     ) -> None:
-        handoff = handoff or HANDOFF
-        if handoff not in gpu_ipc.HANDOFFS:
-            raise ValueError(f"handoff must be one of {gpu_ipc.HANDOFFS}, got {handoff!r}")
-        self.handoff = handoff
         self.channel = channel
         self.device = device
         self.module = module
@@ -126,9 +120,14 @@ class GpuSession:
         self.tolerance = tolerance
         self.flush = flush
         self.stream = torch.cuda.Stream(device)
+        # the gate is opened from a stream of the other priority: torch hands out pooled streams
+        # round-robin per priority, so it can never be self.stream (a gate behind itself)
+        self.gate_stream = torch.cuda.Stream(device, priority=-1)
         self.counter = 0
         self.sync = gpu_ipc.SharedBuffer.create(8, torch.int32, (2,), device)
         self.sync.tensor.zero_()
+        self.gate = torch.zeros(1, dtype=torch.int32, device=device)  # judge-only memory
+        self.gate_count = 0
         self.slots: list[list[Any]] = []  # per slot: SharedBuffer or a plain value, per argument
         self._mapped: dict[str, tuple[int, int]] = {}  # runner handle -> (base here, size)
         self._scratch: dict[tuple[int, int], torch.Tensor] = {}
@@ -231,51 +230,50 @@ class GpuSession:
         keep = keep or set()
         base = self.counter
         self.counter += windows
-        self.channel.send(
-            {"op": "run", "windows": windows, "calls": list(range(k)), "counter": base, "wait": self.handoff}
-        )
+        self.channel.send({"op": "run", "windows": windows, "calls": list(range(k)), "counter": base})
         events: list[tuple[torch.cuda.Event, ...]] = []
         kept: list[tuple[int, int, list[torch.Tensor]]] = []
         stalled: set[int] = set()
         go, done = self.sync.ptr, self.sync.ptr + 4
         with torch.cuda.stream(self.stream), torch.no_grad():
             for w in range(windows):
-                # one secret seed per window, its k calls drawn in turn: the runner sees all k
-                # slots at go, so values of one window tell it nothing it does not already have
+                # Everything that may make this host wait for the GPU (input generation, mapping
+                # outputs, allocating snapshots) comes before the gate: behind a closed gate such a
+                # wait would never end.
+                # One secret seed per window, its k calls drawn in turn: the runner sees all k
+                # slots at go, so values of one window tell it nothing it does not already have.
                 seed = fresh_seed()
                 fresh = loader.make_input_sets(self.module, seed, self.device, k)
-                msg = self.channel.poll(STALL_S)
-                e = tuple(torch.cuda.Event(enable_timing=True) for _ in range(4))
-                e[0].record(self.stream)
-                for j in range(k):
-                    for dst, src in zip(self.slots[j], fresh[j], strict=True):
-                        if isinstance(dst, gpu_ipc.SharedBuffer):
-                            dst.tensor.copy_(src)
-                if flush and self.flush is not None:
-                    self.flush.zero_()
+                reply = self.channel.poll(STALL_S)
+                views = self._window_outputs(reply[0], w, k) if reply is not None else None
+                snaps = [self._snapshot_into(j, (w, j) in keep) for j in range(k)]
                 persisting_l2.reset()
-                # go, the wait for done and the window's end are queued back to back, before this
-                # host reads the reply: a window's end recorded only after the host had parsed k
-                # output descriptions held that host time (~0.3-0.6 ms, jittering) in every short window
-                e[1].record(self.stream)
-                gpu_ipc.write_value(self.stream, go, base + w + 1)
-                gpu_ipc.wait_for(self.stream, done, base + w + 1, self.handoff)
-                e[2].record(self.stream)
-                if msg is None:  # its host waits on the GPU (a sync in forward): go, then the reply
+                e = tuple(torch.cuda.Event(enable_timing=True) for _ in range(4))
+                self.gate_count += 1
+                gpu_ipc.wait_value(self.stream, self.gate.data_ptr(), self.gate_count)
+                try:
+                    e[0].record(self.stream)
+                    for j in range(k):
+                        for dst, src in zip(self.slots[j], fresh[j], strict=True):
+                            if isinstance(dst, gpu_ipc.SharedBuffer):
+                                dst.tensor.copy_(src)
+                    if flush and self.flush is not None:
+                        self.flush.zero_()
+                    e[1].record(self.stream)
+                    gpu_ipc.write_value(self.stream, go, base + w + 1)
+                    gpu_ipc.wait_value(self.stream, done, base + w + 1)
+                    e[2].record(self.stream)
+                    if views is not None:
+                        self._snapshot(views, snaps, e[3])
+                finally:  # whatever failed, nothing of this stream may stay behind a closed gate
+                    gpu_ipc.write_value(self.gate_stream, self.gate.data_ptr(), self.gate_count)
+                if views is None:  # its host waits on the GPU (a sync in forward): go, then the reply
                     stalled.add(w)
                     msg, _ = self.channel.recv()
-                else:
-                    msg = msg[0]
-                if msg.get("window") != w:
-                    raise RunnerFailed(f"window {msg.get('window')!r} reported, expected {w}")
-                views = self._outputs(msg, k)
+                    self._snapshot(self._window_outputs(msg, w, k), snaps, e[3])
                 for j in range(k):
-                    dst = self._snapshot_into(j, (w, j) in keep)
-                    for d, v in zip(dst, views[j], strict=True):
-                        d.copy_(v)
                     if (w, j) in keep:  # a stalled window's outputs too: right or wrong, they are
-                        kept.append((seed, j, dst))  # what existed after its done
-                e[3].record(self.stream)
+                        kept.append((seed, j, snaps[j]))  # what existed after its done
                 events.append(e)
                 del fresh
             self._wait(events[-1][3])
@@ -287,6 +285,20 @@ class GpuSession:
             times.window_ms.append(e[1].elapsed_time(e[2]))
             times.post_ms.append(e[2].elapsed_time(e[3]))
         return times, [Checked(seed, j, self.check(seed, j, snap)) for seed, j, snap in kept]
+
+    def _window_outputs(self, msg: dict[str, Any], w: int, k: int) -> list[list[torch.Tensor]]:
+        if msg.get("window") != w:
+            raise RunnerFailed(f"window {msg.get('window')!r} reported, expected {w}")
+        return self._outputs(msg, k)
+
+    def _snapshot(
+        self, views: list[list[torch.Tensor]], snaps: list[list[torch.Tensor]], end: torch.cuda.Event
+    ) -> None:
+        """Queue the copy of every output of the window, then `end`."""
+        for dst, src in zip(snaps, views, strict=True):
+            for d, v in zip(dst, src, strict=True):
+                d.copy_(v)
+        end.record(self.stream)
 
     def _wait(self, event: torch.cuda.Event) -> None:
         """Until the last window's snapshot is done, or the evaluation's deadline (the runner

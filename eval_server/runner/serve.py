@@ -123,13 +123,12 @@ class Runner:
     def run(self, msg: dict[str, Any]) -> None:
         assert self.stream is not None, "bind before run"
         windows, calls, counter = int(msg["windows"]), list(msg["calls"]), int(msg["counter"])
-        handoff = str(msg.get("wait", "value"))
         go, done = self.sync_ptr, self.sync_ptr + 4
         with torch.cuda.stream(self.stream), torch.no_grad():
             for w in range(windows):
                 value = counter + w + 1
                 self._keep = []  # the previous window's outputs: its snapshot precedes this go
-                gpu_ipc.wait_for(self.stream, go, value, handoff)
+                gpu_ipc.wait_value(self.stream, go, value)
                 try:
                     outs = [self._leaves(self.model(*self.slots[s])) for s in calls]
                     gpu_ipc.write_value(self.stream, done, value)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-from eval_server.judge import gpu_calls
 from eval_server.judge.channel import Channel
 from eval_server.judge.evaluate import evaluate, reference_cache_key
 from eval_server.judge.pair import fork_runner
@@ -126,7 +125,9 @@ class EarlyDone(torch.nn.Module):
 
         from eval_server import gpu_ipc
 
-        runner = next(o for o in gc.get_objects() if type(o).__name__ == "Runner" and getattr(o, "sync_ptr", 0))
+        runner = next(
+            o for o in gc.get_objects() if type(o).__name__ == "Runner" and getattr(o, "sync_ptr", 0)
+        )
         words = gpu_ipc.tensor_at(runner.sync_ptr, 8, torch.int32, (2,), x.device)
         words[1:].copy_(words[:1])
         return torch.relu(x)
@@ -141,7 +142,6 @@ MODELS = {
     "lazy_output": LazyOutput,
     "poisoned_cache": Honest,
     "freed_between": Honest,
-    "honest_spin": Honest,
     "early_done": EarlyDone,
 }
 
@@ -159,8 +159,6 @@ def main() -> None:
     def runner_main(sock) -> None:
         serve(sock, torch.device("cuda", 0), str(workdir), first_layer)
 
-    if case == "honest_spin":  # both sides wait for the other's word with a polling kernel
-        gpu_calls.HANDOFF = "spin"
     _, sock = fork_runner(runner_main)
     request = parse_request({"reference": PROBLEM.format(n=n), "candidate": "x = 1\n"})
     cache = None

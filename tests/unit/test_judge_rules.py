@@ -96,31 +96,3 @@ def test_a_windows_input_sets_are_distinct_and_reproducible_from_its_seed() -> N
     again = loader.make_input_sets(module, 1234, torch.device("cpu"), 3)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(sets, again, strict=True))
     assert not torch.equal(loader.make_input_sets(module, 1235, torch.device("cpu"), 1)[0][0], sets[0][0])
-
-
-def test_an_unknown_hand_over_is_refused_before_any_gpu_work() -> None:
-    from eval_server import gpu_ipc
-    from eval_server.judge.gpu_calls import GpuSession
-
-    with pytest.raises(ValueError, match="handoff must be one of"):
-        GpuSession(None, None, None, None, [], "default", None, handoff="poll")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="handoff must be one of"):
-        gpu_ipc.wait_for(None, 0, 1, "poll")  # type: ignore[arg-type]
-
-
-def test_the_reference_cache_key_names_the_hand_over(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    """A reference timed with one hand-over is not the baseline of a candidate timed with the other:
-    their fixed cost and jitter differ, so the cached timing is keyed by it."""
-    import torch
-
-    from eval_server.judge import gpu_calls
-    from eval_server.judge.evaluate import reference_cache_key
-    from eval_server.pipeline.context import EvalContext
-    from eval_server.schema import EvalOptions
-
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
-    ctx = EvalContext(device=torch.device("cpu"), device_label="cpu", workdir=tmp_path, timing_enabled=True)
-    value = reference_cache_key("p", ctx, EvalOptions())
-    monkeypatch.setattr(gpu_calls, "HANDOFF", "spin")
-    spin = reference_cache_key("p", ctx, EvalOptions())
-    assert value["handoff"] == "value" and spin["handoff"] == "spin" and value != spin
