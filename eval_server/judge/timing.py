@@ -33,7 +33,7 @@ WARMUP_MAX_WINDOWS = 30
 WARMUP_SETTLE_REL = 0.01
 VERIFY_SHARE = 0.25
 MIN_VERIFIED = 2
-# part of the reference cache key: v2 windows are queued whole behind the judge's gate (no host time)
+# part of the reference cache key: v2 windows are queued in one burst (no judge host time inside)
 METHOD = "judge-ipc-v2"
 WINDOW_MS = 0.5  # problems whose reference is shorter are timed in windows of k calls
 # calls queued behind one "go" (each slot holds its own inputs). The runner queues a whole window
