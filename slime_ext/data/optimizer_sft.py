@@ -12,8 +12,9 @@ from typing import Any
 
 from eval_server.schema import EvalResult, problem_hash
 from krl_common.validation import ValidationError, check_type, reject_unknown
-from slime_ext.data.sft_format import SFTExample, assistant_message
-from slime_ext.rollout.prompts import PromptConfig, build_messages, feedback_message
+from slime_ext.data.second_turn import second_turn_messages
+from slime_ext.data.sft_format import SFTExample
+from slime_ext.rollout.prompts import PromptConfig
 from slime_ext.rollout.roles import OPTIMIZER, role_after
 
 __all__ = ["KernelPair", "optimizer_example", "pair_verdict", "parse_kernel_pair"]
@@ -56,12 +57,7 @@ def optimizer_example(pair: KernelPair, slower: EvalResult, faster: EvalResult, 
     recipe's wording -> the faster kernel (trained)."""
     if role_after(slower) != OPTIMIZER:
         raise ValueError(f"{pair.key}: the slower kernel is not correct; no optimizer turn follows it")
-    messages = [
-        *build_messages(pair.reference, prompt),
-        assistant_message(pair.slower, trained=False),
-        feedback_message(slower, prompt),
-        assistant_message(pair.faster),
-    ]
+    messages = second_turn_messages(pair.reference, pair.slower, slower, pair.faster, prompt)
     meta = {
         "source": "optimizer_pairs",
         "key": pair.key,

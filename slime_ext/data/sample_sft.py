@@ -10,18 +10,32 @@ correct kernel (mutations.py) stands in, unverified, and not always the kind of 
 wants (measured on the CPU evaluator, 2026-11-27: sum_dim's is `incorrect`, matmul's `rejected`,
 gemm_scale_leakyrelu's `crashed`). Each wrong example is paired with one copy of the correct one,
 so the data is half correct.
+
+Fixer examples (`fixer_examples`) teach the second turn: each bundled wrong candidate as the first
+answer (context, not trained), the evaluator's real feedback on it handed to the fixer, and the
+problem's correct kernel as the second answer (trained). Only candidates the evaluator found
+wrong (`incorrect` or `compile_error`) make one: the feedback is what an RL episode would show.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from eval_server import samples
+from eval_server.schema import EvalResult
 from slime_ext.data.mutations import flip_arithmetic
+from slime_ext.data.second_turn import second_turn_messages
 from slime_ext.data.sft_format import SFTExample, assistant_message
 from slime_ext.rollout.prompts import PromptConfig, build_messages
+from slime_ext.rollout.roles import FIXER
 
-__all__ = ["WRONG_STATUSES", "problems_with_wrong_answers", "sample_sft_examples"]
+__all__ = [
+    "WRONG_STATUSES",
+    "fixer_examples",
+    "problems_with_wrong_answers",
+    "sample_sft_examples",
+    "wrong_candidates",
+]
 
 WRONG_STATUSES = samples.WRONG_STATUSES
 
@@ -69,3 +83,36 @@ def sample_sft_examples(
                             "correct": is_correct, "status_verified": checked}  # fmt: skip
                     examples.append(SFTExample(messages=messages, metadata=meta))
     return examples
+
+
+def wrong_candidates(names: Sequence[str]) -> list[tuple[str, str]]:
+    """(problem, candidate) of every bundled wrong candidate of `names`: what fixer examples need
+    evaluated."""
+    return [(name, c) for name in names for c in samples.candidates_of(name, WRONG_STATUSES)]
+
+
+def fixer_examples(
+    names: Sequence[str], prompt: PromptConfig, results: Mapping[str, EvalResult], *, repeat: int = 1
+) -> tuple[list[SFTExample], dict[str, str]]:
+    """For each bundled wrong candidate of `names` the evaluator found wrong (`results`, by
+    candidate name): prompt -> it (context) -> its feedback to the fixer -> the correct kernel
+    (trained), `repeat` times. Also returns, per candidate left out, why."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    examples: list[SFTExample] = []
+    left_out: dict[str, str] = {}
+    for name, cand in wrong_candidates(names):
+        result = results.get(cand)
+        if result is None:
+            left_out[cand] = "not evaluated"
+            continue
+        if result.status not in WRONG_STATUSES:
+            left_out[cand] = f"the evaluator said {result.status!r}, not one of {', '.join(WRONG_STATUSES)}"
+            continue
+        reference, correct = samples.load_problem(name), samples.load_candidate(f"{name}__correct")
+        messages = second_turn_messages(reference, samples.load_candidate(cand), result, correct, prompt)
+        meta = {"source": "bundled_samples", "problem": name, "candidate": f"{name}__correct",
+                "first_candidate": cand, "first_status": result.status, "turns": 2, "role": FIXER,
+                "correct": True, "status_verified": True}  # fmt: skip
+        examples += [SFTExample(messages=messages, metadata=meta) for _ in range(repeat)]
+    return examples, left_out

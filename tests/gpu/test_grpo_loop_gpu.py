@@ -273,6 +273,9 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
         "reward_mean": [rollouts[i].get("rollout/kernel/mean_return") for i in range(STEPS)],
         "turn0_correct_rate": [rollouts[i].get("rollout/kernel/turn0/correct_rate") for i in range(STEPS)],
         "turn1_correct_rate": [rollouts[i].get("rollout/kernel/turn1/correct_rate") for i in range(STEPS)],
+        # the second turn given a wrong first one (the fixer's turns): the warm start's fixer
+        # examples must make it more than zero, and RL must not lose it
+        "fixer_correct_rate": [rollouts[i].get("rollout/kernel/role/fixer/correct_rate") for i in range(STEPS)],
         "eval_latency_p50_s": [rollouts[i].get("rollout/kernel/eval_latency_s/p50") for i in range(STEPS)],
         **_step_times(run),
     }
@@ -293,6 +296,9 @@ def test_grpo_with_sglang_generation_climbs_and_resumes(tmp_path: Path) -> None:
     # means of three steps: one step's rate is 16 trajectories (+-0.2 from step to step on the H100)
     first, last = sum(correct[:3]) / 3, sum(correct[-3:]) / 3
     assert last >= 0.9 or last >= first + MIN_GAIN, summary
+    fixes = [f or 0.0 for f in summary["fixer_correct_rate"]]
+    assert sum(fixes) > 0, summary  # some wrong first answer was fixed in its second turn
+    assert sum(fixes[-3:]) >= sum(fixes[:3]), summary
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 1800)

@@ -35,8 +35,7 @@ pytestmark = pytest.mark.gpu
 
 EPOCHS = int(os.environ.get("KRL_SFT_EPOCHS", "300"))  # 300 steps: loss 7.19 -> 0.0035 on an H100
 LR = os.environ.get("KRL_SFT_LR", "3e-3")
-REPEAT = int(os.environ.get("KRL_SFT_REPEAT", "2"))  # 16 examples: 8 correct, 8 wrong
-BATCH = 16
+REPEAT = int(os.environ.get("KRL_SFT_REPEAT", "2"))  # 24 examples: 8 correct, 8 wrong, 8 two-turn fixes
 SAMPLES = int(os.environ.get("KRL_SFT_SAMPLES", "8"))
 RUN_TIMEOUT_S = float(os.environ.get("KRL_TRAIN_TIMEOUT_S", "900"))
 
@@ -64,7 +63,8 @@ def warm_start(tmp_path: Path) -> dict[str, Any]:
         env,
     )
     n_examples = sum(1 for _ in data.open())
-    steps = EPOCHS * n_examples // BATCH
+    batch = n_examples  # one step an epoch, whatever the data holds
+    steps = EPOCHS
     env.update(
         PRESET="single_gpu_tiny",
         CKPT_ROOT=str(tmp_path),
@@ -72,7 +72,7 @@ def warm_start(tmp_path: Path) -> dict[str, Any]:
         RUN_NAME="sft-warm-start",
         TMUX_SESSION="krl-gpu-sft",
         SFT_DATA=str(data),
-        SFT_BATCH_SIZE=str(BATCH),
+        SFT_BATCH_SIZE=str(batch),
         SFT_NUM_EPOCH=str(EPOCHS),
         SFT_LR=LR,
         SFT_SAVE_INTERVAL=str(10 * steps),  # slime saves the last step anyway

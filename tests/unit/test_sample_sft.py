@@ -49,11 +49,11 @@ def test_each_problem_gets_correct_and_wrong_answers_to_its_rl_prompt() -> None:
 
 def test_cli_writes_slimes_sft_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sft.jsonl"
-    assert prepare_sample_sft.main(["--output", str(out)]) == 0  # default: relu and softmax
+    assert prepare_sample_sft.main(["--output", str(out), "--no-fixer"]) == 0  # default: relu and softmax
     examples = load_sft_jsonl(out)
-    assert len(examples) == 2 * (3 + 1) and "wrote 8 examples (4 correct, 4 wrong)" in capsys.readouterr().out
-    assert prepare_sample_sft.main(["--output", str(out), "--problems", "nosuch"]) == 2
-    assert prepare_sample_sft.main(["--output", str(out), "--repeat", "0"]) == 2
+    assert len(examples) == 2 * (3 + 1) and "wrote 8 examples (4 correct, 4 wrong first answers, 0 two-turn fixes)" in capsys.readouterr().out
+    assert prepare_sample_sft.main(["--output", str(out), "--problems", "nosuch", "--no-fixer"]) == 2
+    assert prepare_sample_sft.main(["--output", str(out), "--repeat", "0", "--no-fixer"]) == 2
 
 
 def test_cli_prompts_are_the_launchers_default_recipe_prompts(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_cli_prompts_are_the_launchers_default_recipe_prompts(tmp_path: Path) ->
     rl_prompt = episode_config_from_recipe(load_recipe(recipe)).prompt
     assert rl_prompt.one_shot  # what made the difference on the GPU
     out = tmp_path / "sft.jsonl"
-    assert prepare_sample_sft.main(["--output", str(out)]) == 0
+    assert prepare_sample_sft.main(["--output", str(out), "--no-fixer"]) == 0
     for e in load_sft_jsonl(out):
         assert e.messages[:-1] == build_messages(samples.load_problem(e.metadata["problem"]), rl_prompt)
         assert rl_prompt.example_header in e.messages[1]["content"]
