@@ -52,6 +52,8 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${TRAIN_ONLY:=0}"           # 1: slime --debug-train-only
 : "${CREDIT:=}"                # trajectory | per_turn | trloo: the run recipe's episode.reward.credit
 : "${RECIPE_SET:=}"            # more KEY=VALUE words for the run recipe (tools.run_recipe --set)
+: "${SEED:=}"                  # one integer for slime's --seed/--rollout-seed and the runner's shuffle_seed; empty: their defaults
+[[ -z "${SEED}" || "${SEED}" =~ ^[0-9]+$ ]] || krl_die "SEED=${SEED}: use a non-negative integer (or leave it empty)"
 : "${MISMATCH:=off}"            # off | mrs: slime's mismatch rejection sampling (configs/run/kbench_multiturn.sh)
 : "${ON_EXIT:=stop}"           # stop | wait: what the status window does when a window's command ends
 [[ "${ON_EXIT}" == stop || "${ON_EXIT}" == wait ]] || krl_die "ON_EXIT=${ON_EXIT}: use ON_EXIT=stop or ON_EXIT=wait"
@@ -139,6 +141,7 @@ recipe_sets=(
   --set "runner.temperature=${ROLLOUT_TEMPERATURE}" --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}"
 )
 [[ -n "${CREDIT}" ]] && recipe_sets+=(--set "episode.reward.credit=${CREDIT}")
+[[ -n "${SEED}" ]] && recipe_sets+=(--set "runner.shuffle_seed=${SEED}")
 [[ -n "${BACKEND}" ]] && recipe_sets+=(--set "episode.backend=${BACKEND}")
 for item in "${MISMATCH_SETTINGS[@]}"; do
   recipe_sets+=(--slime-default "${item}")

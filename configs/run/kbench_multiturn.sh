@@ -70,6 +70,8 @@ ROLLOUT_ARGS+=(
   --global-batch-size "$((ROLLOUT_BATCH_SIZE * N_SAMPLES_PER_PROMPT))"
   --balance-data
 )
+# SEED (scripts/run_kbench_multiturn.sh): one replicate of an A/B design (tools.ab_runs)
+[[ -n "${SEED:-}" ]] && ROLLOUT_ARGS+=(--seed "${SEED}" --rollout-seed "${SEED}")
 
 EVAL_ARGS=()
 if [[ "${EVAL_INTERVAL}" != 0 ]]; then

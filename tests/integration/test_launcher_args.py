@@ -116,7 +116,9 @@ def test_default_split_of_eight_gpus(tmp_path: Path) -> None:
     assert _flag(buf, "--recipe") == str(run / "recipe.yaml") and _flag(buf, "--group-size") == "8"
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
     assert recipe["episode"] == {"max_turns": 2}
-    assert recipe["runner"]["temperature"] == 0.7 and recipe["services"]["eval_urls"] == ["http://127.0.0.1:0"]
+    assert recipe["runner"]["temperature"] == 0.7 and recipe["services"]["eval_urls"] == [
+        "http://127.0.0.1:0"
+    ]
     assert recipe["services"]["buffer_url"] == "http://127.0.0.1:0"
     # each service once: the runner and the plug-ins read `services` (slime_ext/rollout/recipe.py)
     assert not {"sglang_url", "eval_urls", "prompt_data", "tokenizer"} & set(recipe["runner"])
@@ -205,6 +207,45 @@ def test_bad_recipe_value_is_refused(tmp_path: Path) -> None:
     res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", CREDIT="bogus")
     assert res.returncode == 1 and "credit must be one of" in res.stderr
     assert not (tmp_path / "runs" / "r" / "cmd" / "trainer.sh").exists()
+
+
+def test_seed_reaches_slime_and_the_runner_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    """SEED (the replicate of an A/B design, tools.ab_runs): slime's --seed and --rollout-seed and
+    the agent runner's prompt order; unset, none of them is passed (their defaults hold)."""
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", SEED="7")
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    trainer = _argv(run, "trainer")
+    assert _flag(trainer, "--seed") == "7" and _flag(trainer, "--rollout-seed") == "7"
+    assert yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]["runner"]["shuffle_seed"] == 7
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "bad").mkdir()
+    res = _run("run_kbench_multiturn.sh", tmp_path / "plain", NUM_GPUS="8")
+    assert res.returncode == 0, res.stderr
+    plain = tmp_path / "plain" / "runs" / "r"
+    assert "--seed" not in _argv(plain, "trainer") and "--rollout-seed" not in _argv(plain, "trainer")
+    assert "shuffle_seed" not in yaml.safe_load((plain / "recipe.yaml").read_text())["kernel_rl"]["runner"]
+    res = _run("run_kbench_multiturn.sh", tmp_path / "bad", NUM_GPUS="8", SEED="x1")
+    assert res.returncode == 1 and "SEED=x1: use a non-negative integer" in res.stderr
+
+
+def test_a_planned_ab_run_is_what_the_launcher_starts(tmp_path: Path) -> None:
+    """tools.ab_runs' second run (arm trloo, seed 1, GPU 1, ports shifted) through the launcher:
+    its name, seed, credit and eval port are the run's."""
+    from tools import ab_runs
+
+    runs = ab_runs.plan(
+        "ab", [("grpo", {"CREDIT": "trajectory"}), ("trloo", {"CREDIT": "trloo"})], [1], ["0", "1"], 1
+    )
+    env = {k: v for k, v in runs[1].env.items() if not k.startswith("RAY_")}  # Ray's stay the test's
+    res = _run("run_kbench_multiturn.sh", tmp_path, PRESET="single_gpu_tiny", NUM_GPUS="1", **env)
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "ab-trloo-s1"
+    assert _flag(_argv(run, "trainer"), "--seed") == "1"
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    assert recipe["episode"]["reward"]["credit"] == "trloo"
+    assert recipe["services"]["eval_urls"] == [f"http://127.0.0.1:{runs[1].env['EVAL_PORT']}"]
+    assert _exported(run / "cmd" / "eval.sh", "CUDA_VISIBLE_DEVICES") == "1"
 
 
 def test_backend_lands_in_the_run_recipe_and_is_printed(tmp_path: Path) -> None:
