@@ -1,8 +1,7 @@
 """Checkpoint conversion speed and memory on a Qwen3-8B-shaped checkpoint (random bf16, ~16.4 GB).
 
-1. builds the HF checkpoint in a scratch directory with the streaming safetensors writer (5 GB
-   shards, the Qwen3-8B config.json); weights are random normal values drawn once into a 256 MiB
-   pool and laid out from random offsets of it, so building does not cost 8 G random draws;
+1. builds the HF checkpoint in a scratch directory (slime_ext.dev_engine.random_checkpoint.py: 5 GB
+   shards streamed, the Qwen3-8B config.json, random bf16 weights from one 256 MiB pool);
 2. times a plain copy of the HF shard bytes (Python read/write loop, 64 MiB buffer), then
    `tools.convert_hf_to_megatron` as a subprocess (interpreter start and imports included); each
    timed phase starts cold (`os.sync()`, then the inputs' cached pages dropped with
@@ -37,55 +36,16 @@ from safetensors import safe_open
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from slime_ext.convert.arch import hf_tensor_names, spec_from_hf_config  # noqa: E402
-from slime_ext.convert.hf_io import HFReader, SafetensorsWriter, TensorPlan  # noqa: E402
+from slime_ext.convert.hf_io import HFReader  # noqa: E402
+from slime_ext.dev_engine.random_checkpoint import write_random_weights  # noqa: E402
 
 QWEN3_8B = json.loads((REPO / "configs" / "models" / "hf_configs" / "qwen3-8B.json").read_text())
-POOL_ELEMS = 128 << 20  # 256 MiB of bf16
-
-
-def hf_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    s = spec_from_hf_config(config)
-    h, d = s.hidden_size, s.head_dim
-    per_layer = {
-        "input_layernorm.weight": (h,),
-        "post_attention_layernorm.weight": (h,),
-        "self_attn.q_proj.weight": (s.num_attention_heads * d, h),
-        "self_attn.k_proj.weight": (s.num_query_groups * d, h),
-        "self_attn.v_proj.weight": (s.num_query_groups * d, h),
-        "self_attn.o_proj.weight": (h, s.num_attention_heads * d),
-        "self_attn.q_norm.weight": (d,),
-        "self_attn.k_norm.weight": (d,),
-        "mlp.gate_proj.weight": (s.ffn_hidden_size, h),
-        "mlp.up_proj.weight": (s.ffn_hidden_size, h),
-        "mlp.down_proj.weight": (h, s.ffn_hidden_size),
-    }
-    shapes = {}
-    for name in hf_tensor_names(s):
-        if name.startswith("model.layers."):
-            shapes[name] = per_layer[name.split(".", 3)[3]]
-        else:
-            shapes[name] = (s.vocab_size, h) if "embed" in name or "lm_head" in name else (h,)
-    return shapes
 
 
 def build_hf(out: Path, config: dict, seed: int) -> int:
     out.mkdir(parents=True)
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    gen = torch.Generator().manual_seed(seed)
-    pool = (torch.randn(POOL_ELEMS, generator=gen) * 0.02).to(torch.bfloat16)
-    shapes = hf_shapes(config)
-    plan = [TensorPlan(n, torch.bfloat16, s) for n, s in shapes.items()]
-    writer = SafetensorsWriter(out, plan, 5 * 10**9)
-    for t in plan:
-        numel = int(torch.Size(t.shape).numel())
-        start = int(torch.randint(0, POOL_ELEMS, (1,), generator=gen))
-        reps = -(-(start + numel) // POOL_ELEMS)
-        src = pool.repeat(reps) if reps > 1 else pool
-        writer.write(t.name, src[start : start + numel].reshape(t.shape))
-        del src
-    writer.close()
-    return writer.total_bytes
+    return write_random_weights(out, config, seed)
 
 
 def fsync_tree(root: Path) -> None:

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--gpus", default=os.environ.get("CUDA_VISIBLE_DEVICES", ""), help="GPU indices to share out"
     )
-    p.add_argument("--gpus-per-run", type=int, default=1)
+    p.add_argument("--gpus-per-run", type=int, default=1, help="GPUs of each run (its CUDA_VISIBLE_DEVICES)")
     p.add_argument("--launch", action="store_true", help="start the runs (default: print the plan only)")
     args = p.parse_args(argv)
     try:

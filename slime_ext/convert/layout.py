@@ -107,6 +107,7 @@ def atomic_output_dir(out_dir: Path, overwrite: bool = False) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     try:
         yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; a model directory is ordinary data
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             out_dir.rename(old)

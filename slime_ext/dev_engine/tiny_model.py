@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from krl_common.cli import make_parser
+from slime_ext.convert.layout import atomic_output_dir
 
 __all__ = [
     "DEFAULT_SIZE",
@@ -202,22 +201,13 @@ def write_model_dir(
     """
     _size_fields(size)  # an unknown size fails before anything is built or written
     target = Path(out)
-    if target.exists() and not overwrite:
+    if target.exists() and not overwrite:  # before the build, which takes a while
         raise FileExistsError(f"{target} exists (pass overwrite=True / --overwrite to replace it)")
-    target.parent.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer()
     model = build_model(tok, seed=seed, size=size)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic_output_dir(target, overwrite=True) as tmp:  # existence checked above
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; a model dir is ordinary data
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 
