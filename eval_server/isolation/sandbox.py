@@ -11,6 +11,7 @@ import ctypes
 import os
 import re
 import signal
+import time
 from collections.abc import Mapping
 
 import psutil
@@ -92,6 +93,23 @@ def kill_tree(pid: int) -> None:
             child.kill()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
+
+
+def reap_group(pgid: int, grace_s: float) -> bool:
+    """Reap every child of this process in process group `pgid` (a killed evaluation's: its
+    runner is reparented here when the judge exits first), waiting at most `grace_s` for the
+    killed ones to finish dying; True when none is left. Without the wait, a runner still dying
+    when the evaluation's answer went out stayed a zombie until the next evaluation."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
 
 
 def reap_all(keep: int | None = None) -> None:

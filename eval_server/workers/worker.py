@@ -54,6 +54,7 @@ from eval_server.schema import (
 
 _POLL_S = 0.02
 _EXIT_POLL_S = 0.001  # after the child closed its result pipe: it is exiting, poll its exit closely
+_REAP_GRACE_S = 10.0  # at most this long for a killed evaluation's processes to finish dying (a GPU context can take seconds)
 _STDOUT_TAIL_CHARS = 2000
 
 
@@ -308,6 +309,7 @@ class Worker:
                 exit_status = status
             except ChildProcessError:
                 pass
+            sandbox.reap_group(pid, _REAP_GRACE_S)  # its runner and their children, killed above
             if eof_at is not None:
                 child_exit_s = time.perf_counter() - eof_at
             # not the spare: its exit status is read when it is taken

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 
 import psutil
@@ -216,3 +217,37 @@ def test_an_undumpable_process_reads_as_such_and_its_children_keep_the_default()
     out = os.read(r, 100).decode().split()
     os.waitpid(pid, 0)
     assert out == ["1", "0", "1"]
+
+
+_REAP_SCRIPT = """
+import os, signal, sys, time
+import psutil
+from eval_server.isolation.sandbox import become_subreaper, reap_group
+assert become_subreaper()
+leader = os.fork()
+if leader == 0:  # the judge: its own group, one child (the runner), then it exits first
+    os.setpgid(0, 0)
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+    os._exit(0)
+os.waitpid(leader, 0)  # the judge is gone; the runner is now this process's child
+(runner,) = psutil.Process().children()
+assert os.getpgid(runner.pid) == leader
+os.killpg(leader, signal.SIGKILL)
+print("reaped", reap_group(leader, grace_s=60.0))
+try:
+    os.waitpid(runner.pid, os.WNOHANG)
+    print("still a child")
+except ChildProcessError:
+    print("gone")
+"""
+
+
+def test_reap_group_leaves_no_zombie_of_a_killed_group():
+    """The worker's case: the judge (group leader) is reaped, its runner was reparented to the
+    worker (a subreaper) and is still dying when the evaluation ends: reap_group collects it
+    (in a child interpreter: a subreaper pytest would collect every other test's orphans)."""
+    done = subprocess.run([sys.executable, "-c", _REAP_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["reaped", "True", "gone"]
