@@ -24,6 +24,18 @@ MODEL_ARGS = "MODEL_ARGS=(--num-layers 36 --hidden-size 4096 --swiglu)\n"
 def _run(
     script: str, tmp_path: Path, cwd: Path = REPO, **extra: str | None
 ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / script)],
+        env=_env(tmp_path, **extra),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _env(tmp_path: Path, **extra: str | None) -> dict[str, str]:
+    """A PRINT_ONLY launcher's environment: this test's model flags, recipe, run root and ports."""
     (tmp_path / "model.sh").write_text(MODEL_ARGS)
     (tmp_path / "recipe.yaml").write_text(
         "kernel_rl:\n  runner:\n    temperature: 0.7\n  episode:\n    max_turns: 2\n"
@@ -51,14 +63,7 @@ def _run(
     env.update(extra)
     for name in [k for k, v in extra.items() if v is None]:  # None: leave the setting unset
         env.pop(name)
-    return subprocess.run(
-        ["bash", str(REPO / "scripts" / script)],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return env
 
 
 def _argv(run_dir: Path, window: str) -> list[str]:
@@ -246,6 +251,41 @@ def test_a_planned_ab_run_is_what_the_launcher_starts(tmp_path: Path) -> None:
     assert recipe["episode"]["reward"]["credit"] == "trloo"
     assert recipe["services"]["eval_urls"] == [f"http://127.0.0.1:{runs[1].env['EVAL_PORT']}"]
     assert _exported(run / "cmd" / "eval.sh", "CUDA_VISIBLE_DEVICES") == "1"
+
+
+def test_ab_runs_launch_starts_every_planned_run(tmp_path: Path) -> None:
+    """`tools.ab_runs --launch` calls the launcher once per (arm, seed) with the plan's settings
+    (PRINT_ONLY: each writes its run's commands and returns), then names the comparison."""
+    env = _env(tmp_path, PRESET="single_gpu_tiny", NUM_GPUS="1", RUN_NAME=None)
+    for port in ("EVAL_PORT", "BUFFER_PORT", "ROUTER_PORT", "RAY_PORT", "RAY_DASHBOARD_PORT", "ENGINE_PORT"):
+        env.pop(port)  # the plan's
+    argv = [
+        "--name",
+        "ab",
+        "--arm",
+        "a:CREDIT=trajectory",
+        "--arm",
+        "b:CREDIT=trloo",
+        "--seeds",
+        "5",
+        "--gpus",
+        "0,1",
+    ]
+    res = subprocess.run(
+        [sys.executable, "-m", "tools.ab_runs", *argv, "--launch"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    for arm, credit, gpu in (("a", "trajectory", "0"), ("b", "trloo", "1")):
+        run = tmp_path / "runs" / f"ab-{arm}-s5"
+        assert _flag(_argv(run, "trainer"), "--seed") == "5"
+        assert (
+            yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]["episode"]["reward"]["credit"]
+            == credit
+        )
+        assert _exported(run / "cmd" / "eval.sh", "CUDA_VISIBLE_DEVICES") == gpu
+    runs = tmp_path / "runs"
+    assert f"tools.compare_training --a {runs}/ab-a-s5 --b {runs}/ab-b-s5 --labels a,b" in res.stdout
 
 
 def test_backend_lands_in_the_run_recipe_and_is_printed(tmp_path: Path) -> None:
