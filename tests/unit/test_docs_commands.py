@@ -139,3 +139,14 @@ def test_every_gpu_test_file_is_in_the_reference_table() -> None:
     assert sorted(files - named) == [], "GPU test files without a row in docs/GPU_TESTS.md's current status"
     gone = sorted(p for p in named if not (REPO / p).is_file())
     assert gone == [], "rows naming GPU test files that do not exist"
+
+
+@pytest.mark.parametrize("name", ["GPU_TESTS.md", "BENCHMARKS.md"])
+def test_every_dated_record_names_its_commit(name: str) -> None:
+    """A dated record's heading says which code it measured: a commit (or a range, or the commits of
+    its parts), or plainly that none was recorded."""
+    doc = (REPO / "docs" / name).read_text(encoding="utf-8")
+    dated = [h for h in re.findall(r"^## (.+)$", doc, flags=re.M) if re.search(r"\b20\d\d-\d\d-\d\d\b", h)]
+    assert dated, f"docs/{name}: no dated record"
+    bare = [h for h in dated if not re.search(r"\b[0-9a-f]{7,40}\b|commit not recorded|commits in each", h)]
+    assert bare == [], f"docs/{name}: dated headings without a commit"
