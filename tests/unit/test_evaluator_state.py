@@ -54,7 +54,6 @@ REVIEWED = {
     # reachable from candidate code (another process).
     ("eval_server.gpu_ipc", "_lib"): "the driver library's handle (a cache); see above",
     ("eval_server.gpu_ipc", "_bound"): "bound driver entry points (a cache); see above",
-    ("eval_server.gpu_ipc", "_spin_kernel"): "the hand-over's spin kernel per device (a cache); see above",
     ("eval_server.wire", "_LEN"): "the frame length's struct; see above",
 }
 
