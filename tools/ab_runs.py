@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from krl_common.cli import EXIT_USAGE, make_parser
+from tools.run_plan import PORTS, gpu_count
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = "scripts/run_kbench_multiturn.sh"
-PORTS = ("EVAL_PORT", "BUFFER_PORT", "ROUTER_PORT", "ENGINE_PORT", "RAY_PORT", "RAY_DASHBOARD_PORT",
-         "RAY_CLIENT_PORT", "RAY_AGENT_PORT")  # fmt: skip
 PORT_STEP = 100
 RAY_CLIENT_STEP = -10  # below Ray's worker port range (10002-19999), which `ray start` refuses
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -150,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
         if not gpus:
-            from tools.run_plan import gpu_count
-
             gpus = [str(i) for i in range(gpu_count())]
         runs = plan(args.name, [parse_arm(a) for a in args.arm], seeds, gpus, args.gpus_per_run)
     except ValueError as exc:

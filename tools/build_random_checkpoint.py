@@ -3,8 +3,8 @@ the default model's size (Qwen3-8B: ~16.4 GB of bf16) for runs, benches and GPU 
 that cannot download weights. The shapes come from configs/models/hf_configs/MODEL.json, the
 file the launcher's model flags describe.
 
-  python -m tools.build_random_checkpoint --model qwen3-8B --out /root/Qwen3-8B-random
-  python -m tools.convert_hf_to_megatron --hf-dir /root/Qwen3-8B-random --out /root/Qwen3-8B-random_torch_dist
+  python -m tools.build_random_checkpoint --model qwen3-8B --out "$CKPT_ROOT/Qwen3-8B-random"
+  python -m tools.convert_hf_to_megatron --hf-dir "$CKPT_ROOT/Qwen3-8B-random" --out "$CKPT_ROOT/Qwen3-8B-random_torch_dist"
 
 Exit code 0, or 2 with one `error: ...` line (unknown model, an existing --out without
 --overwrite, too little disk).
@@ -13,6 +13,7 @@ Exit code 0, or 2 with one `error: ...` line (unknown model, an existing --out w
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             if not 1 <= args.layers <= config["num_hidden_layers"]:
                 raise ValueError(f"--layers {args.layers}: 1 to {config['num_hidden_layers']}")
             config["num_hidden_layers"] = args.layers
-        need = sum(2 * _numel(s) for s in hf_shapes(config).values())
+        need = sum(2 * math.prod(s) for s in hf_shapes(config).values())
         args.out.parent.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(args.out.parent).free
         if free < need * 1.05:
@@ -61,13 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {args.out}: {nbytes / 1e9:.2f} GB of bf16 weights, {config['num_hidden_layers']} layers, vocab {config['vocab_size']}"
     )
     return 0
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 if __name__ == "__main__":

@@ -373,8 +373,7 @@ def check_ports(s: Mapping[str, str]) -> Check:
         ports = run_plan.plan_endpoints(s).ports
     except run_plan.PlanError as exc:
         return Check("ports", FAIL, str(exc), "see the message: the launcher refuses the same")
-    names = [n for n in ("EVAL_PORT", "BUFFER_PORT", "ENGINE_PORT", "ROUTER_PORT", *run_plan.RAY_PORTS)
-             if s.get(n) and int(s[n]) in ports]  # fmt: skip
+    names = [n for n in run_plan.PORTS if s.get(n) and int(s[n]) in ports]
     busy = [f"{n}={s[n]}" for n in names if not port_free(int(s[n]))]
     if busy:
         return Check(
@@ -497,7 +496,10 @@ def gate_line(checks: list[Check]) -> str | None:
 
 
 def run_checks(
-    settings: Mapping[str, str], *, env: Mapping[str, str] | None = None, gpus: Callable[[], int] = run_plan.gpu_count
+    settings: Mapping[str, str],
+    *,
+    env: Mapping[str, str] | None = None,
+    gpus: Callable[[], int] = run_plan.gpu_count,
 ) -> list[Check]:
     env = os.environ if env is None else env
     checks = gate_checks(settings)

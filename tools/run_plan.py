@@ -179,6 +179,7 @@ def plan_gpus(settings: Mapping[str, str], ids: Sequence[int], kind: str = "rl")
 
 
 RAY_PORTS = ("RAY_PORT", "RAY_DASHBOARD_PORT", "RAY_CLIENT_PORT", "RAY_AGENT_PORT")
+PORTS = ("EVAL_PORT", "BUFFER_PORT", "ENGINE_PORT", "ROUTER_PORT", *RAY_PORTS)  # every port setting of a run
 
 
 @dataclass(frozen=True)
@@ -206,10 +207,7 @@ class Endpoints:
 def plan_endpoints(settings: Mapping[str, str]) -> Endpoints:
     """The run's URLs (slime starts its router at ROUTER_HOST:ROUTER_PORT, SLIME_HOST_IP being
     ROUTER_HOST; ENGINE=tiny serves at ENGINE_PORT; SGLANG_URL set by hand wins) and its ports."""
-    port = {
-        n: _int(settings, n, "0")
-        for n in ("EVAL_PORT", "BUFFER_PORT", "ENGINE_PORT", "ROUTER_PORT", *RAY_PORTS)
-    }
+    port = {n: _int(settings, n, "0") for n in PORTS}
     engine_tiny = settings.get("ENGINE") == "tiny"
     train_only = settings.get("TRAIN_ONLY") == "1"
     router_host = settings.get("ROUTER_HOST") or "127.0.0.1"

@@ -101,18 +101,21 @@ def fixer_examples(
         raise ValueError(f"repeat must be >= 1, got {repeat}")
     examples: list[SFTExample] = []
     left_out: dict[str, str] = {}
-    for name, cand in wrong_candidates(names):
-        result = results.get(cand)
-        if result is None:
-            left_out[cand] = "not evaluated"
-            continue
-        if result.status not in WRONG_STATUSES:
-            left_out[cand] = f"the evaluator said {result.status!r}, not one of {', '.join(WRONG_STATUSES)}"
-            continue
+    for name in names:
         reference, correct = samples.load_problem(name), samples.load_candidate(f"{name}__correct")
-        messages = second_turn_messages(reference, samples.load_candidate(cand), result, correct, prompt)
-        meta = {"source": "bundled_samples", "problem": name, "candidate": f"{name}__correct",
-                "first_candidate": cand, "first_status": result.status, "turns": 2, "role": FIXER,
-                "correct": True, "status_verified": True}  # fmt: skip
-        examples += [SFTExample(messages=messages, metadata=meta) for _ in range(repeat)]
+        for _, cand in wrong_candidates([name]):
+            result = results.get(cand)
+            if result is None:
+                left_out[cand] = "not evaluated"
+                continue
+            if result.status not in WRONG_STATUSES:
+                left_out[cand] = (
+                    f"the evaluator said {result.status!r}, not one of {', '.join(WRONG_STATUSES)}"
+                )
+                continue
+            messages = second_turn_messages(reference, samples.load_candidate(cand), result, correct, prompt)
+            meta = {"source": "bundled_samples", "problem": name, "candidate": f"{name}__correct",
+                    "first_candidate": cand, "first_status": result.status, "turns": 2, "role": FIXER,
+                    "correct": True, "status_verified": True}  # fmt: skip
+            examples += [SFTExample(messages=messages, metadata=meta) for _ in range(repeat)]
     return examples, left_out
