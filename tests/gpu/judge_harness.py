@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from eval_server.judge.channel import Channel
+from eval_server.judge.channel import Channel, RunnerFailed
 from eval_server.judge.evaluate import evaluate, reference_cache_key
 from eval_server.judge.pair import fork_runner
 from eval_server.pipeline.context import EvalContext
@@ -133,6 +133,28 @@ class EarlyDone(torch.nn.Module):
         return torch.relu(x)
 
 
+def _describe_judge_memory() -> None:
+    """A runner that names judge memory as its outputs: the judge now maps a window's outputs
+    before it queues the window, from the runner's description; this one records the handles of
+    the judge's input slots it was sent at bind and describes every output as slot 0's memory
+    (what native code in a runner could forge). The judge must not score its own memory."""
+    from eval_server.runner.serve import Runner
+
+    bind, describe = Runner.bind, Runner._describe
+
+    def recording_bind(self: Runner, msg: dict) -> None:
+        self.judge_handles = [d["handle"] for slot in msg["slots"] for d in slot if "handle" in d]
+        bind(self, msg)
+
+    def forged(self: Runner, leaves: list) -> list:
+        return [
+            {**d, "handle": self.judge_handles[0], "offset": 0} if "handle" in d else d
+            for d in describe(self, leaves)
+        ]
+
+    Runner.bind, Runner._describe = recording_bind, forged  # type: ignore[method-assign]
+
+
 MODELS = {
     "honest": Honest,
     "side_stream": SideStream,
@@ -143,6 +165,7 @@ MODELS = {
     "poisoned_cache": Honest,
     "freed_between": Honest,
     "early_done": EarlyDone,
+    "judge_memory_output": Honest,
 }
 
 
@@ -154,6 +177,8 @@ def main() -> None:
     def first_layer(req: dict) -> tuple[dict, torch.nn.Module]:
         if case == "freed_between":  # as the real first layer's memory poisoning does: the segments
             torch.cuda.empty_cache()  # of the reference's outputs go back to the driver
+        if case == "judge_memory_output":
+            _describe_judge_memory()
         return report, MODELS[case]().cuda()
 
     def runner_main(sock) -> None:
@@ -176,7 +201,11 @@ def main() -> None:
         forged = TimingStats(median_ms=100.0, min_ms=100.0, mean_ms=100.0, iqr_ms=0.0, cv=0.0, trials=100,
                              method="gpu-time", calls_per_trial=1)  # fmt: skip
         cache.put(key, forged)
-    result = evaluate(request, ctx, Channel(sock, deadline=float("inf")))
+    try:
+        result = evaluate(request, ctx, Channel(sock, deadline=float("inf")))
+    except RunnerFailed as exc:  # what the worker reports as the candidate's `crashed` (worker._judge)
+        print(json.dumps({"status": "crashed", "feedback": str(exc), "checks": []}))
+        return
     print(json.dumps(result.to_json(), default=str))
 
 

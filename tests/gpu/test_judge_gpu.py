@@ -95,6 +95,14 @@ def test_a_done_said_before_the_work_gets_no_reward(mps_env: dict[str, str]) -> 
     )
 
 
+def test_outputs_described_as_judge_memory_get_no_reward(mps_env: dict[str, str]) -> None:
+    """The judge maps a window's outputs from the runner's description before it queues the
+    window: a runner naming the judge's own input slot as its output must not be scored (the
+    mapping fails, or the slot's values are not the ReLU)."""
+    r = _judge("judge_memory_output", 1 << 20, mps_env)
+    assert r["status"] in ("crashed", "incorrect", "rejected"), (r["status"], r["feedback"])
+
+
 def test_half_the_calls_skipped_is_incorrect(mps_env: dict[str, str]) -> None:
     r = _judge("every_other", 1 << 24, mps_env)
     assert r["status"] == "incorrect", r["feedback"]
