@@ -6,7 +6,9 @@ matrices on GPU N without pause (training and generation beside the evaluator, a
 It evaluates honest candidates round-robin until `--evals` results are in: the bundled samples'
 correct kernels and, on a GPU, the KernelBench-sized bench corpus (bench/corpus.py). Every status
 other than `ok` is a false rejection; the table names each with its check and feedback. The load
-processes are this script's children, stopped by PID.
+processes are this script's children, stopped by PID. Each result is printed as it arrives, and
+`--max-seconds` stops sending new evaluations at a deadline (the summary then counts what came
+back), so a run cut short still says what it measured.
 
     python bench/eval_under_load.py --devices 0 --load-gpu 1 --evals 200 --out under_load.json
     python bench/eval_under_load.py --devices cpu --evals 4 --cpu-load 1     # the plumbing, on CPU
@@ -22,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import httpx
@@ -75,12 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-load", type=int, default=os.cpu_count() or 1, help="busy processes (0: none)")
     parser.add_argument("--evals", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--max-seconds", type=float, default=None, help="send no evaluation after this")
     parser.add_argument("--server-args", default="", help="more flags for the eval server")
     parser.add_argument("--out", default=None, help="JSON summary here")
     args = parser.parse_args(argv)
     on_gpu = args.devices != "cpu"
     jobs = honest_jobs(on_gpu)
-    server_args = ["--devices", args.devices, "--ref-cache", "none", *args.server_args.split()]
+    server_args = ["--devices", args.devices, *args.server_args.split()]
     rows: list[dict] = []
     with (
         tempfile.TemporaryDirectory(prefix="under-load-") as tmp,
@@ -90,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         try:
 
-            def one(i: int) -> dict:
+            def one(i: int) -> dict | None:
+                if args.max_seconds is not None and time.monotonic() - t0 > args.max_seconds:
+                    return None
                 name, reference, candidate = jobs[i % len(jobs)]
                 body = {"reference": reference, "candidate": candidate, "problem_id": name}
                 r = httpx.post(f"{url}/eval", json=body, timeout=900).json()
@@ -103,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
                 }
 
             with ThreadPoolExecutor(args.concurrency) as ex:
-                rows = list(ex.map(one, range(args.evals)))
+                for fut in as_completed([ex.submit(one, i) for i in range(args.evals)]):
+                    row = fut.result()
+                    if row is not None:
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
         finally:
             stop_load(load)
         wall = time.monotonic() - t0

@@ -2,7 +2,7 @@
 
 Per window w (k calls of the model the runner serves), on the judge's own stream:
 
-    e0 | fill the k input slots with fresh values | flush L2 | e_start | write go = c
+    lead | e0 | fill the k input slots with fresh values | flush L2 | e_start | write go = c
        | wait done >= c | e_end | copy every output of the window (snapshot) | e_snap
 
 The runner has queued [wait go >= c, its k calls, write done = c] on its stream before it told
@@ -11,7 +11,11 @@ burst: the window e_start..e_end holds the hand-over to the runner's context, it
 and the hand-back, and nothing of either host. Values exist only from the fill on (a secret seed
 per window, drawn by the judge's `secrets`), so no work before the window can be useful, and the
 snapshot is queued right behind "done", so the outputs the judge keeps are what existed when the
-runner said it was done. Work the runner leaves running after "done" shares the GPU with the
+runner said it was done. The lead is a GPU sleep longer than the host takes to queue the burst
+(twice the longest of the last bursts): without it an idle stream ran each step as the host queued
+it, so the fill and snapshot times held the host's launch time, which host load stretches (honest
+kernels rejected as escaped work while every core of the host was busy). Work the runner leaves
+running after "done" shares the GPU with the
 judge's own steps: it delays e_end (inside the window) or stretches the fill or the snapshot
 (`pre_ms`, `post_ms`), which the escape check compares with the same steps of the reference's
 run (timing.py). Which snapshots are compared with the reference is chosen by the judge and
@@ -39,6 +43,10 @@ _POLL_S = 0.0005
 # synchronizes with the GPU (.item(), a sync, a lazily loaded kernel) blocks its host until the
 # stream it queued behind "go" runs, so the reply can only come after go.
 STALL_S = 1.0
+# The lead's bounds: twice the longest of the last LEAD_HISTORY bursts' host time, within these
+LEAD_MIN_MS = 0.05
+LEAD_MAX_MS = 2.0
+LEAD_HISTORY = 8
 
 
 def fresh_seed() -> int:
@@ -124,6 +132,21 @@ class GpuSession:
         self.slots: list[list[Any]] = []  # per slot: SharedBuffer or a plain value, per argument
         self._mapped: dict[str, tuple[int, int]] = {}  # runner handle -> (base here, size)
         self._scratch: dict[tuple[int, int], torch.Tensor] = {}
+        self._cycles_per_ms = 0.0  # GPU clock cycles of torch.cuda._sleep per millisecond
+        self._bursts_ms: list[float] = []  # host time of the last bursts
+
+    def _lead(self) -> None:
+        """Queue the lead: a GPU sleep that outlasts this host's queueing of the next burst."""
+        if not self._cycles_per_ms:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(100)  # the first launch loads the kernel's module
+            start.record(self.stream)
+            torch.cuda._sleep(1_000_000)
+            end.record(self.stream)
+            end.synchronize()
+            self._cycles_per_ms = 1_000_000 / max(start.elapsed_time(end), 1e-3)
+        ms = min(max(2 * max(self._bursts_ms, default=0.0), LEAD_MIN_MS), LEAD_MAX_MS)
+        torch.cuda._sleep(int(ms * self._cycles_per_ms))
 
     # ---------------------------------------------------------------- set-up
     def bind(self, k: int) -> None:
@@ -244,6 +267,8 @@ class GpuSession:
                 snaps = [self._snapshot_into(j, (w, j) in keep) for j in range(k)]
                 persisting_l2.reset()
                 e = tuple(torch.cuda.Event(enable_timing=True) for _ in range(4))
+                self._lead()
+                t0 = time.perf_counter()
                 e[0].record(self.stream)
                 for j in range(k):
                     for dst, src in zip(self.slots[j], fresh[j], strict=True):
@@ -257,6 +282,7 @@ class GpuSession:
                 e[2].record(self.stream)
                 if views is not None:
                     self._snapshot(views, snaps, e[3])
+                    self._bursts_ms = [*self._bursts_ms[1 - LEAD_HISTORY :], (time.perf_counter() - t0) * 1e3]
                 else:  # its host waits on the GPU (a sync in forward): go, then the reply
                     stalled.add(w)
                     msg, _ = self.channel.recv()

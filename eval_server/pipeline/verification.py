@@ -105,6 +105,11 @@ def correctness_phase(
         if i == 0:
             result.kernel_launches = launches or 0
             _first_trial_checks(result, ops, args, pristine, ctx)
+        else:
+            torch_compute_check(result, ops, ctx)
+            if any(c.severity == "reject" for c in result.checks):
+                result.status = STATUS_REJECTED
+                raise Stop
         del args
         expected = _expected(result, ctx, ref, guard, seed, pristine)
         cmp = _compare(ctx, expected, out, opts)
@@ -138,16 +143,7 @@ def _first_trial_checks(
                 f"launch them ({how}) to compute the output.",
             )
         )
-    compute = ops.compute_ops()
-    if compute:
-        listed = ", ".join(f"aten.{k} x{v}" for k, v in list(compute.items())[:10])
-        result.checks.append(
-            Check(
-                "runtime.torch_compute",
-                f"torch computed part of the result during forward ({listed}), from Python or C++. Only "
-                f"allocation, views and copies may use torch; compute everything in your {own_kernels(ctx)}.",
-            )
-        )
+    torch_compute_check(result, ops, ctx)
     changed = [
         str(i)
         for i, (a, b) in enumerate(zip(args, pristine, strict=True))
@@ -164,6 +160,21 @@ def _first_trial_checks(
     if any(c.severity == "reject" for c in result.checks):
         result.status = STATUS_REJECTED
         raise Stop
+
+
+def torch_compute_check(result: EvalResult, ops: TorchOpRecorder, ctx: EvalContext) -> None:
+    """Every trial, not only the first: a candidate may compute with torch only in calls that look
+    like the judge's (its stream busy, see run_candidate), and later trials look like them."""
+    compute = ops.compute_ops()
+    if compute and not any(c.id == "runtime.torch_compute" for c in result.checks):
+        listed = ", ".join(f"aten.{k} x{v}" for k, v in list(compute.items())[:10])
+        result.checks.append(
+            Check(
+                "runtime.torch_compute",
+                f"torch computed part of the result during forward ({listed}), from Python or C++. Only "
+                f"allocation, views and copies may use torch; compute everything in your {own_kernels(ctx)}.",
+            )
+        )
 
 
 def _same_tensor_values(a: torch.Tensor, b: torch.Tensor) -> bool:

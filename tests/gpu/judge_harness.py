@@ -137,7 +137,9 @@ def _describe_judge_memory() -> None:
     """A runner that names judge memory as its outputs: the judge now maps a window's outputs
     before it queues the window, from the runner's description; this one records the handles of
     the judge's input slots it was sent at bind and describes every output as slot 0's memory
-    (what native code in a runner could forge). The judge must not score its own memory."""
+    (what native code in a runner could forge). The judge must not score its own memory. Installed
+    before the reference runs in this process (the reference's windows bind first), it forges only
+    the candidate's descriptions."""
     from eval_server.runner.serve import Runner
 
     bind, describe = Runner.bind, Runner._describe
@@ -147,6 +149,8 @@ def _describe_judge_memory() -> None:
         bind(self, msg)
 
     def forged(self: Runner, leaves: list) -> list:
+        if type(self.model).__name__ == "Model":  # the reference's windows: left as they are
+            return describe(self, leaves)
         return [
             {**d, "handle": self.judge_handles[0], "offset": 0} if "handle" in d else d
             for d in describe(self, leaves)
@@ -177,11 +181,11 @@ def main() -> None:
     def first_layer(req: dict) -> tuple[dict, torch.nn.Module]:
         if case == "freed_between":  # as the real first layer's memory poisoning does: the segments
             torch.cuda.empty_cache()  # of the reference's outputs go back to the driver
-        if case == "judge_memory_output":
-            _describe_judge_memory()
         return report, MODELS[case]().cuda()
 
     def runner_main(sock) -> None:
+        if case == "judge_memory_output":
+            _describe_judge_memory()
         serve(sock, torch.device("cuda", 0), str(workdir), first_layer)
 
     _, sock = fork_runner(runner_main)
