@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from eval_server.isolation.hardening import Hardening
+from eval_server.isolation.hardening import Hardening, gpu_memory_share
 from eval_server.workers.pool import DeviceSlot, PoolConfig, WorkerPool
 from krl_common.cli import make_parser
 from krl_common.http_json import add_network_args
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="workers per GPU; with 2, one evaluation's CPU work and correctness runs overlap the other's, "
         "while timing always holds the GPU exclusively (see gpu_lock.py); each evaluation may then "
-        "allocate 0.95 / N of the GPU's memory",
+        "allocate 0.95 / N of the GPU's memory (one that runs out is run again alone on the GPU)",
     )
     dev.add_argument(
         "--cpu-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="workers in CPU mode"
@@ -201,12 +201,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-level", default="INFO", help="logging level")
     return p
-
-
-def gpu_memory_share(workers_per_device: int) -> float:
-    """Share of a GPU's memory for each of its evaluations: equal parts of all but 5 % (the CUDA
-    contexts of the running and the spare evaluation processes live outside torch's allocator)."""
-    return round(0.95 / workers_per_device, 4)
 
 
 def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:

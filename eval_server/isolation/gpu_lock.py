@@ -24,23 +24,58 @@ class GpuLock:
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         self.waited_s = 0.0  # total time spent waiting for the lock
 
-    @contextmanager
-    def _hold(self, mode: int) -> Iterator[None]:
+    def acquire(self, exclusive: bool) -> None:
         t0 = time.perf_counter()
-        fcntl.flock(self._fd, mode)
+        fcntl.flock(self._fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         self.waited_s += time.perf_counter() - t0
+
+    def release(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    @contextmanager
+    def _hold(self, exclusive: bool) -> Iterator[None]:
+        self.acquire(exclusive)
         try:
             yield
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self.release()
 
     def shared(self) -> contextmanager:  # type: ignore[valid-type]
         """GPU work that tolerates other GPU work (reference runs, correctness)."""
-        return self._hold(fcntl.LOCK_SH)
+        return self._hold(False)
 
     def exclusive(self) -> contextmanager:  # type: ignore[valid-type]
         """Timing: no other evaluation may run GPU work meanwhile."""
-        return self._hold(fcntl.LOCK_EX)
+        return self._hold(True)
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+class MemoryShare:
+    """Who may hold the GPU's memory: evaluations that fit their worker's memory share run side by
+    side (each holds this shared for its whole run); one whose problem does not fit runs alone,
+    with the share of a GPU of one worker (it holds this exclusive). A turnstile taken before either
+    keeps a waiting alone evaluation from being passed by a stream of shared ones (flock prefers
+    no one). Files beside the GPU lock's; every evaluation process opens its own."""
+
+    def __init__(self, gpu_lock_path: str | Path) -> None:
+        self._turnstile = GpuLock(f"{gpu_lock_path}.turnstile")
+        self._memory = GpuLock(f"{gpu_lock_path}.memory")
+
+    @contextmanager
+    def hold(self, alone: bool) -> Iterator[None]:
+        if alone:
+            with self._turnstile.exclusive(), self._memory.exclusive():
+                yield
+            return
+        with self._turnstile.exclusive():
+            self._memory.acquire(exclusive=False)
+        try:
+            yield
+        finally:
+            self._memory.release()
+
+    def close(self) -> None:
+        self._turnstile.close()
+        self._memory.close()

@@ -81,3 +81,9 @@ class Hardening:
                 "need 0 <= warmup_busy_ms <= warmup_ms (--warmup-busy-ms <= --warmup-ms), "
                 f"got {self.warmup_busy_ms} and {self.warmup_ms}"
             )
+
+
+def gpu_memory_share(workers_per_device: int) -> float:
+    """Share of a GPU's memory for each of its evaluations: equal parts of all but 5 % (the CUDA
+    contexts of the running and the spare evaluation processes live outside torch's allocator)."""
+    return round(0.95 / workers_per_device, 4)

@@ -155,7 +155,8 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
     opts = request.options
     cuda = ctx.device.type == "cuda"
     timing = cuda and ctx.timing_enabled and opts.timing
-    channel.send({"request": request.to_json()})
+    # the runner's memory share is the judge's word (the worker's, or a whole GPU's when alone)
+    channel.send({"request": request.to_json(), "memory_share": ctx.hardening.gpu_memory_fraction})
     with ctx.phase("reference"), torch.no_grad():
         ref = _reference(request, ctx, result, opts.seed)
         shape = _shape_variant(request, ctx)

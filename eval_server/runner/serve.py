@@ -30,8 +30,9 @@ from eval_server import gpu_ipc, wire
 from eval_server.checks.compare import flatten_output
 from eval_server.pipeline import loader
 
-# given the request: runs the first layer, returns (report json, the candidate's model or None)
-FirstLayer = Callable[[dict[str, Any]], tuple[dict[str, Any], Any]]
+# given the request and the memory share the judge named (None: the worker's): runs the first
+# layer, returns (report json, the candidate's model or None)
+FirstLayer = Callable[[dict[str, Any], float | None], tuple[dict[str, Any], Any]]
 
 
 def _traceback(exc: BaseException, workdir: str) -> str:
@@ -168,6 +169,8 @@ def serve(sock: socket.socket, device: torch.device, workdir: str, first_layer: 
     except wire.WireError:
         return
     request = first.get("request") or {}
+    share = first.get("memory_share")
+    share = float(share) if isinstance(share, (int, float)) and 0 < share <= 1 else None
     while True:
         try:
             msg, payload = wire.recv(sock, max_payload=1 << 40)
@@ -181,7 +184,7 @@ def serve(sock: socket.socket, device: torch.device, workdir: str, first_layer: 
                 runner.load_reference(request["reference"], request["options"]["seed"])
                 wire.send(sock, {"ok": True})
             elif op == "candidate":
-                report, model = first_layer(request)
+                report, model = first_layer(request, share)
                 runner.model = model
                 if model is not None:
                     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -40,9 +41,11 @@ from typing import Any
 
 from eval_server.feedback import build_feedback, failure_result
 from eval_server.isolation import audit, sandbox
+from eval_server.isolation.hardening import Hardening, gpu_memory_share
 from eval_server.schema import (
     STATUS_CRASHED,
     STATUS_REJECTED,
+    STATUS_RUNTIME_ERROR,
     STATUS_SERVER_ERROR,
     STATUS_TIMEOUT,
     Check,
@@ -56,6 +59,7 @@ _POLL_S = 0.02
 _EXIT_POLL_S = 0.001  # after the child closed its result pipe: it is exiting, poll its exit closely
 _REAP_GRACE_S = 10.0  # at most this long for a killed evaluation's processes to finish dying (a GPU context can take seconds)
 _STDOUT_TAIL_CHARS = 2000
+_ALONE_REMEMBERED = 256  # problems whose judge ran out of its share: their evaluations run alone
 
 
 @dataclass
@@ -102,15 +106,28 @@ def crash_summary(output: str, max_lines: int = 12) -> str:
     return "\n".join(ln[:300] for ln in errors + tail)
 
 
-def request_header(sent_at: float, gpu_busy_at: float | None) -> bytes:
-    """The first line the worker writes to a child before the request (CLOCK_MONOTONIC times)."""
-    return f"{sent_at:.6f} {-1.0 if gpu_busy_at is None else gpu_busy_at:.6f}\n".encode()
+def request_header(sent_at: float, gpu_busy_at: float | None, alone: bool = False) -> bytes:
+    """The first line the worker writes to a child before the request (CLOCK_MONOTONIC times, and
+    whether the evaluation runs alone on its GPU: see MemoryShare)."""
+    return f"{sent_at:.6f} {-1.0 if gpu_busy_at is None else gpu_busy_at:.6f} {int(alone)}\n".encode()
 
 
-def parse_request_header(line: bytes) -> tuple[float, float | None]:
-    """(sent_at, gpu_busy_at) from request_header's line, without its newline."""
-    sent_at, busy_at = (float(x) for x in line.split())
-    return sent_at, (None if busy_at < 0 else busy_at)
+def parse_request_header(line: bytes) -> tuple[float, float | None, bool]:
+    """(sent_at, gpu_busy_at, alone) from request_header's line, without its newline."""
+    sent, busy, alone = line.split()
+    busy_at = float(busy)
+    return float(sent), (None if busy_at < 0 else busy_at), alone == b"1"
+
+
+def out_of_memory(result: EvalResult) -> bool:
+    """The evaluation ended because a process ran out of its share of the GPU's memory: the judge
+    (`server_error`) or the candidate's process (`runtime_error`, which a candidate can also fake:
+    it buys one retry, never a verdict)."""
+    if result.status not in (STATUS_SERVER_ERROR, STATUS_RUNTIME_ERROR):
+        return False
+    error = result.error or {}
+    text = f"{error.get('type', '')} {error.get('message', '')} {result.feedback}"
+    return "OutOfMemoryError" in text or "CUDA out of memory" in text
 
 
 class Worker:
@@ -128,6 +145,12 @@ class Worker:
         self.evals = 0
         self._spare: _Spare | None = None
         self._gpu_busy_at: float | None = None  # time.monotonic() when the last timing here ended
+        self.shares_gpu = (
+            self.device_kind == "cuda"
+            and bool(self.gpu_lock_path)
+            and (Hardening(**self.hardening_overrides).gpu_memory_fraction < 1.0)
+        )
+        self._alone: dict[str, None] = {}  # problem hashes, oldest first
 
     # ------------------------------------------------------------------ warm-up (parent)
     def warm_up(self) -> dict[str, Any]:
@@ -157,12 +180,31 @@ class Worker:
 
     # ------------------------------------------------------------------ one evaluation
     def run_one(self, request_json: dict[str, Any], timeout_s: float) -> EvalResult:
+        """One evaluation; on a GPU shared with other workers, one that ran out of its memory
+        share is run again alone (with the share of one worker per GPU) in the time left, and a
+        problem whose judge ran out runs alone from then on."""
         request = parse_request(request_json)
         self.evals += 1
+        t0 = time.perf_counter()
+        key = problem_hash(request.reference)
+        alone = key in self._alone
+        result = self._attempt(request, timeout_s, alone)
+        if self.shares_gpu and not alone and out_of_memory(result):
+            if result.status == STATUS_SERVER_ERROR:
+                self._alone[key] = None
+                while len(self._alone) > _ALONE_REMEMBERED:
+                    del self._alone[next(iter(self._alone))]
+            spent = time.perf_counter() - t0
+            result = self._attempt(request, max(timeout_s - spent, 1.0), alone=True)
+            result.phases["out_of_share_attempt"] = round(spent, 6)
+        result.elapsed_s = round(time.perf_counter() - t0, 6)
+        return result
+
+    def _attempt(self, request: EvalRequest, timeout_s: float, alone: bool) -> EvalResult:
         spare = self._take_spare()
         t0 = time.perf_counter()
         try:
-            self._send_request(spare, request, self._gpu_busy_at)
+            self._send_request(spare, request, self._gpu_busy_at, alone)
             self._spare = self._start_spare()  # the next one gets ready while this one runs
             result = self._wait(spare, request, timeout_s)
         finally:
@@ -243,12 +285,12 @@ class Worker:
             self._spare = None
 
     @staticmethod
-    def _send_request(spare: _Spare, request: EvalRequest, gpu_busy_at: float | None) -> None:
+    def _send_request(spare: _Spare, request: EvalRequest, gpu_busy_at: float | None, alone: bool) -> None:
         """A first line with the send time and `gpu_busy_at` (CLOCK_MONOTONIC, system-wide; -1:
         none), then the request: the child reports how long the request waited for its preparation
         (phase spare_wait) and knows how recently the GPU was timed (EvalContext.gpu_busy_at)."""
         payload = memoryview(
-            request_header(time.monotonic(), gpu_busy_at) + json.dumps(request.to_json()).encode()
+            request_header(time.monotonic(), gpu_busy_at, alone) + json.dumps(request.to_json()).encode()
         )
         try:
             while payload:
@@ -410,10 +452,10 @@ class Worker:
             if not raw:  # the worker went away without a request
                 os._exit(0)
             header, _, raw = raw.partition(b"\n")
-            sent_at, busy_at = parse_request_header(header)
+            sent_at, busy_at, alone = parse_request_header(header)
             spare_wait = max(0.0, prepared_at - sent_at)
             request = parse_request(json.loads(raw))
-            result = self._judge(request, evaldir, busy_at, sock, runner_pid)
+            result = self._judge(request, evaldir, busy_at, sock, runner_pid, alone)
             result.phases["spare_wait"] = round(spare_wait, 6)
             result.phases["spare_prepare"] = round(prepared_at - started_at, 6)
             payload = json.dumps(result.to_json()).encode()
@@ -449,32 +491,46 @@ class Worker:
         _quiet(evaldir)
         self._child_prepare()
         device = torch.device("cuda", 0) if self.device_kind == "cuda" else torch.device("cpu")
-        serve(sock, device, str(evaldir), lambda req: self._first_layer(req, evaldir))
+        serve(sock, device, str(evaldir), lambda req, share: self._first_layer(req, share, evaldir))
 
-    def _first_layer(self, request_json: dict[str, Any], evaldir: Path) -> tuple[dict[str, Any], Any]:
-        """In the runner: the pipeline's checks on the candidate, with its prints in the log."""
+    def _first_layer(
+        self, request_json: dict[str, Any], share: float | None, evaldir: Path
+    ) -> tuple[dict[str, Any], Any]:
+        """In the runner: the pipeline's checks on the candidate, with its prints in the log, in
+        the memory share the judge named (larger than the worker's only when it runs alone)."""
         from eval_server.pipeline.evaluate import first_layer
 
         request = parse_request(request_json)
         log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        ctx = self._context(evaldir, timing=False, gpu_busy_at=None)
+        ctx = self._context(evaldir, timing=False, gpu_busy_at=None, share=share)
         # Irreversible, and after every import of the evaluator's own: the candidate comes next.
         audit.install(evaldir)
         result, model = first_layer(request, ctx)
         return result.to_json(), model
 
     def _judge(
-        self, request: EvalRequest, evaldir: Path, busy_at: float | None, sock: Any, runner_pid: int
+        self,
+        request: EvalRequest,
+        evaldir: Path,
+        busy_at: float | None,
+        sock: Any,
+        runner_pid: int,
+        alone: bool = False,
     ) -> EvalResult:
+        from eval_server.isolation.gpu_lock import MemoryShare
         from eval_server.judge.channel import Channel, RunnerFailed
         from eval_server.judge.evaluate import evaluate
 
-        ctx = self._context(evaldir, timing=True, gpu_busy_at=busy_at)
+        ctx = self._context(
+            evaldir, timing=True, gpu_busy_at=busy_at, share=gpu_memory_share(1) if alone else None
+        )
         channel = Channel(sock, deadline=float("inf"))
+        share = MemoryShare(self.gpu_lock_path) if self.shares_gpu and self.gpu_lock_path else None
         try:
-            return evaluate(request, ctx, channel)
+            with share.hold(alone) if share is not None else contextlib.nullcontext():
+                return evaluate(request, ctx, channel)
         except RunnerFailed as exc:
             status = _end_runner(runner_pid)
             if not channel.candidate_asked:  # no candidate code had run: not the candidate's doing
@@ -514,16 +570,20 @@ class Worker:
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
 
-    def _context(self, evaldir: Path, timing: bool, gpu_busy_at: float | None) -> Any:
-        """The evaluation's context in this process (judge: timing; runner: none)."""
+    def _context(
+        self, evaldir: Path, timing: bool, gpu_busy_at: float | None, share: float | None = None
+    ) -> Any:
+        """The evaluation's context in this process (judge: timing; runner: none); `share`: the
+        evaluation's share of the GPU's memory when not the worker's (half of it per process)."""
         import torch
 
         from eval_server.isolation.gpu_lock import GpuLock
-        from eval_server.isolation.hardening import Hardening
         from eval_server.pipeline.context import EvalContext
         from eval_server.pipeline.ref_cache import RefTimingCache
 
         hardening = Hardening(**self.hardening_overrides)
+        if share is not None and 0 < share <= 1:
+            hardening = dataclasses.replace(hardening, gpu_memory_fraction=share)
         if self.device_kind == "cuda":
             # CUDA_VISIBLE_DEVICES pins the physical GPU. CUDA initialises lazily on first use,
             # so statically rejected candidates never pay for a context.

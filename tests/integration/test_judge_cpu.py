@@ -87,19 +87,19 @@ def _judge(tmp_path: Path, first_layer: Any, runner_override: Any = None) -> Eva
 
 
 def test_an_honest_model_is_ok(tmp_path: Path) -> None:
-    result = _judge(tmp_path, lambda req: (_forged_ok(), _Relu()))
+    result = _judge(tmp_path, lambda req, share: (_forged_ok(), _Relu()))
     assert result.status == "ok" and result.correct, result.feedback
 
 
 def test_a_forged_ok_report_with_a_wrong_model_is_incorrect(tmp_path: Path) -> None:
-    result = _judge(tmp_path, lambda req: (_forged_ok(), _Zeros()))
+    result = _judge(tmp_path, lambda req, share: (_forged_ok(), _Zeros()))
     assert result.status == "incorrect" and not result.correct
     assert result.speedup is None
     assert [c.id for c in result.checks] == ["judge.output"]
 
 
 def test_a_model_right_only_on_its_first_calls_is_incorrect(tmp_path: Path) -> None:
-    def first_layer(req: dict) -> tuple[dict, Any]:
+    def first_layer(req: dict, share: float | None) -> tuple[dict, Any]:
         model = _RightTwice()
         x = torch.randn(8)
         model(x), model(x)  # the first layer's own trials
@@ -110,7 +110,7 @@ def test_a_model_right_only_on_its_first_calls_is_incorrect(tmp_path: Path) -> N
 
 
 def test_a_wrong_shape_is_incorrect_with_the_shapes_in_the_feedback(tmp_path: Path) -> None:
-    result = _judge(tmp_path, lambda req: (_forged_ok(), _WrongShape()))
+    result = _judge(tmp_path, lambda req, share: (_forged_ok(), _WrongShape()))
     assert result.status == "incorrect"
     assert "shape" in result.feedback
 
@@ -118,19 +118,19 @@ def test_a_wrong_shape_is_incorrect_with_the_shapes_in_the_feedback(tmp_path: Pa
 @pytest.mark.parametrize("status", ["server_error", "reference_error", "unsupported"])
 def test_a_report_claiming_an_evaluator_status_is_the_candidates_crash(tmp_path: Path, status: str) -> None:
     report = EvalResult(status=status, error={"type": status, "message": "not my fault", "traceback": ""})
-    result = _judge(tmp_path, lambda req: (report.to_json(), _Relu()))
+    result = _judge(tmp_path, lambda req, share: (report.to_json(), _Relu()))
     assert result.status == "crashed"
     assert "not my fault" in result.feedback
 
 
 def test_an_unreadable_report_is_a_crash(tmp_path: Path) -> None:
-    result = _judge(tmp_path, lambda req: ({"status": "ok", "speedup": 9.0, "forged": True}, _Relu()))
+    result = _judge(tmp_path, lambda req, share: ({"status": "ok", "speedup": 9.0, "forged": True}, _Relu()))
     assert result.status == "crashed"
 
 
 def test_a_failing_report_stands(tmp_path: Path) -> None:
     report = EvalResult(status="rejected", checks=[])
-    result = _judge(tmp_path, lambda req: (report.to_json(), _Relu()))
+    result = _judge(tmp_path, lambda req, share: (report.to_json(), _Relu()))
     assert result.status == "rejected"
 
 
@@ -139,7 +139,7 @@ def test_a_forward_that_raises_on_the_judges_inputs_is_a_runtime_error(tmp_path:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise ValueError("boom on secret inputs")
 
-    result = _judge(tmp_path, lambda req: (_forged_ok(), Raises()))
+    result = _judge(tmp_path, lambda req, share: (_forged_ok(), Raises()))
     assert result.status == "runtime_error"
     assert "boom on secret inputs" in result.feedback
 
@@ -165,7 +165,7 @@ def test_a_report_with_infinite_differences_crosses_and_stands(tmp_path: Path) -
     """An inf max diff (NaN written by the candidate) is null on the wire, and the verdict the
     candidate's own: never the evaluator's server_error."""
     report = EvalResult(status="incorrect", max_abs_diff=float("inf"), max_rel_diff=float("nan"))
-    result = _judge(tmp_path, lambda req: (report.to_json(), _Relu()))
+    result = _judge(tmp_path, lambda req, share: (report.to_json(), _Relu()))
     assert result.status == "incorrect"
     assert result.max_abs_diff is None
 
@@ -176,7 +176,7 @@ def test_the_judge_imports_the_problem_at_both_shapes_before_the_candidate_is_lo
     written and imported before the first layer loads the candidate."""
     started = tmp_path / "first-layer-started"
 
-    def first_layer(req: dict) -> tuple[dict, Any]:
+    def first_layer(req: dict, share: float | None) -> tuple[dict, Any]:
         started.write_text("")
         return _forged_ok(), _Relu()
 

@@ -16,10 +16,11 @@ from tests.worker_args import cpu_worker
 
 
 @pytest.mark.parametrize("busy_at", [None, 1234.5, 0.0])
-def test_request_header_round_trip(busy_at: float | None) -> None:
-    line = request_header(99.25, busy_at)
+@pytest.mark.parametrize("alone", [False, True])
+def test_request_header_round_trip(busy_at: float | None, alone: bool) -> None:
+    line = request_header(99.25, busy_at, alone)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
-    assert parse_request_header(line.rstrip(b"\n")) == (99.25, busy_at)
+    assert parse_request_header(line.rstrip(b"\n")) == (99.25, busy_at, alone)
 
 
 def test_recently_timed_only_within_the_gap() -> None:
