@@ -41,7 +41,7 @@ from typing import Any
 
 from eval_server.feedback import build_feedback, failure_result
 from eval_server.isolation import audit, sandbox
-from eval_server.isolation.hardening import Hardening, gpu_memory_share
+from eval_server.isolation.hardening import Hardening
 from eval_server.schema import (
     STATUS_CRASHED,
     STATUS_REJECTED,
@@ -181,7 +181,7 @@ class Worker:
     # ------------------------------------------------------------------ one evaluation
     def run_one(self, request_json: dict[str, Any], timeout_s: float) -> EvalResult:
         """One evaluation; on a GPU shared with other workers, one that ran out of its memory
-        share is run again alone (with the share of one worker per GPU) in the time left, and a
+        share is run again alone (the GPU's memory as with one worker per GPU) in the time left, and a
         problem whose judge ran out runs alone from then on."""
         request = parse_request(request_json)
         self.evals += 1
@@ -524,7 +524,7 @@ class Worker:
         from eval_server.judge.evaluate import evaluate
 
         ctx = self._context(
-            evaldir, timing=True, gpu_busy_at=busy_at, share=gpu_memory_share(1) if alone else None
+            evaldir, timing=True, gpu_busy_at=busy_at, share=1.0 if alone else None
         )
         channel = Channel(sock, deadline=float("inf"))
         share = MemoryShare(self.gpu_lock_path) if self.shares_gpu and self.gpu_lock_path else None
