@@ -91,6 +91,13 @@ def build_feedback(result: EvalResult, tolerance: float | None = None) -> str:
                 f"Speedup: {result.speedup:.2f}x (reference {result.reference_timing.median_ms:.4g} ms, "
                 f"yours {result.candidate_timing.median_ms:.4g} ms, median of {result.candidate_timing.trials})."
             )
+            if result.speedup_vs_compile is not None and result.compile_reference_timing:
+                lines.append(
+                    f"Against torch.compile: {result.speedup_vs_compile:.2f}x (compiled reference "
+                    f"{result.compile_reference_timing.median_ms:.4g} ms)."
+                )
+            elif result.compile_baseline and result.compile_baseline.startswith("failed"):
+                lines.append(f"torch.compile baseline {result.compile_baseline}.")
             if result.speedup < 1.0:
                 lines.append(
                     "Your kernel is slower than the reference: fuse operations, use larger blocks, "

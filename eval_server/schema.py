@@ -90,6 +90,9 @@ class EvalOptions:
     tolerance: str = "default"  # key of TOLERANCE_PROFILES
     timeout_s: float | None = None  # wall-clock cap; None = server default; clipped to server max
     backend: str = "triton"  # one of BACKENDS
+    # GPU: also time the reference compiled by torch.compile (default mode, compiled outside the
+    # timing, cached per problem and GPU like the eager one) and report speedup_vs_compile
+    baseline_compile: bool = False
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,12 @@ class EvalResult:
     candidate_timing: TimingStats | None = None
     speedup: float | None = None  # reference median / candidate median; null without timing
     reference_timing_source: str | None = None  # "measured" | "cache" | "remeasured: ..." (drift)
+    # options.baseline_compile: the reference compiled by torch.compile, timed by the same method
+    compile_reference_timing: TimingStats | None = None
+    speedup_vs_compile: float | None = None  # compiled reference median / candidate median
+    # "measured", "cache", or "failed: <why>; the eager reference stands in" (then
+    # speedup_vs_compile = speedup); null when not asked or not timed
+    compile_baseline: str | None = None
     error: dict[str, str] | None = None  # {"type", "message", "traceback"} of the failure
     stdout_tail: str = ""  # what the candidate printed (trimmed)
     feedback: str = ""  # text meant for the model: what happened and what to fix
@@ -236,7 +245,7 @@ class EvalResult:
         data["checks"] = [
             _build(Check, f"result.checks[{i}]", c) for i, c in enumerate(data.get("checks", []))
         ]
-        for key in ("reference_timing", "candidate_timing"):
+        for key in ("reference_timing", "candidate_timing", "compile_reference_timing"):
             if data.get(key) is not None:
                 data[key] = _build(TimingStats, f"result.{key}", data[key])
         if data.get("kernel_time") is not None:
@@ -280,9 +289,10 @@ def parse_options(data: Any) -> EvalOptions:
         if name in data:
             _check_type(f"options.{name}", data[name], int)
             kwargs[name] = data[name]
-    if "timing" in data:
-        _check_type("options.timing", data["timing"], bool)
-        kwargs["timing"] = data["timing"]
+    for name in ("timing", "baseline_compile"):
+        if name in data:
+            _check_type(f"options.{name}", data[name], bool)
+            kwargs[name] = data[name]
     for name, what, known in (
         ("tolerance", "profile", sorted(TOLERANCE_PROFILES)),
         ("backend", "backend", list(BACKENDS)),

@@ -180,9 +180,18 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
             session.bind(1)
             handover_ms = _handover(session)
             ref_timing = _time_reference(request, ctx, result, session, handover_ms)
+        if opts.baseline_compile:
+            _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms)
 
     try:
         _candidate(request, ctx, channel, result, ref, session, ref_timing, handover_ms, shape)
+        if result.speedup is not None and result.candidate_timing is not None:
+            if result.compile_reference_timing is not None:
+                cand_ms = result.candidate_timing.median_ms
+                compiled_ms = result.compile_reference_timing.median_ms
+                result.speedup_vs_compile = compiled_ms / cand_ms if cand_ms > 0 else math.inf
+            elif result.compile_baseline is not None:  # failed: the eager reference stands in
+                result.speedup_vs_compile = result.speedup
     except OutputMismatch as exc:
         _end(result, STATUS_INCORRECT, "judge.output", f"The output does not match the reference: {exc}.")
     except RunnerError as exc:
@@ -326,6 +335,50 @@ def _time_reference(
     result.reference_timing = full.stats
     result.reference_timing_source = source
     return full
+
+
+def _time_compiled_reference(
+    request: EvalRequest,
+    ctx: EvalContext,
+    result: EvalResult,
+    channel: Channel,
+    session: GpuSession,
+    eager: jtiming.Timing,
+    handover_ms: float,
+) -> None:
+    """The second baseline: the reference through torch.compile, served by the runner before any
+    candidate code exists in it, timed by the eager reference's method (same calls per window)
+    and cached per problem and GPU beside it (no spot check: the compile is what the cache
+    saves). The compile holds the GPU shared, only its timing exclusive. A reference that does not
+    compile, or compiles into different outputs, is said so; the eager timing then stands in."""
+    opts = request.options
+    key = {**reference_cache_key(result.problem_hash, ctx, opts), "baseline": "torch.compile"}
+    cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
+    if cached is not None and cached.method is not None:
+        result.compile_reference_timing, result.compile_baseline = cached, "cache"
+        return
+    k = eager.stats.calls_per_trial
+    try:
+        with ctx.phase("compile_reference"), ctx.gpu():
+            channel.ask({"op": "reference", "compile": True})
+            session.bind(k)
+        with ctx.phase("compile_reference_timing"), ctx.gpu(exclusive=True):
+            timed = jtiming.time_model(session, k, **_settings(ctx, opts), handover_ms=handover_ms)
+    except (RunnerError, jtiming.StalledCalls) as exc:
+        last = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+        result.compile_baseline = (
+            f"failed: torch.compile of the reference: {last[0][:300]}; the eager reference stands in"
+        )
+        return
+    if timed.wrong() is not None:
+        result.compile_baseline = (
+            "failed: the compiled reference's outputs differ from the eager reference's beyond the "
+            "tolerance; the eager reference stands in"
+        )
+        return
+    if ctx.ref_cache is not None:
+        ctx.ref_cache.put(key, timed.stats)
+    result.compile_reference_timing, result.compile_baseline = timed.stats, "measured"
 
 
 def _time_candidate(

@@ -1,14 +1,15 @@
 """The runner's side of the judge protocol: turn the inputs the judge gives into outputs.
 
 Operations (frames of eval_server.wire, one reply each unless said otherwise):
-  {"request": <EvalRequest json>}  the first frame, no reply
-  {"op": "reference"}        import the problem and build `Model` (before any candidate code)
+  {"request": <EvalRequest json>, "memory_share": f}  the first frame, no reply
+  {"op": "reference"}        import the problem and build `Model` (before any candidate code);
+                             with "compile": true, through torch.compile, compiled on one call
   {"op": "candidate"}        run the first layer of checks on the candidate (the `first_layer`
                              callable: static rules, build, load, correctness trials) and reply
                              {"report": <EvalResult json>}; its model serves the next calls
   {"op": "bind", ...}        GPU: map the judge's input buffers and its go/done words
-  {"op": "run", ...}         GPU: for each window w, queue [wait go >= c+w+1 (by "wait": a stream
-                             memory wait or a spin kernel), the calls, write
+  {"op": "run", ...}         GPU: for each window w, queue [wait go >= c+w+1 (a stream memory
+                             wait), the calls, write
                              done = c+w+1] on this process's default stream, then reply
                              {"window": w, "outputs": [...]} with where each call's outputs live
                              (IPC handle + offset), so the judge can snapshot them after "done"
@@ -20,6 +21,7 @@ Nothing here decides anything: a reply the judge cannot use is the candidate's f
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +35,10 @@ from eval_server.pipeline import loader
 # given the request and the memory share the judge named (None: the worker's): runs the first
 # layer, returns (report json, the candidate's model or None)
 FirstLayer = Callable[[dict[str, Any], float | None], tuple[dict[str, Any], Any]]
+
+
+# where torch.compile of the reference keeps its artefacts (Inductor's code and Triton's kernels)
+_COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
 
 
 def _traceback(exc: BaseException, workdir: str) -> str:
@@ -52,10 +58,31 @@ class Runner:
         self._imported: list[tuple[int, int]] = []  # (start, end) of the judge's mapped input buffers
 
     # ----------------------------------------------------------------- models
-    def load_reference(self, source: str, seed: int) -> None:
+    def load_reference(self, source: str, seed: int, compiled: bool = False) -> None:
+        """The reference as the judge times it; `compiled`: through torch.compile (default mode),
+        compiled here on one call so that no timing holds the compile, with Inductor's and
+        Triton's caches in this evaluation's own directory (nothing an earlier candidate of this
+        worker could write takes part; the candidate's own kernels use the worker's cache again)."""
         module = loader.import_source(source, self.workdir, "reference_runner")
         init = loader.make_init_inputs(module, seed, self.device)
-        self.model = loader.build_model(module.Model, init, seed, self.device)
+        model = loader.build_model(module.Model, init, seed, self.device)
+        if compiled:
+            saved = {var: os.environ.get(var) for var in _COMPILE_CACHES}
+            for var, sub in _COMPILE_CACHES.items():
+                os.environ[var] = os.path.join(self.workdir, "compiled_reference", sub)
+            try:
+                model = torch.compile(model)
+                with torch.no_grad():
+                    model(*loader.make_inputs(module, seed, self.device))
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+            finally:
+                for var, value in saved.items():
+                    if value is None:
+                        os.environ.pop(var, None)
+                    else:
+                        os.environ[var] = value
+        self.model = model
 
     # ----------------------------------------------------------------- GPU
     def bind(self, msg: dict[str, Any]) -> None:
@@ -181,7 +208,9 @@ def serve(sock: socket.socket, device: torch.device, workdir: str, first_layer: 
             if op == "exit":
                 return
             if op == "reference":
-                runner.load_reference(request["reference"], request["options"]["seed"])
+                runner.load_reference(
+                    request["reference"], request["options"]["seed"], bool(msg.get("compile"))
+                )
                 wire.send(sock, {"ok": True})
             elif op == "candidate":
                 report, model = first_layer(request, share)

@@ -523,9 +523,7 @@ class Worker:
         from eval_server.judge.channel import Channel, RunnerFailed
         from eval_server.judge.evaluate import evaluate
 
-        ctx = self._context(
-            evaldir, timing=True, gpu_busy_at=busy_at, share=1.0 if alone else None
-        )
+        ctx = self._context(evaldir, timing=True, gpu_busy_at=busy_at, share=1.0 if alone else None)
         channel = Channel(sock, deadline=float("inf"))
         share = MemoryShare(self.gpu_lock_path) if self.shares_gpu and self.gpu_lock_path else None
         try:

@@ -21,6 +21,9 @@ Definitions (docs/EVAL_REPORTS.md has the worked examples):
 - Per role (generator, fixer, optimizer: slime_ext/rollout/roles.py): over every attempt made in
   that role, its correct rate, the geometric-mean speedup of its correct timed attempts, and
   fast_1 (correct and faster than the reference) over all its attempts.
+- Against torch.compile (samples evaluated with `options.baseline_compile`): `fast_p_vs_compile`
+  and `geomean_speedup_vs_compile`, the same definitions on `speedup_vs_compile` (a sample's best
+  turn is still chosen by its eager speedup); null when no correct outcome has it.
 - Aborted samples (not the model's outcome) are left out of every metric and counted apart.
 """
 
@@ -77,13 +80,15 @@ class Outcome:
     status: str
     correct: bool
     speedup: float | None  # only for correct turns
+    speedup_vs_compile: float | None = None  # only for correct turns timed against torch.compile
 
-    def fast(self, p: float) -> bool:
+    def fast(self, p: float, vs_compile: bool = False) -> bool:
         if not self.correct:
             return False
         if p <= 0:
             return True
-        return self.speedup is not None and self.speedup > p
+        speedup = self.speedup_vs_compile if vs_compile else self.speedup
+        return speedup is not None and speedup > p
 
 
 def _rank(turn: TurnResult) -> tuple[int, int, float]:
@@ -100,14 +105,17 @@ def outcome_at_turn(sample: SampleResult, turns: int | None = None) -> Outcome:
     best = max(reversed(seen), key=_rank)  # ties: the latest turn
     if not best.correct:
         best = seen[-1]
-    return Outcome(best.status, best.correct, best.speedup if best.correct else None)
+    if not best.correct:
+        return Outcome(best.status, False, None)
+    return Outcome(best.status, True, best.speedup, best.speedup_vs_compile)
 
 
-def fast_p(outcomes: Sequence[Outcome], p: float) -> float:
-    """Share of outcomes that are correct with speedup > p (p <= 0: correct)."""
+def fast_p(outcomes: Sequence[Outcome], p: float, vs_compile: bool = False) -> float:
+    """Share of outcomes that are correct with speedup > p (p <= 0: correct); `vs_compile`: the
+    speedup against torch.compile."""
     if not outcomes:
         raise ValueError("fast_p of no outcomes")
-    return sum(o.fast(p) for o in outcomes) / len(outcomes)
+    return sum(o.fast(p, vs_compile) for o in outcomes) / len(outcomes)
 
 
 def _by_problem(samples: Iterable[SampleResult]) -> dict[str, list[SampleResult]]:
@@ -127,10 +135,20 @@ def _turn_metrics(
     per_problem = {pid: [outcome_at_turn(s, turns) for s in ss] for pid, ss in problems.items()}
     all_outcomes = [o for os_ in per_problem.values() for o in os_]
     speedups = [o.speedup for o in all_outcomes if o.correct and o.speedup is not None]
+    vs_compile = [
+        o.speedup_vs_compile for o in all_outcomes if o.correct and o.speedup_vs_compile is not None
+    ]
     return {
         "correct_rate": _mean([fast_p(os_, 0.0) for os_ in per_problem.values()]),
         "fast_p": {_pkey(p): _mean([fast_p(os_, p) for os_ in per_problem.values()]) for p in thresholds},
         "geomean_speedup": geomean(speedups),
+        "fast_p_vs_compile": {
+            _pkey(p): _mean([fast_p(os_, p, vs_compile=True) for os_ in per_problem.values()])
+            for p in thresholds
+        }
+        if vs_compile
+        else None,
+        "geomean_speedup_vs_compile": geomean(vs_compile),
         "timed_correct": len(speedups),
         "untimed_correct": sum(1 for o in all_outcomes if o.correct and o.speedup is None),
         "status": dict(sorted(Counter(o.status for o in all_outcomes).items())),

@@ -137,6 +137,18 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         rows.append(row)
     out += [markdown_table(header, rows), "", "fast_0 is the correct rate.", ""]
 
+    compiled = [(key, g) for key, g in groups if g["final"].get("fast_p_vs_compile")]
+    if compiled:
+        out += ["## Final against torch.compile (the reference compiled, default mode)", ""]
+        header = ["level", *(f"fast_{p}" for p in p_keys), "geomean speedup"]
+        rows = [
+            [_level_label(key)]
+            + [fmt_rate(g["final"]["fast_p_vs_compile"][p]) for p in p_keys]
+            + [_fmt_speedup(g["final"]["geomean_speedup_vs_compile"])]
+            for key, g in compiled
+        ]
+        out += [markdown_table(header, rows), ""]
+
     out += ["## Per turn (best of the first t turns)", ""]
     header = ["level", "turn", *(f"fast_{p}" for p in p_keys), "geomean speedup"]
     rows = []
@@ -170,7 +182,10 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     ]  # fmt: skip
     if rows:
         out += ["## Per role (every attempt made in that role)", ""]
-        out += [markdown_table(["level", "role", "attempts", "correct", "fast_1", "geomean speedup"], rows), ""]
+        out += [
+            markdown_table(["level", "role", "attempts", "correct", "fast_1", "geomean speedup"], rows),
+            "",
+        ]
 
     out += ["## Per problem (best of all turns)", ""]
     rows = [

@@ -83,6 +83,7 @@ class TurnResult:
     candidate: str | None = None
     error: str | None = None
     role: str | None = None  # slime_ext/rollout/roles.py; None in results written before roles
+    speedup_vs_compile: float | None = None  # against torch.compile, when the evaluation timed it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +93,7 @@ class TurnResult:
             "compiled": self.compiled,
             "correct": self.correct,
             "speedup": self.speedup,
+            "speedup_vs_compile": self.speedup_vs_compile,
             "checks": list(self.checks),
             "finish_reason": self.finish_reason,
             "reward": self.reward,
@@ -210,6 +212,7 @@ def turn_result(turn: _TurnLike) -> TurnResult:
         compiled=bool(result.compiled),
         correct=status == STATUS_OK and bool(result.correct),
         speedup=result.speedup,
+        speedup_vs_compile=result.speedup_vs_compile,
         checks=tuple(c.id for c in result.checks),
         error=error,
         **common,
@@ -301,6 +304,9 @@ def _parse_turn(data: Any, path: str) -> TurnResult:
     check_type(path, data, dict)
     data = dict(data)
     role = data.pop("role", None)  # optional: results written before roles have none
+    vs_compile = data.pop("speedup_vs_compile", None)  # optional: results written before it
+    if vs_compile is not None:
+        check_type(f"{path}.speedup_vs_compile", vs_compile, (int, float))
     if role is not None and role not in ROLES:
         raise ValidationError(f"{path}.role: unknown role {role!r}; known: {list(ROLES)}")
     _check_fields(path, data, _TURN_FIELDS)
@@ -327,6 +333,7 @@ def _parse_turn(data: Any, path: str) -> TurnResult:
         candidate=data["candidate"],
         error=data["error"],
         role=role,
+        speedup_vs_compile=None if vs_compile is None else float(vs_compile),
     )
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eval_server.schema import (
@@ -97,6 +97,9 @@ class EpisodeConfig:
         if self.max_turns < 1:
             raise ValueError("max_turns must be >= 1")
         check_backend(self.backend, "backend")
+        if self.reward.baseline == "compile" and not self.eval_options.baseline_compile:
+            # the rewarded speedup needs the compiled baseline: the request asks for it
+            object.__setattr__(self, "eval_options", replace(self.eval_options, baseline_compile=True))
         if self.prompt is None:
             object.__setattr__(self, "prompt", default_prompt(self.backend))
 

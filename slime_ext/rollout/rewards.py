@@ -30,6 +30,11 @@ candidate's own kernels, and `prs_min_share` marks a correct turn below that sha
 (`is_lazy`): the rollout function drops trajectories whose last evaluated turn is lazy from the
 training batch and counts them (`rollout/buffer/prs_dropped`).
 
+Speedup baseline (`baseline`): `eager` (default) rewards `speedup`, against the PyTorch reference
+as written; `compile` rewards `speedup_vs_compile`, against the reference through `torch.compile`
+(the eval request then asks for it, `options.baseline_compile`; where torch.compile fails for a
+problem the evaluator says so and the eager speedup stands in). The early stop reads the same one.
+
 Early stop (default): stop the episode after a turn that is correct with speedup >= 2.0. On CPU
 (no timing, speedup null) it never triggers unless `early_stop_min_speedup` is None, which stops
 on any correct turn.
@@ -43,12 +48,14 @@ from dataclasses import dataclass
 from eval_server.schema import STATUS_INCORRECT, STATUS_OK, STATUS_REJECTED, STATUS_RUNTIME_ERROR, EvalResult
 
 __all__ = [
+    "BASELINES",
     "CREDIT_MODES",
     "EXCESSIVE_SPEEDUP_CHECK",
     "RewardConfig",
     "discounted_returns",
     "per_turn_samples",
     "episode_returns",
+    "rewarded_speedup",
     "is_lazy",
     "is_rejected",
     "should_stop",
@@ -58,6 +65,7 @@ __all__ = [
 
 EXCESSIVE_SPEEDUP_CHECK = "runtime.excessive_speedup"
 CREDIT_MODES = ("trajectory", "per_turn", "trloo")
+BASELINES = ("eager", "compile")
 
 
 @dataclass(frozen=True)
@@ -76,10 +84,13 @@ class RewardConfig:
     early_stop_min_speedup: float | None = 2.0  # None: any correct turn stops the episode
     profile_scale: bool = False  # speedup bonus x the share of GPU time in the candidate's kernels
     prs_min_share: float | None = None  # drop trajectories whose last correct turn is below this share
+    baseline: str = "eager"  # the speedup rewarded: "eager" (speedup) | "compile" (speedup_vs_compile)
 
     def __post_init__(self) -> None:
         if self.credit not in CREDIT_MODES:
             raise ValueError(f"credit must be one of {CREDIT_MODES}, got {self.credit!r}")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {BASELINES}, got {self.baseline!r}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if self.max_speedup_bonus < 0 or self.excessive_speedup_bonus_cap < 0:
@@ -98,13 +109,19 @@ def is_rejected(result: EvalResult) -> bool:
     return result.status == STATUS_REJECTED or any(c.severity == "reject" for c in result.checks)
 
 
+def rewarded_speedup(result: EvalResult, config: RewardConfig) -> float | None:
+    """The speedup against the configured baseline (null when not measured)."""
+    return result.speedup_vs_compile if config.baseline == "compile" else result.speedup
+
+
 def speedup_bonus(result: EvalResult, config: RewardConfig) -> float:
-    if result.speedup is None:
+    speedup = rewarded_speedup(result, config)
+    if speedup is None:
         return 0.0
     cap = config.max_speedup_bonus
     if any(c.id == EXCESSIVE_SPEEDUP_CHECK for c in result.checks):
         cap = min(cap, config.excessive_speedup_bonus_cap)
-    bonus = min(max(result.speedup - 1.0, 0.0), cap)
+    bonus = min(max(speedup - 1.0, 0.0), cap)
     if config.profile_scale and result.kernel_time is not None:
         bonus *= result.kernel_time.own_share
     return bonus
@@ -142,7 +159,8 @@ def should_stop(result: EvalResult | None, config: RewardConfig | None = None) -
         return False
     if config.early_stop_min_speedup is None:
         return True
-    return result.speedup is not None and result.speedup >= config.early_stop_min_speedup
+    speedup = rewarded_speedup(result, config)
+    return speedup is not None and speedup >= config.early_stop_min_speedup
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
