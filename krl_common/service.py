@@ -9,6 +9,7 @@ and stopping a service only ever signals the process this module started.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -64,6 +65,12 @@ def wait_healthy(
         time.sleep(0.1)
 
 
+def _term_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+
+
 @dataclass
 class ServiceProcess:
     """A service started by `start_service`: its URL, process and log file."""
@@ -103,12 +110,15 @@ def start_service(
     startup_timeout_s: float = 300.0,
     health_path: str = "/health",
     log_name: str | None = None,
+    die_with_parent: bool = False,
 ) -> ServiceProcess:
     """Run `python -m MODULE --host HOST --port PORT ARGS` and wait until it is healthy.
 
     Its stdout and stderr are appended to WORKDIR/LOG_NAME (default `MODULE-PORT.log`).
     The repository root is put on PYTHONPATH so the child imports this checkout. If the service
-    does not become healthy, it is stopped and RuntimeError carries the tail of its log.
+    does not become healthy, it is stopped and RuntimeError carries the tail of its log. With
+    `die_with_parent` (Linux) the service gets SIGTERM when the starting thread's process dies,
+    however it dies (a Ray actor killed with SIGKILL leaves no server behind).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port(host)
@@ -117,7 +127,13 @@ def start_service(
     full_env = {**os.environ, "PYTHONPATH": pythonpath, **(env or {})}
     cmd = [sys.executable, "-m", module, "--host", host, "--port", str(port), *args]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            preexec_fn=_term_with_parent if die_with_parent else None,  # noqa: PLW1509 - prctl only
+        )
     service = ServiceProcess(module=module, url=f"http://{host}:{port}", proc=proc, log_path=log_path)
     try:
         wait_healthy(service.url, proc, startup_timeout_s, log_path, health_path=health_path, name=module)

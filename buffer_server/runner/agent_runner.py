@@ -332,9 +332,15 @@ class AgentRunner:
                 backoff_s=min(cfg.backoff_s, 0.5),
                 max_backoff_s=cfg.max_backoff_s,
                 max_in_flight_per_url=cfg.max_in_flight_per_eval_url,
+                discovered=cfg.eval_fleet is not None,
             ) as evaluator,
         ):
             clients = (sglang, evaluator, renderer, sem)
+            discovery = (
+                asyncio.create_task(self._discover_eval_servers(evaluator))
+                if cfg.eval_fleet is not None
+                else None
+            )
             while not self._stopping.is_set():
                 now = time.monotonic()
                 if now < self._pause_until:
@@ -373,8 +379,29 @@ class AgentRunner:
                 group.add_done_callback(self._group_done)
                 await asyncio.sleep(0)  # let the group's episodes take their slots
             await self._drain(groups)
+            if discovery is not None:
+                discovery.cancel()
         await asyncio.to_thread(self._save_curriculum, sampler)
         log.info("agent runner stopped (%s)", "finished" if self._finished else "stop requested")
+
+    async def _discover_eval_servers(self, evaluator: EvalClient) -> None:
+        """Multi-node: keep the eval client's URLs those of the run's eval servers that Ray placed
+        and that answer (servers of a lost node leave, restarted or new ones join)."""
+        from slime_ext.cluster import eval_fleet
+
+        cfg = self.config
+        assert cfg.eval_fleet is not None
+        while True:
+            try:
+                await asyncio.to_thread(eval_fleet.connect, cfg.ray_address, cfg.eval_fleet)
+                urls = await asyncio.to_thread(eval_fleet.fleet_urls, cfg.eval_fleet)
+                if urls != evaluator.urls:
+                    log.info("eval servers of fleet %s: %s", cfg.eval_fleet, ", ".join(urls) or "none yet")
+                    evaluator.set_urls(urls)
+            except Exception as exc:  # noqa: BLE001 - Ray unreachable for now: keep the last list
+                self._last_error = f"eval fleet discovery: {type(exc).__name__}: {exc}"
+                log.warning("eval fleet discovery failed: %s", exc)
+            await asyncio.sleep(cfg.eval_fleet_refresh_s)
 
     def _group_done(self, group: asyncio.Task[None]) -> None:
         """A group task that raised is a bug: report it (the runner goes on with other groups)."""

@@ -58,6 +58,11 @@ class RunnerConfig:
     routing_key: bool = True  # send X-SMG-Routing-Key = episode uid (router cache affinity)
     trust_remote_code: bool = False  # for the tokenizer
     autostart: bool = False  # start with the server (else POST /rollout/start)
+    # multi-node: the run id whose eval servers Ray placed (slime_ext/cluster/eval_fleet.py); their
+    # URLs, asked of Ray every eval_fleet_refresh_s, replace eval_urls (which may then be empty)
+    eval_fleet: str | None = None
+    eval_fleet_refresh_s: float = 5.0
+    ray_address: str = "auto"  # the Ray cluster the eval fleet is in
 
     def __post_init__(self) -> None:
         # Types are checked from the annotations when the section is read (parse_settings).
@@ -77,7 +82,16 @@ class RunnerConfig:
         for name in ("eval_max_retries", "generate_max_retries"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0")
-        for name in ("temperature", "stop_timeout_s", "poll_s", "eval_timeout_s", "generate_timeout_s"):
+        if not self.eval_urls and self.eval_fleet is None:
+            raise ValueError("eval_urls: must not be empty (or set eval_fleet to find them through Ray)")
+        for name in (
+            "temperature",
+            "stop_timeout_s",
+            "poll_s",
+            "eval_timeout_s",
+            "generate_timeout_s",
+            "eval_fleet_refresh_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0")
         if self.backoff_s < 0 or self.max_backoff_s < self.backoff_s:
@@ -95,7 +109,7 @@ def runner_config_from_dict(data: Mapping[str, Any], path: str = f"{ROOT_KEY}.ru
     """RunnerConfig from the recipe's `runner` section (plus flag overrides); errors name the key."""
     data = dict(data) if isinstance(data, Mapping) else data  # parse_settings names a non-mapping
     if isinstance(data, dict) and data.get("eval_urls") is not None:
-        data["eval_urls"] = url_list_setting(data["eval_urls"], f"{path}.eval_urls")
+        data["eval_urls"] = url_list_setting(data["eval_urls"], f"{path}.eval_urls", allow_empty=True)
     return parse_settings(RunnerConfig, data, path)
 
 

@@ -155,6 +155,7 @@ class EvalClient:
         max_backoff_s: float = 10.0,
         max_in_flight_per_url: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        discovered: bool = False,
     ) -> None:
         """Args:
         urls: eval-server base URLs, as a list or a comma-separated string.
@@ -168,6 +169,7 @@ class EvalClient:
         max_in_flight_per_url: if set, at most this many calls per URL at once; further calls
             wait for a free slot instead of piling up in the server's queue.
         transport: httpx transport to use instead of the network (tests).
+        discovered: the URLs come from discovery (`set_urls`), so none yet is fine: calls wait.
         """
         if timeout_s <= 0 or connect_timeout_s <= 0:
             raise ValueError("timeout_s and connect_timeout_s must be > 0")
@@ -177,7 +179,7 @@ class EvalClient:
             raise ValueError("backoff_s and max_backoff_s must be >= 0")
         if max_in_flight_per_url is not None and max_in_flight_per_url < 1:
             raise ValueError("max_in_flight_per_url must be >= 1 (or None for no limit)")
-        self._states = [_UrlState(url) for url in parse_urls(urls)]
+        self._states = [_UrlState(url) for url in parse_urls(urls, allow_empty=discovered)]
         self._max_retries = max_retries
         self._backoff_s = backoff_s
         self._max_backoff_s = max_backoff_s
@@ -199,6 +201,18 @@ class EvalClient:
     def urls(self) -> list[str]:
         """The normalised server URLs, in the order given."""
         return [s.url for s in self._states]
+
+    def set_urls(self, urls: str | Sequence[str]) -> None:
+        """Serve from these URLs from now on (discovered servers: slime_ext/cluster/eval_fleet.py).
+        A URL kept keeps its in-flight count and cooldown; calls in flight to a dropped one finish
+        or fail there (a lost server's are retried elsewhere); with no URL, calls wait for one."""
+        known = {s.url: s for s in self._states}
+        self._states = [known.get(url) or _UrlState(url) for url in parse_urls(urls, allow_empty=True)]
+        self._rr = 0
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     def in_flight(self) -> dict[str, int]:
         """Requests currently in flight per URL (for logs and metrics)."""

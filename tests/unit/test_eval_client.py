@@ -465,3 +465,31 @@ def test_health_never_raises() -> None:
     assert "connection refused" in health[URL_B]["error"]
     assert "500" in health["http://node-c:8000"]["error"]
     assert "error" in health["http://node-d:8000"]
+
+
+def test_discovered_urls_calls_wait_for_a_server_then_use_the_new_list() -> None:
+    """A discovering client may start with no server: its calls wait, and go where set_urls says
+    once a server is known (a dropped URL gets no new call)."""
+    server = FakeEvalServer(lambda request, n: _ok())
+
+    async def scenario() -> list[str]:
+        async with EvalClient([], discovered=True, transport=server.transport()) as client:
+            call = asyncio.create_task(client.evaluate_source(REFERENCE, CANDIDATE))
+            await asyncio.sleep(0.01)
+            assert not call.done() and client.urls == []
+            client.set_urls([URL_A])
+            assert (await call).status == "ok"
+            client.set_urls([URL_B])
+            await client.evaluate_source(REFERENCE, CANDIDATE)
+            return server.hosts
+
+    assert asyncio.run(scenario()) == ["node-a", "node-b"]
+
+
+def test_an_empty_url_list_is_refused_unless_discovered() -> None:
+    with pytest.raises(ValueError):
+        EvalClient([])
+
+
+async def _ok() -> httpx.Response:
+    return ok_response()

@@ -398,6 +398,11 @@ def test_config_errors_name_the_setting(tmp_path: Path) -> None:
             runner_config_from_dict({**base, **bad})
     with pytest.raises(ValidationError, match=r"missing required setting\(s\) \['tokenizer'\]"):
         runner_config_from_dict({k: v for k, v in base.items() if k != "tokenizer"})
+    # multi-node: the eval servers come from the run's Ray fleet, so the URL list may be empty
+    fleet = runner_config_from_dict({**base, "eval_urls": [], "eval_fleet": "run-1"})
+    assert fleet.eval_urls == () and fleet.eval_fleet == "run-1"
+    with pytest.raises(ValidationError, match="eval_urls: must not be empty"):
+        runner_config_from_dict({**base, "eval_urls": []})
 
 
 def test_settings_from_the_recipe_and_the_flags_in_one_call() -> None:
