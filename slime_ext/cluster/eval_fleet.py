@@ -1,10 +1,12 @@
 """Evaluation servers placed by Ray across the nodes of a run (multi-node mode).
 
 Each eval server is a named Ray actor of the run's namespace (`krl-<run id>`), placed on a node
-that offers the `krl_eval` resource (`scripts/join_node.sh --eval-gpus N` offers N) and, in GPU
-mode, one GPU (Ray sets the actor's CUDA_VISIBLE_DEVICES). The actor starts `python -m
-eval_server` on its node, bound to all interfaces, and answers its URL; the server gets SIGTERM
-when the actor's process dies, however it dies. Actors are detached and restarted by Ray without
+that offers the `krl_eval` resource (`scripts/join_node.sh --eval-gpus 0,1` offers 2). Eval GPUs
+are not Ray GPUs: a node offers them as `krl_eval` only (and lists them in KRL_EVAL_GPU_IDS for its
+actors), so slime's placement groups, which ask for Ray GPUs, never land on them. In GPU mode the
+actor claims one of its node's eval GPUs with a lock file (held while the actor lives) and starts
+`python -m eval_server` on it, bound to all interfaces, and answers its URL; the server gets
+SIGTERM when the actor's process dies, however it dies. Actors are detached and restarted by Ray without
 limit: when a node is lost, its servers come back on nodes with room, and a node that joins
 later gives room to servers waiting for it.
 
@@ -20,6 +22,7 @@ one (nothing came back from the lost server, so nothing is counted twice).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import signal
 import sys
@@ -30,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "EVAL_GPU_IDS",
     "EVAL_RESOURCE",
+    "claim_gpu",
     "connect",
     "EvalServer",
     "fleet_status",
@@ -41,6 +46,7 @@ __all__ = [
 ]
 
 EVAL_RESOURCE = "krl_eval"  # eval servers a node can host (scripts/join_node.sh --eval-gpus)
+EVAL_GPU_IDS = "KRL_EVAL_GPU_IDS"  # the node's eval GPUs, in its Ray daemons' environment
 ACTOR_PREFIX = "eval-"
 _CALL_TIMEOUT_S = 10.0  # an actor that does not answer this fast is left out of the URL list
 
@@ -52,15 +58,42 @@ def namespace(run_id: str) -> str:
     return f"krl-{run_id}"
 
 
+def claim_gpu(run_id: str, lock_dir: Path | None = None) -> tuple[str, int]:
+    """One of this node's eval GPUs (KRL_EVAL_GPU_IDS, set where the node joined) that no other
+    eval server of the run holds: (its id, the descriptor of its lock, held until closed or this
+    process dies). RuntimeError when none is offered or all are taken."""
+    ids = [i.strip() for i in os.environ.get(EVAL_GPU_IDS, "").split(",") if i.strip()]
+    if not ids:
+        raise RuntimeError(
+            f"this node offers {EVAL_RESOURCE} but {EVAL_GPU_IDS} is not set (scripts/join_node.sh sets it)"
+        )
+    lock_dir = lock_dir or Path(tempfile.gettempdir()) / f"krl-eval-{namespace(run_id)}"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    for gpu in ids:
+        fd = os.open(lock_dir / f"gpu-{gpu}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return gpu, fd
+    raise RuntimeError(f"every eval GPU of this node ({', '.join(ids)}) already serves run {run_id}")
+
+
 class EvalServer:
     """One eval server on this actor's node (a Ray actor: see `start_fleet`)."""
 
-    def __init__(self, devices: str, server_args: list[str], startup_timeout_s: float) -> None:
+    def __init__(self, run_id: str, devices: str, server_args: list[str], startup_timeout_s: float) -> None:
         import ray
 
         from krl_common.service import start_service
 
         self.devices = devices
+        env = {}
+        self.gpu = ""
+        if devices == "gpu":
+            self.gpu, self._claim = claim_gpu(run_id)
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
         root = Path(tempfile.mkdtemp(prefix="krl-eval-"))
         device_args = ["--devices", "cpu"] if devices == "cpu" else ["--devices", "0"]
         self._service = start_service(
@@ -68,6 +101,7 @@ class EvalServer:
             ["--workdir", str(root / "server"), *device_args, *server_args],
             root,
             host="0.0.0.0",
+            env=env,
             startup_timeout_s=startup_timeout_s,
             die_with_parent=True,
         )
@@ -91,7 +125,7 @@ class EvalServer:
             "pid": self._service.pid,
             "alive": self._service.proc.poll() is None,
             "devices": self.devices,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "gpu": self.gpu,
         }
 
     def exit(self) -> None:
@@ -143,9 +177,8 @@ def start_fleet(
                 get_if_exists=True,
                 max_restarts=-1,
                 num_cpus=0,
-                num_gpus=1 if devices == "gpu" else 0,
                 resources={EVAL_RESOURCE: 1},
-            ).remote(devices, list(server_args or []), startup_timeout_s)
+            ).remote(run_id, devices, list(server_args or []), startup_timeout_s)
         )
     return handles
 
