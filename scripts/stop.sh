@@ -8,7 +8,9 @@
 #   2. every remaining process carrying this run's id (KRL_RUN_ID in its environment: the Ray
 #      daemons and workers of this run's Ray head, and anything else the windows started);
 #   3. the run's tmux session, on the tmux server that holds it (its socket path, recorded in
-#      RUN_DIR/run.env when the session was created), whatever $TMUX says here.
+#      RUN_DIR/run.env when the session was created), whatever $TMUX says here;
+#   and first, for a multi-node run (EVAL_FLEET), its Ray-placed eval servers and its processes on
+#   every other node (scripts/stop_node.sh there, run through the run's Ray cluster).
 # It never kills by process name and never touches another run, another tmux session or Ray
 # cluster. Safe to run twice.
 set -euo pipefail
@@ -57,6 +59,14 @@ RUN_DIR="${run_dir}"
 : "${STOP_TIMEOUT_S:=30}"
 [[ -n "${KRL_RUN_ID}" ]] || krl_die "${run_dir}/run.env has no KRL_RUN_ID"
 
+# 0. Multi-node (EVAL_FLEET): the run's eval servers and every other node's processes of the run,
+#    through the run's Ray head while it still runs (scripts/stop_node.sh on each node).
+if [[ -n "$(run_env EVAL_FLEET)" && "$(run_env EVAL_FLEET)" != 0 ]]; then
+  ray_port="$(run_env RAY_PORT)"
+  "${PYTHON:-python3}" -m slime_ext.cluster.nodes stop --run-id "${KRL_RUN_ID}" \
+    --address "127.0.0.1:${ray_port}" || krl_info "the run's other nodes could not be reached through Ray (stop them there: scripts/stop_node.sh ${KRL_RUN_ID})"
+fi
+
 # 1. Window process groups, the trainer first (it holds the clients of the other two).
 for name in trainer buffer eval engine; do
   krl_stop_group "${name}" "${run_dir}/pids/${name}.pid" "${STOP_TIMEOUT_S}"
@@ -68,21 +78,7 @@ for pidfile in "${run_dir}"/pids/*.pid; do
 done
 
 # 2. Anything else that carries the run id (e.g. Ray daemons started in their own sessions).
-mapfile -t left < <(krl_run_pids)
-if ((${#left[@]})); then
-  krl_info "stopping ${#left[@]} remaining process(es) of run ${KRL_RUN_ID}: ${left[*]}"
-  kill -TERM "${left[@]}" 2>/dev/null || true
-  deadline=$((SECONDS + STOP_TIMEOUT_S))
-  while ((SECONDS < deadline)); do
-    mapfile -t left < <(krl_run_pids)
-    ((${#left[@]})) || break
-    sleep 0.2
-  done
-  if ((${#left[@]})); then
-    krl_info "SIGKILL ${left[*]}"
-    kill -KILL "${left[@]}" 2>/dev/null || true
-  fi
-fi
+krl_stop_run_pids "${STOP_TIMEOUT_S}"
 
 # 3. The tmux session.
 if command -v tmux >/dev/null && krl_tmux has-session -t "=${TMUX_SESSION}" 2>/dev/null; then

@@ -285,6 +285,26 @@ for name in os.listdir("/proc"):
 PY
 }
 
+# krl_stop_run_pids TIMEOUT_S: SIGTERM every process carrying this run's id (krl_run_pids), SIGKILL
+# what is left after TIMEOUT_S.
+krl_stop_run_pids() {
+  local left deadline
+  mapfile -t left < <(krl_run_pids)
+  ((${#left[@]})) || return 0
+  krl_info "stopping ${#left[@]} remaining process(es) of run ${KRL_RUN_ID}: ${left[*]}"
+  kill -TERM "${left[@]}" 2>/dev/null || true
+  deadline=$((SECONDS + $1))
+  while ((SECONDS < deadline)); do
+    mapfile -t left < <(krl_run_pids)
+    ((${#left[@]})) || break
+    sleep 0.2
+  done
+  if ((${#left[@]})); then
+    krl_info "SIGKILL ${left[*]}"
+    kill -KILL "${left[@]}" 2>/dev/null || true
+  fi
+}
+
 # krl_group_is_ours PGID: success if a member of the group carries this run's id, so a reused
 # process group id is never signalled.
 krl_group_is_ours() { [[ -n "$(krl_run_pids "$1")" ]]; }

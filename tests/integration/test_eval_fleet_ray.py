@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 from eval_server import samples
 from eval_server.schema import EvalRequest
 from slime_ext.clients.eval_client import EvalClient
-from slime_ext.cluster import eval_fleet
+from slime_ext.cluster import eval_fleet, nodes
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -80,8 +81,8 @@ def test_eval_fleet_across_nodes_survives_a_lost_node_and_uses_a_new_one() -> No
         eval_fleet.start_fleet(RUN, 2, devices="cpu", server_args=["--cpu-workers", "1"])
         urls = _wait("two eval servers", lambda: (u := eval_fleet.fleet_urls(RUN)) and len(u) == 2 and u)
         status = {row["name"]: row for row in eval_fleet.fleet_status(RUN)}
-        nodes = sorted(row["node_id"] for row in status.values())
-        assert len(set(nodes)) == 2 and node_a.node_id in nodes, status  # one server per eval node
+        hosts = sorted(row["node_id"] for row in status.values())
+        assert len(set(hosts)) == 2 and node_a.node_id in hosts, status  # one server per eval node
         lost = next(row for row in status.values() if row["node_id"] == node_a.node_id)
 
         request = EvalRequest(samples.load_problem("relu"), samples.load_candidate("relu__correct"))
@@ -99,6 +100,19 @@ def test_eval_fleet_across_nodes_survives_a_lost_node_and_uses_a_new_one() -> No
         assert eval_fleet.stop_fleet(RUN) == 2
         _wait("the run's actors gone", lambda: not eval_fleet.fleet_urls(RUN) and not eval_fleet._named(RUN))
         _wait("the servers stopped", lambda: not any(_alive(pid) for pid in pids))
+
+        # the other nodes' processes of the run (here: one carrying the run's id, as the Ray
+        # daemons scripts/join_node.sh starts do), stopped through Ray; an unrelated one survives
+        ours = subprocess.Popen(["sleep", "600"], env={**os.environ, "KRL_RUN_ID": RUN})
+        other = subprocess.Popen(["sleep", "600"], env={**os.environ, "KRL_RUN_ID": "another-run"})
+        try:
+            assert len(nodes.stop_nodes(RUN)) == 2  # the two live eval nodes, not the head
+            _wait("the run's process on the nodes stopped", lambda: ours.poll() is not None)
+            assert other.poll() is None, "stop_node.sh touched another run's process"
+        finally:
+            for proc in (ours, other):
+                proc.kill()
+                proc.wait()
     finally:
         ray.shutdown()
         cluster.shutdown()
