@@ -25,6 +25,10 @@
 # Window command overrides (tests, the CPU dry run): EVAL_CMD, BUFFER_CMD, TRAINER_CMD (shell
 # strings run in place of the defaults), ENGINE_CMD + ENGINE_HEALTH_URL (an extra `engine`
 # window started first, e.g. the embedded CPU engine), EVAL_DEVICES=cpu.
+# EVAL_FLEET=N: multi-node evaluation (docs/MULTI_NODE.md): the eval window keeps N eval servers
+# that Ray places on the nodes offering eval GPUs (this node's EVAL_DEVICES, and nodes that join
+# with scripts/join_node.sh), and the buffer's runner finds them through Ray; scripts/stop.sh then
+# stops the run on every node.
 # Resume: SAVE_DIR/LOAD_DIR default to RUN_DIR/checkpoints; re-running with the same RUN_NAME
 # after scripts/stop.sh resumes from the latest checkpoint there (slime --load reads
 # latest_checkpointed_iteration.txt); the launcher reports which iteration it resumes from.
@@ -55,6 +59,12 @@ source "${KRL_REPO_ROOT}/configs/run/common.sh"
 : "${SEED:=}"                  # one integer for slime's --seed/--rollout-seed and the runner's shuffle_seed; empty: their defaults
 [[ -z "${SEED}" || "${SEED}" =~ ^[0-9]+$ ]] || krl_die "SEED=${SEED}: use a non-negative integer (or leave it empty)"
 : "${MISMATCH:=off}"            # off | mrs: slime's mismatch rejection sampling (configs/run/kbench_multiturn.sh)
+: "${EVAL_FLEET:=0}"           # N > 0: N eval servers placed by Ray across the run's nodes (docs/MULTI_NODE.md)
+[[ "${EVAL_FLEET}" =~ ^[0-9]+$ ]] || krl_die "EVAL_FLEET=${EVAL_FLEET}: use the number of eval servers (0: one local eval server)"
+if ((EVAL_FLEET > 0)); then
+  [[ "${MODE}" == buffer ]] || krl_die "EVAL_FLEET needs MODE=buffer: the buffer's agent runner finds the Ray-placed eval servers"
+  [[ -z "${TRAINER_CMD}" ]] || krl_die "EVAL_FLEET needs the Ray head of the trainer window: unset TRAINER_CMD"
+fi
 : "${ON_EXIT:=stop}"           # stop | wait: what the status window does when a window's command ends
 [[ "${ON_EXIT}" == stop || "${ON_EXIT}" == wait ]] || krl_die "ON_EXIT=${ON_EXIT}: use ON_EXIT=stop or ON_EXIT=wait"
 # Weights that sampled rollout N: N with train.py, N-1 with train_async.py (one step behind).
@@ -128,18 +138,23 @@ krl_report_resume "${LOAD_DIR}" "${REF_LOAD}"
 # --- run directory and window commands --------------------------------------------------------
 krl_print_only_scratch
 krl_init_run_dir EVAL_PORT BUFFER_PORT ENGINE_PORT ROUTER_HOST ROUTER_PORT "${KRL_RAY_PORT_VARS[@]}" \
-  EVAL_DEVICES RAY_VISIBLE_DEVICES TRAIN_GPUS ROLLOUT_GPUS EVAL_GPUS COLOCATE MODE TRAIN_ONLY \
+  EVAL_DEVICES RAY_VISIBLE_DEVICES TRAIN_GPUS ROLLOUT_GPUS EVAL_GPUS EVAL_FLEET COLOCATE MODE TRAIN_ONLY \
   ROLLOUT_TEMPERATURE N_SAMPLES_PER_PROMPT RECIPE RUN_RECIPE PROMPT_DATA TRAIN_PROMPT_DATA SGLANG_URL
 
 # The run's recipe: the user's plus this run's services (URLs, data, tokenizer: its `services`
 # section, read by the buffer's agent runner (--recipe) and by slime's plug-ins
 # (--custom-config-path) alike) and temperature.
+eval_urls="[${EVAL_URL}]"
+((EVAL_FLEET > 0)) && eval_urls="[]"  # found through Ray (runner.eval_fleet below)
 recipe_sets=(
-  --set "services.sglang_url=${SGLANG_URL}" --set "services.eval_urls=[${EVAL_URL}]"
+  --set "services.sglang_url=${SGLANG_URL}" --set "services.eval_urls=${eval_urls}"
   --set "services.buffer_url=${BUFFER_URL}" --set "services.prompt_data=${PROMPT_DATA}"
   --set "services.tokenizer=${TOKENIZER}"
   --set "runner.temperature=${ROLLOUT_TEMPERATURE}" --set "plugins.policy_version_lag=${POLICY_VERSION_LAG}"
 )
+if ((EVAL_FLEET > 0)); then
+  recipe_sets+=(--set "runner.eval_fleet=${KRL_RUN_ID}" --set "runner.ray_address=127.0.0.1:${RAY_PORT}")
+fi
 [[ -n "${CREDIT}" ]] && recipe_sets+=(--set "episode.reward.credit=${CREDIT}")
 [[ -n "${SEED}" ]] && recipe_sets+=(--set "runner.shuffle_seed=${SEED}")
 [[ -n "${BACKEND}" ]] && recipe_sets+=(--set "episode.backend=${BACKEND}")
@@ -170,7 +185,27 @@ if [[ -n "${ENGINE_CMD}" || "${ENGINE}" == tiny ]]; then
     --host 127.0.0.1 --port "${ENGINE_PORT}" "${engine_args[@]}"
   windows+=(engine)
 fi
-krl_write_window eval "${EVAL_CMD}" "${PYTHON}" -m eval_server "${EVAL_SERVER_ARGS[@]}"
+if ((EVAL_FLEET > 0)); then
+  # This node offers its EVAL_DEVICES to the fleet through the Ray head the trainer window starts
+  # (ray_train.sh: KRL_RAY_EVAL_RESOURCES; KRL_EVAL_GPU_IDS reaches the fleet's actors here).
+  # shellcheck disable=SC2034  # KRL_RAY_EVAL_RESOURCES and KRL_EVAL_GPU_IDS are read by krl_env_line
+  if [[ "${EVAL_DEVICES}" == cpu ]]; then
+    fleet_devices=cpu
+    KRL_RAY_EVAL_RESOURCES="{\"krl_eval\": ${EVAL_FLEET}}"
+  else
+    fleet_devices=gpu
+    IFS=, read -ra eval_ids <<<"${EVAL_DEVICES}"
+    KRL_RAY_EVAL_RESOURCES="{\"krl_eval\": ${#eval_ids[@]}}"
+  fi
+  # shellcheck disable=SC2034  # read by krl_env_line
+  KRL_EVAL_GPU_IDS="${EVAL_DEVICES}"
+  KRL_CMD_ENV+=("$(krl_env_line KRL_RAY_EVAL_RESOURCES)" "$(krl_env_line KRL_EVAL_GPU_IDS)")
+  krl_write_window eval "${EVAL_CMD}" "${PYTHON}" -m slime_ext.cluster.eval_fleet start --run-id "${KRL_RUN_ID}" \
+    --servers "${EVAL_FLEET}" --devices "${fleet_devices}" --address "127.0.0.1:${RAY_PORT}"
+  krl_info "multi-node: other nodes join with: scripts/join_node.sh ${MASTER_ADDR}:${RAY_PORT} ${KRL_RUN_ID} --eval-gpus IDS (or --gpus N)"
+else
+  krl_write_window eval "${EVAL_CMD}" "${PYTHON}" -m eval_server "${EVAL_SERVER_ARGS[@]}"
+fi
 windows+=(eval)
 if [[ "${MODE}" == buffer ]]; then
   krl_write_window buffer "${BUFFER_CMD}" "${PYTHON}" -m buffer_server "${BUFFER_SERVER_ARGS[@]}"
@@ -190,7 +225,7 @@ fi
 krl_health_url() {
   case "$1" in
     engine) printf '%s' "${ENGINE_HEALTH_URL}" ;;
-    eval) printf 'http://127.0.0.1:%s/health' "${EVAL_PORT}" ;;
+    eval) ((EVAL_FLEET > 0)) || printf 'http://127.0.0.1:%s/health' "${EVAL_PORT}" ;;
     buffer) printf 'http://127.0.0.1:%s/health' "${BUFFER_PORT}" ;;
     *) printf '' ;;
   esac

@@ -21,11 +21,8 @@ set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
+krl_help_or_continue "${BASH_SOURCE[0]}" "${1:-}"
 case "${1:-}" in
-  -h | --help)
-    krl_usage "${BASH_SOURCE[0]}"
-    exit 0
-    ;;
   -*)
     printf '[%s] ERROR: unknown option %s (usage: scripts/stop.sh RUN_DIR; --help)\n' "$(date +%H:%M:%S)" "$1" >&2
     exit 2

@@ -9,13 +9,8 @@ set -euo pipefail
 
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-case "${1:-}" in
-  -h | --help)
-    krl_usage "${BASH_SOURCE[0]}"
-    exit 0
-    ;;
-  "" | -*) krl_die "usage: scripts/stop_node.sh RUN_ID" ;;
-esac
+krl_help_or_continue "${BASH_SOURCE[0]}" "${1:-}"
+[[ -n "${1:-}" && "$1" != -* ]] || krl_die "usage: scripts/stop_node.sh RUN_ID"
 KRL_RUN_ID="$1"
 krl_stop_run_pids "${STOP_TIMEOUT_S:-30}"
 krl_info "run ${KRL_RUN_ID} stopped on $(hostname)"

@@ -33,8 +33,9 @@ class RunnerConfig:
 
     prompt_data: str  # prompt records jsonl (slime_ext.rollout.problems)
     sglang_url: str  # SGLang router (or engine) base URL
-    eval_urls: tuple[str, ...]  # eval server URLs (list or comma-separated string in the recipe)
     tokenizer: str  # HF tokenizer name or directory (the policy's)
+    # eval server URLs (list or comma-separated string in the recipe); required unless eval_fleet
+    eval_urls: tuple[str, ...] = ()
     concurrency: int = 32  # episodes in flight at most
     max_ready_groups: int = 16  # backpressure: no new group while this many complete groups wait
     epochs: int = 1

@@ -26,6 +26,14 @@ krl_die() {
 # krl_usage SCRIPT: print SCRIPT's header comment (its usage and settings).
 krl_usage() { sed -n '2,/^set -euo/p' "$1" | sed '$d; s/^# \{0,1\}//'; }
 
+# krl_help_or_continue SCRIPT ARG: -h/--help as ARG prints SCRIPT's usage (exit 0).
+krl_help_or_continue() {
+  if [[ "${2:-}" == -h || "${2:-}" == --help ]]; then
+    krl_usage "$1"
+    exit 0
+  fi
+}
+
 # krl_no_arguments SCRIPT ARGS...: a launcher configured by environment variables takes no
 # arguments: -h/--help prints its usage (exit 0); anything else is refused (exit 2).
 krl_no_arguments() {

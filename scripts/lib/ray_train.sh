@@ -19,8 +19,11 @@ shift
 
 # Kill a worker's own children (SGLang servers) when the worker exits, recursively.
 export RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true
+# KRL_RAY_EVAL_RESOURCES (EVAL_FLEET runs): this node's eval GPUs offered to the eval fleet (krl_eval)
+eval_resources=()
+[[ -n "${KRL_RAY_EVAL_RESOURCES:-}" ]] && eval_resources=(--resources "${KRL_RAY_EVAL_RESOURCES}")
 ray start --head --node-ip-address "${MASTER_ADDR}" --port "${RAY_PORT}" --num-gpus "${RAY_NUM_GPUS}" \
-  --temp-dir "${RAY_TMPDIR}" --disable-usage-stats \
+  "${eval_resources[@]}" --temp-dir "${RAY_TMPDIR}" --disable-usage-stats \
   --dashboard-host 127.0.0.1 --dashboard-port "${RAY_DASHBOARD_PORT}" \
   --ray-client-server-port "${RAY_CLIENT_PORT}" --dashboard-agent-listen-port "${RAY_AGENT_PORT}"
 

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from krl_common.urls import unreachable
+
 __all__ = [
     "EVAL_GPU_IDS",
     "EVAL_RESOURCE",
@@ -233,11 +235,20 @@ def stop_fleet(run_id: str) -> int:
     return len(names)
 
 
-def connect(address: str, run_id: str) -> None:
-    """Join the Ray cluster at `address` as a client of the run's namespace (once per process)."""
+def connect(address: str, run_id: str, wait_s: float = 0.0) -> None:
+    """Join the Ray cluster at `address` as a client of the run's namespace (once per process),
+    trying again for `wait_s` while no cluster answers there (the run's head starts later)."""
     ray = _ray()
-    if not ray.is_initialized():
-        ray.init(address=address, namespace=namespace(run_id), log_to_driver=False)
+    if ray.is_initialized():
+        return
+    deadline = time.monotonic() + wait_s
+    # ray.init blocks for minutes on an address where no cluster runs: wait for its port first
+    while address != "auto" and (why := unreachable(address)) is not None:
+        if time.monotonic() > deadline:
+            raise ConnectionError(f"no Ray cluster at {address}: {why}")
+        print(f"waiting for the Ray cluster at {address}: {why}", flush=True)
+        time.sleep(5.0)
+    ray.init(address=address, namespace=namespace(run_id), log_to_driver=False)
 
 
 def _print_status(run_id: str) -> None:
@@ -258,8 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--server-args", default="", help="start: more flags for each eval server")
     parser.add_argument("--interval-s", type=float, default=10.0, help="start: status every this often")
+    parser.add_argument(
+        "--wait-s", type=float, default=900.0, help="start: wait this long for the Ray cluster"
+    )
     args = parser.parse_args(argv)
-    connect(args.address, args.run_id)
+    connect(args.address, args.run_id, args.wait_s if args.command == "start" else 0.0)
     if args.command == "status":
         _print_status(args.run_id)
         return 0

@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["stop", "list"])
     parser.add_argument("--run-id", default=os.environ.get("KRL_RUN_ID", ""))
-    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS", "auto"), help="the run's Ray cluster")
+    parser.add_argument(
+        "--address", default=os.environ.get("RAY_ADDRESS", "auto"), help="the run's Ray cluster"
+    )
     args = parser.parse_args(argv)
     eval_fleet.connect(args.address, args.run_id or "nodes")
     if args.command == "list":

@@ -836,3 +836,86 @@ def test_print_only_of_an_unnamed_run_leaves_no_run_directory(tmp_path: Path, sc
     assert not (tmp_path / "runs").exists()
     named = _run(script, tmp_path, NUM_GPUS="8", SFT_DATA=str(sft))  # a named run keeps what it printed
     assert named.returncode == 0 and (tmp_path / "runs" / "r" / "cmd" / "trainer.sh").is_file()
+
+
+def test_eval_fleet_mode_places_evaluation_through_ray(tmp_path: Path) -> None:
+    """EVAL_FLEET=N: the eval window keeps N Ray-placed eval servers, the runner finds them
+    through the run's Ray head, which offers this node's eval GPUs as krl_eval (not Ray GPUs)."""
+    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", EVAL_FLEET="3", MASTER_ADDR="10.0.0.5")
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "runs" / "r"
+    run_id = next(
+        line.split("=", 1)[1]
+        for line in (run / "run.env").read_text().splitlines()
+        if line.startswith("export KRL_RUN_ID=")
+    )
+    fleet = _argv(run, "eval")
+    assert fleet[:4] == [sys.executable, "-m", "slime_ext.cluster.eval_fleet", "start"]
+    assert _flag(fleet, "--run-id") == run_id and _flag(fleet, "--servers") == "3"
+    assert _flag(fleet, "--devices") == "gpu" and _flag(fleet, "--address").startswith("127.0.0.1:")
+    trainer_script = (run / "cmd" / "trainer.sh").read_text()
+    assert (
+        "export KRL_EVAL_GPU_IDS=6\\,7" in trainer_script or "export KRL_EVAL_GPU_IDS=6,7" in trainer_script
+    )
+    assert "krl_eval" in trainer_script and "KRL_RAY_EVAL_RESOURCES" in trainer_script
+    runner = yaml.safe_load((run / "recipe.yaml").read_text())["kernel_rl"]
+    assert runner["services"]["eval_urls"] == [] and runner["runner"]["eval_fleet"] == run_id
+    assert "scripts/join_node.sh 10.0.0.5:" in res.stderr  # how other nodes join
+    bad = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", EVAL_FLEET="3", MODE="in_slime")
+    assert bad.returncode != 0 and "EVAL_FLEET needs MODE=buffer" in bad.stderr
+
+
+def test_ray_head_offers_the_eval_fleet_resources(tmp_path: Path) -> None:
+    bin_dir, calls = _fake_ray(tmp_path)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}", "MASTER_ADDR": "127.0.0.1", "RAY_PORT": "6390",
+        "RAY_DASHBOARD_PORT": "8270", "RAY_CLIENT_PORT": "10011", "RAY_AGENT_PORT": "52375",
+        "RAY_NUM_GPUS": "6", "RAY_TMPDIR": str(tmp_path / "ray"), "SLIME_DIR": str(tmp_path / "slime"),
+        "MEGATRON_DIR": str(tmp_path / "megatron"), "KRL_REPO_ROOT": str(REPO), "KRL_RUN_ID": "run-1",
+        "SLIME_HOST_IP": "10.1.2.3", "KRL_RAY_EVAL_RESOURCES": '{"krl_eval": 2}',
+    }  # fmt: skip
+    res = subprocess.run(
+        ["bash", str(REPO / "scripts/lib/ray_train.sh"), "train.py"], env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    start, _ = _ray_calls(calls)
+    assert json.loads(_flag(start, "--resources")) == {"krl_eval": 2} and _flag(start, "--num-gpus") == "6"
+
+
+def test_join_node_offers_eval_gpus_apart_from_slimes(tmp_path: Path) -> None:
+    import socket
+
+    head = socket.socket()
+    head.bind(("127.0.0.1", 0))
+    head.listen()
+    address = f"127.0.0.1:{head.getsockname()[1]}"
+    env = {**os.environ, "JOIN_PRINT_ONLY": "1", "PYTHON": sys.executable}
+    join = REPO / "scripts" / "join_node.sh"
+    try:
+        res = subprocess.run(
+            ["bash", str(join), address, "run-1", "--eval-gpus", "0,1,2", "--gpus", "4"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        argv = shlex.split(res.stdout.strip())
+        assert argv[:2] == ["ray", "start"] and _flag(argv, "--address") == address
+        assert _flag(argv, "--num-gpus") == "4" and json.loads(_flag(argv, "--resources")) == {"krl_eval": 3}
+        for args, why in (
+            ([address, "run-1"], "offer something"),
+            ([address, "run 1", "--gpus", "1"], "RUN_ID"),
+            ([address, "run-1", "--eval-gpus", "a"], "GPU ids"),
+        ):
+            bad = subprocess.run(
+                ["bash", str(join), *args], env=env, capture_output=True, text=True, timeout=60
+            )
+            assert bad.returncode != 0 and why in bad.stderr, bad.stderr
+    finally:
+        head.close()
+    gone = subprocess.run(
+        ["bash", str(join), address, "run-1", "--gpus", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert gone.returncode != 0 and "Ray head" in gone.stderr
