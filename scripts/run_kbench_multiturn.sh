@@ -201,7 +201,7 @@ if ((EVAL_FLEET > 0)); then
   KRL_EVAL_GPU_IDS="${EVAL_DEVICES}"
   KRL_CMD_ENV+=("$(krl_env_line KRL_RAY_EVAL_RESOURCES)" "$(krl_env_line KRL_EVAL_GPU_IDS)")
   krl_write_window eval "${EVAL_CMD}" "${PYTHON}" -m slime_ext.cluster.eval_fleet start --run-id "${KRL_RUN_ID}" \
-    --servers "${EVAL_FLEET}" --devices "${fleet_devices}" --address "127.0.0.1:${RAY_PORT}"
+    --servers "${EVAL_FLEET}" --devices "${fleet_devices}" --address "127.0.0.1:${RAY_PORT}" --status-file "${RUN_DIR}/fleet.json"
   krl_info "multi-node: other nodes join with: scripts/join_node.sh ${MASTER_ADDR}:${RAY_PORT} ${KRL_RUN_ID} --eval-gpus IDS (or --gpus N)"
 else
   krl_write_window eval "${EVAL_CMD}" "${PYTHON}" -m eval_server "${EVAL_SERVER_ARGS[@]}"

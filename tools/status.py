@@ -160,6 +160,30 @@ def render(snap: dict[str, Any], earlier: dict[str, Any] | None = None) -> Any:
             + (f", outage pause {runner['outage_pause_s']} s" if runner["outage_pause_s"] else "")
             + (f", last error: {runner['last_error']}" if runner["last_error"] else ""),
         )
+    fleet = snap.get("fleet")
+    if fleet:
+        up = sum(1 for r in fleet["servers"] if r.get("alive"))
+        services.add_row(
+            "eval fleet", f"{up} of {len(fleet['servers'])} servers up, {len(fleet['nodes'])} node(s)"
+        )
+        for row in fleet["servers"]:
+            st = row.get("stats")
+            services.add_row(
+                f"  {row['name']}",
+                f"{row.get('url') or '-'} (node {str(row.get('node_id', '?'))[:8]}, GPU {row.get('gpu') or '-'}): "
+                + (
+                    f"{st['evaluations']} evaluations ({_fmt(st['per_min'])}/min), in flight {_fmt(st['in_flight'])}"
+                    if st
+                    else (row.get("error") or "not answering")
+                ),
+            )
+        for node in fleet["nodes"]:
+            res = node.get("resources") or {}
+            services.add_row(
+                f"  node {node['address']}",
+                ("alive" if node.get("alive") else "[red]dead[/]")
+                + f", GPUs {_fmt(res.get('GPU', 0))}, eval slots {_fmt(res.get('krl_eval', 0))}",
+            )
     for gpu in snap.get("gpus") or []:
         services.add_row(
             f"GPU {gpu['index']}",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 import signal
 import sys
@@ -251,11 +252,22 @@ def connect(address: str, run_id: str, wait_s: float = 0.0) -> None:
     ray.init(address=address, namespace=namespace(run_id), log_to_driver=False)
 
 
-def _print_status(run_id: str) -> None:
-    for row in fleet_status(run_id):
+def _print_status(run_id: str) -> list[dict[str, Any]]:
+    rows = fleet_status(run_id)
+    for row in rows:
         state = "up" if row.get("alive") else "down"
         where = row.get("url") or row.get("error", "")
         print(f"{row['name']:>8}  {state:4}  {where}", flush=True)
+    return rows
+
+
+def write_status(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The fleet's rows and the cluster's nodes as one JSON file, replaced whole (the status
+    window reads it: it needs no Ray)."""
+    from krl_common.fileio import atomic_write
+    from slime_ext.cluster.nodes import list_nodes
+
+    atomic_write(path, json.dumps({"time": time.time(), "servers": rows, "nodes": list_nodes()}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-s", type=float, default=10.0, help="start: status every this often")
     parser.add_argument(
         "--wait-s", type=float, default=900.0, help="start: wait this long for the Ray cluster"
+    )
+    parser.add_argument(
+        "--status-file",
+        type=Path,
+        default=None,
+        help="start: the fleet and the nodes, as JSON, each interval",
     )
     args = parser.parse_args(argv)
     connect(args.address, args.run_id, args.wait_s if args.command == "start" else 0.0)
@@ -290,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while not stop.is_set():
             print(time.strftime("%H:%M:%S"), f"eval fleet of run {args.run_id}:", flush=True)
-            _print_status(args.run_id)
+            rows = _print_status(args.run_id)
+            if args.status_file is not None:
+                write_status(args.status_file, rows)
             stop.wait(args.interval_s)
     finally:
         print(f"stopping: {stop_fleet(args.run_id)} eval server(s)", flush=True)

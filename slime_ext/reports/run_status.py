@@ -199,6 +199,20 @@ def _eval_section(stats: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def _fleet_section(path: Path) -> dict[str, Any] | None:
+    """A multi-node run's eval fleet (written by its eval window: slime_ext/cluster/eval_fleet.py)
+    with each answering server's own /stats, and the cluster's nodes; None for a one-node run."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    servers = []
+    for row in data.get("servers") or []:
+        url = row.get("url") if row.get("alive") else None
+        servers.append({**row, "stats": _eval_section(_get_json(f"{url}/stats")) if url else None})
+    return {"time": data.get("time"), "servers": servers, "nodes": data.get("nodes") or []}
+
+
 def _buffer_section(stats: dict[str, Any] | None, now: float) -> dict[str, Any] | None:
     if stats is None:
         return None
@@ -265,6 +279,7 @@ def snapshot(run_dir: Path, *, now: float | None = None) -> dict[str, Any]:
         if buffer_port
         else None,
         "gpus": _gpus(),
+        "fleet": _fleet_section(run_dir / "fleet.json"),
         # scripts/stop.sh's mark (UTC time): a service that does not answer is stopped, not lost
         "stopped": _last_line(run_dir / "stopped") or None,
     }

@@ -11,14 +11,18 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from eval_server import samples
 from eval_server.schema import EvalRequest
 from slime_ext.clients.eval_client import EvalClient
 from slime_ext.cluster import eval_fleet, nodes
+from slime_ext.reports import run_status
+from tools import status as status_tool
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -71,7 +75,24 @@ async def _evaluate_all(
             keeper.cancel()
 
 
-def test_eval_fleet_across_nodes_survives_a_lost_node_and_uses_a_new_one() -> None:
+def _status_window_shows_the_fleet(tmp_path: Path, rows: list[dict[str, Any]]) -> None:
+    """What the eval window writes each interval, read by the status window without Ray: each
+    server with its own /stats, and the nodes."""
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "run.env").write_text("export RUN_NAME=r\n")
+    eval_fleet.write_status(run_dir / "fleet.json", rows)
+    snap = run_status.snapshot(run_dir)
+    fleet = snap["fleet"]
+    assert [s["stats"]["workers_ready"] for s in fleet["servers"]] == [1, 1], fleet
+    assert sum(n["alive"] for n in fleet["nodes"]) == 3  # the head and the two eval nodes
+    console = Console(record=True, width=200)
+    console.print(status_tool.render(snap))
+    text = console.export_text()
+    assert "2 of 2 servers up, 3 node(s)" in text and "eval slots 1" in text
+
+
+def test_eval_fleet_across_nodes_survives_a_lost_node_and_uses_a_new_one(tmp_path: Path) -> None:
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     node_a = cluster.add_node(num_cpus=1, resources={eval_fleet.EVAL_RESOURCE: 1})
     cluster.add_node(num_cpus=1, resources={eval_fleet.EVAL_RESOURCE: 1})
@@ -84,6 +105,7 @@ def test_eval_fleet_across_nodes_survives_a_lost_node_and_uses_a_new_one() -> No
         hosts = sorted(row["node_id"] for row in status.values())
         assert len(set(hosts)) == 2 and node_a.node_id in hosts, status  # one server per eval node
         lost = next(row for row in status.values() if row["node_id"] == node_a.node_id)
+        _status_window_shows_the_fleet(tmp_path, list(status.values()))
 
         request = EvalRequest(samples.load_problem("relu"), samples.load_candidate("relu__correct"))
         results, in_flight = asyncio.run(
