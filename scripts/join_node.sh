@@ -40,6 +40,12 @@ if [[ -n "${eval_gpus}" ]]; then
   eval_slots=$((eval_slots + ${#ids[@]}))
 fi
 ((eval_slots + gpus > 0)) || krl_die "offer something: --eval-gpus IDS, --gpus N or --eval-cpu N"
+if [[ -n "${eval_gpus}" ]] && command -v nvidia-smi >/dev/null; then
+  count="$(nvidia-smi -L | grep -c '^GPU ' || true)"
+  for id in "${ids[@]}"; do
+    ((id < count)) || krl_die "--eval-gpus ${eval_gpus}: this node has ${count} GPU(s), no GPU ${id}"
+  done
+fi
 why="$(krl_py -c "import sys; from krl_common.urls import unreachable; print(unreachable(sys.argv[1]) or '')" "${head_address}")"
 [[ -z "${why}" ]] || krl_die "the run's Ray head at ${head_address}: ${why} (is the run started there, MASTER_ADDR its reachable address, the port open?)"
 
