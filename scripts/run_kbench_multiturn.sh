@@ -192,6 +192,9 @@ if ((EVAL_FLEET > 0)); then
   if [[ "${EVAL_DEVICES}" == cpu ]]; then
     fleet_devices=cpu
     KRL_RAY_EVAL_RESOURCES="{\"krl_eval\": ${EVAL_FLEET}}"
+  elif [[ -z "${EVAL_DEVICES}" ]]; then  # EVAL_GPUS=0: every eval server on another node
+    fleet_devices=gpu
+    KRL_RAY_EVAL_RESOURCES=""
   else
     fleet_devices=gpu
     IFS=, read -ra eval_ids <<<"${EVAL_DEVICES}"

@@ -161,8 +161,13 @@ def plan_gpus(settings: Mapping[str, str], ids: Sequence[int], kind: str = "rl")
     eval_devices = eval_named
     if kind == "rl" and not eval_named:
         eval_devices = _ids(ids, ray, ev)
-        if not eval_devices:
-            raise PlanError("EVAL_GPUS=0: set EVAL_DEVICES (e.g. cpu, or GPU ids shared with training)")
+        # a multi-node run (EVAL_FLEET) may keep this node for training and engines: its eval
+        # servers are on the nodes that joined with eval GPUs
+        if not eval_devices and not int(settings.get("EVAL_FLEET") or 0):
+            raise PlanError(
+                "EVAL_GPUS=0: set EVAL_DEVICES (e.g. cpu, or GPU ids shared with training), "
+                "or EVAL_FLEET for eval GPUs on other nodes"
+            )
     return GpuPlan(
         kind=kind,
         train=train,

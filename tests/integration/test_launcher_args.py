@@ -863,6 +863,12 @@ def test_eval_fleet_mode_places_evaluation_through_ray(tmp_path: Path) -> None:
     assert "scripts/join_node.sh 10.0.0.5:" in res.stderr  # how other nodes join
     bad = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", EVAL_FLEET="3", MODE="in_slime")
     assert bad.returncode != 0 and "EVAL_FLEET needs MODE=buffer" in bad.stderr
+    # a head that keeps its GPUs for slime: every eval server on the nodes that join
+    head_only = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="6", EVAL_GPUS="0", EVAL_FLEET="8")
+    assert head_only.returncode == 0, head_only.stderr
+    assert "export KRL_RAY_EVAL_RESOURCES=''" in (run / "cmd" / "trainer.sh").read_text()
+    no_eval = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="6", EVAL_GPUS="0")
+    assert no_eval.returncode != 0 and "or EVAL_FLEET" in no_eval.stderr
 
 
 def test_ray_head_offers_the_eval_fleet_resources(tmp_path: Path) -> None:
