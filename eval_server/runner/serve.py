@@ -38,7 +38,7 @@ FirstLayer = Callable[[dict[str, Any], float | None], tuple[dict[str, Any], Any]
 
 
 # where torch.compile of the reference keeps its artefacts (Inductor's code and Triton's kernels)
-_COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+_COMPILE_CACHES = (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"))
 
 
 def _traceback(exc: BaseException, workdir: str) -> str:
@@ -67,8 +67,8 @@ class Runner:
         init = loader.make_init_inputs(module, seed, self.device)
         model = loader.build_model(module.Model, init, seed, self.device)
         if compiled:
-            saved = {var: os.environ.get(var) for var in _COMPILE_CACHES}
-            for var, sub in _COMPILE_CACHES.items():
+            saved = {var: os.environ.get(var) for var, _ in _COMPILE_CACHES}
+            for var, sub in _COMPILE_CACHES:
                 os.environ[var] = os.path.join(self.workdir, "compiled_reference", sub)
             try:
                 model = torch.compile(model)
