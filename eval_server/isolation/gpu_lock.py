@@ -75,7 +75,3 @@ class MemoryShare:
             yield
         finally:
             self._memory.release()
-
-    def close(self) -> None:
-        self._turnstile.close()
-        self._memory.close()

@@ -37,6 +37,7 @@ from eval_server.checks import persisting_l2
 from eval_server.checks.compare import Comparison, compare_outputs, flatten_output, unflatten_like
 from eval_server.judge.channel import Channel, RunnerFailed
 from eval_server.pipeline import loader
+from eval_server.pipeline.timing import gpu_cycles_per_ms
 
 _POLL_S = 0.0005
 # How long the judge waits for a window's reply before it writes go anyway: a forward that
@@ -132,21 +133,12 @@ class GpuSession:
         self.slots: list[list[Any]] = []  # per slot: SharedBuffer or a plain value, per argument
         self._mapped: dict[str, tuple[int, int]] = {}  # runner handle -> (base here, size)
         self._scratch: dict[tuple[int, int], torch.Tensor] = {}
-        self._cycles_per_ms = 0.0  # GPU clock cycles of torch.cuda._sleep per millisecond
         self._bursts_ms: list[float] = []  # host time of the last bursts
 
     def _lead(self) -> None:
         """Queue the lead: a GPU sleep that outlasts this host's queueing of the next burst."""
-        if not self._cycles_per_ms:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(100)  # the first launch loads the kernel's module
-            start.record(self.stream)
-            torch.cuda._sleep(1_000_000)
-            end.record(self.stream)
-            end.synchronize()
-            self._cycles_per_ms = 1_000_000 / max(start.elapsed_time(end), 1e-3)
         ms = min(max(2 * max(self._bursts_ms, default=0.0), LEAD_MIN_MS), LEAD_MAX_MS)
-        torch.cuda._sleep(int(ms * self._cycles_per_ms))
+        torch.cuda._sleep(int(ms * gpu_cycles_per_ms(self.device)))
 
     # ---------------------------------------------------------------- set-up
     def bind(self, k: int) -> None:

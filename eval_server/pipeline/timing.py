@@ -156,7 +156,7 @@ def summarize(times_ms: Sequence[float], wall_ms: Sequence[float] | None = None)
     )
 
 
-def _cycles_per_ms_on(device: torch.device) -> float:
+def gpu_cycles_per_ms(device: torch.device) -> float:
     """GPU clock cycles per millisecond of the delay kernel, measured once per process: the
     kernel is loaded first (its first launch loads the module, which would stretch the
     interval), each measured delay is queued behind another so that it runs back to back, and
@@ -420,7 +420,7 @@ def time_gpu(
         if lead:
             host_ms = statistics.median(warm.host_ms[-8:])
             lead_ms = min(max(2 * host_ms + 0.05, MIN_LEAD_MS), MAX_LEAD_MS)
-            cycles_per_ms = _cycles_per_ms_on(device)
+            cycles_per_ms = gpu_cycles_per_ms(device)
             lead_cycles = int(lead_ms * cycles_per_ms)
             # as long as the host waits in a timed trial's synchronize: the lead's remainder
             # after its call, then the call's GPU time

@@ -107,9 +107,7 @@ def correctness_phase(
             _first_trial_checks(result, ops, args, pristine, ctx)
         else:
             torch_compute_check(result, ops, ctx)
-            if any(c.severity == "reject" for c in result.checks):
-                result.status = STATUS_REJECTED
-                raise Stop
+            _stop_if_rejected(result)
         del args
         expected = _expected(result, ctx, ref, guard, seed, pristine)
         cmp = _compare(ctx, expected, out, opts)
@@ -157,6 +155,10 @@ def _first_trial_checks(
                 "unchanged; write results to a new output tensor.",
             )
         )
+    _stop_if_rejected(result)
+
+
+def _stop_if_rejected(result: EvalResult) -> None:
     if any(c.severity == "reject" for c in result.checks):
         result.status = STATUS_REJECTED
         raise Stop
@@ -166,7 +168,7 @@ def torch_compute_check(result: EvalResult, ops: TorchOpRecorder, ctx: EvalConte
     """Every trial, not only the first: a candidate may compute with torch only in calls that look
     like the judge's (its stream busy, see run_candidate), and later trials look like them."""
     compute = ops.compute_ops()
-    if compute and not any(c.id == "runtime.torch_compute" for c in result.checks):
+    if compute:  # a first one ends the trials: never added twice
         listed = ", ".join(f"aten.{k} x{v}" for k, v in list(compute.items())[:10])
         result.checks.append(
             Check(

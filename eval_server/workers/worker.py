@@ -525,7 +525,7 @@ class Worker:
 
         ctx = self._context(evaldir, timing=True, gpu_busy_at=busy_at, share=1.0 if alone else None)
         channel = Channel(sock, deadline=float("inf"))
-        share = MemoryShare(self.gpu_lock_path) if self.shares_gpu and self.gpu_lock_path else None
+        share = MemoryShare(self.gpu_lock_path) if self.shares_gpu else None
         try:
             with share.hold(alone) if share is not None else contextlib.nullcontext():
                 return evaluate(request, ctx, channel)
