@@ -327,6 +327,15 @@ FILE_MODULES = frozenset(
     {"io", "_io", "pathlib", "socket", "signal", "mmap", "fcntl", "shutil", "tempfile", "select", "selectors",
      "posix", "pty", "tty", "termios", "resource", "asyncio", "sqlite3", "shelve", "dbm"}
 )  # fmt: skip
+# The network too: a runner that can connect can reach the run's services (a multi-node run's Ray
+# cluster, where one `ray.init` lets it kill and replace eval servers or run jobs beside the
+# trainer; the buffer and eval servers' HTTP APIs). Python's routes are refused here; C++'s are
+# the CUDA source rules' and the symbol allowlist's (docs/EVAL_SERVER.md, threat model).
+FILE_MODULES |= frozenset(
+    {"http", "urllib", "ray", "grpc", "requests", "httpx", "aiohttp", "socketserver", "xmlrpc", "ftplib",
+     "smtplib", "ssl"}
+)  # fmt: skip
+NETWORK_TORCH = "torch.distributed"  # TCPStore and process groups connect to any host and port
 FILE_BUILTINS = frozenset({"open"})
 # What a candidate may use of `os`: environment and path strings (KernelBench's CUDA candidates set
 # TORCH_CUDA_ARCH_LIST), and ending its own process (a crash: the worker reports `crashed`, nothing
@@ -344,11 +353,13 @@ def _find_file_access(tree: ast.Module) -> list[str]:
             hits += [
                 f"line {node.lineno}: import {a.name}"
                 for a in node.names
-                if a.name.split(".")[0] in FILE_MODULES
+                if a.name.split(".")[0] in FILE_MODULES or _is_network_torch(a.name)
             ]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             top = node.module.split(".")[0]
-            if top in FILE_MODULES:
+            if top in FILE_MODULES or _is_network_torch(node.module) or (
+                node.module == "torch" and any(a.name == "distributed" for a in node.names)
+            ):
                 hits.append(f"line {node.lineno}: from {node.module} import ...")
             elif node.module == "os":
                 hits += [
@@ -360,10 +371,15 @@ def _find_file_access(tree: ast.Module) -> list[str]:
             hits.append(f"line {node.lineno}: {node.id}")
         elif isinstance(node, ast.Attribute):
             name = dotted_name(node)
-            head, _, rest = canonical_name(name, aliases).partition(".") if name else ("", "", "")
-            if head == "os" and rest and rest.split(".")[0] not in OS_ALLOWED:
+            full = canonical_name(name, aliases) if name else ""
+            head, _, rest = full.partition(".")
+            if (head == "os" and rest and rest.split(".")[0] not in OS_ALLOWED) or _is_network_torch(full):
                 hits.append(f"line {node.lineno}: {name}")
     return hits
+
+
+def _is_network_torch(name: str) -> bool:
+    return name == NETWORK_TORCH or name.startswith(NETWORK_TORCH + ".")
 
 
 RULES: tuple[Rule, ...] = (
@@ -419,8 +435,9 @@ RULES = (
     ),
     Rule(
         "static.file_access",
-        "The candidate opens files or file descriptors or signals processes (open(), "
-        "io/pathlib/socket/signal/shutil/tempfile, os functions other than os.environ/os.getenv/os.path). "
+        "The candidate opens files, file descriptors or network connections or signals processes (open(), "
+        "io/pathlib/socket/signal/shutil/tempfile, http/urllib/ray/torch.distributed, os functions other "
+        "than os.environ/os.getenv/os.path). "
         "A kernel needs none of these: compute in forward and return the result.",
         "reject",
         _find_file_access,
