@@ -131,13 +131,6 @@ class EvalServer:
             "gpu": self.gpu,
         }
 
-    def exit(self) -> None:
-        """Stop the server, then this actor (without a restart)."""
-        import ray
-
-        self._service.stop()
-        ray.actor.exit_actor()
-
 
 def _ray() -> Any:
     import ray
