@@ -96,8 +96,16 @@ class Job:
     candidate: Path
 
 
+def _known(names: list[str], known: set[str]) -> None:
+    """Exit naming a `--cases` entry that matches no case (an empty selection is no benchmark)."""
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"--cases: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+
+
 def bench_jobs(names: list[str], backend: str = "triton") -> list[Job]:
     """The cases of bench/corpus.py (all when `names` is empty)."""
+    _known(names, {c.problem for c in BENCH_CASES})
     return [
         Job(
             c.problem,
@@ -113,7 +121,7 @@ def bench_jobs(names: list[str], backend: str = "triton") -> list[Job]:
 
 def kernelbench_jobs(root: Path, names: list[str], backend: str = "triton") -> list[Job]:
     """KERNELBENCH_CASES found in a KernelBench checkout (`KernelBench/level<L>/<N>_*.py`)."""
-    jobs = []
+    jobs, known = [], set()
     for level, number, problem in KERNELBENCH_CASES:
         found = sorted((root / "KernelBench" / f"level{level}").glob(f"{number}_*.py"))
         if len(found) != 1:
@@ -121,8 +129,11 @@ def kernelbench_jobs(root: Path, names: list[str], backend: str = "triton") -> l
                 f"expected one KernelBench/level{level}/{number}_*.py under {root}, found {len(found)}"
             )
         name = f"L{level}_{found[0].stem}"
-        if not names or name in names or found[0].stem in names:
+        aliases = {name, found[0].stem, problem}  # e.g. L1_19_ReLU, 19_ReLU or relu_large
+        known |= aliases
+        if not names or aliases & set(names):
             jobs.append(Job(name, found[0], candidate_path(problem, backend)))
+    _known(names, known)
     return jobs
 
 

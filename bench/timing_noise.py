@@ -20,14 +20,16 @@ check correctness in Triton's interpreter and report no timing).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import math
 import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,7 @@ class Record:
     candidate_ms: float | None
     checks: list[str]
     reference_source: str | None = None
+    feedback: str = ""  # the first lines of a result that is not ok (what went wrong)
 
 
 def record_of(case: str, round_: int, tags: list[str], res: EvalResult) -> Record:
@@ -114,6 +117,7 @@ def record_of(case: str, round_: int, tags: list[str], res: EvalResult) -> Recor
         candidate_ms=cand.median_ms if cand is not None else None,
         checks=[c.id for c in res.checks],
         reference_source=res.reference_timing_source,
+        feedback="" if res.status == STATUS_OK else res.feedback[:600],
     )
 
 
@@ -139,6 +143,8 @@ class Row:
 
 def cv(xs: Sequence[float]) -> float:
     """Population coefficient of variation; 0 for fewer than two values or a zero mean."""
+    if not all(math.isfinite(x) for x in xs):
+        return math.inf
     mean = statistics.fmean(xs) if xs else 0.0
     return statistics.pstdev(xs) / mean if len(xs) > 1 and mean else 0.0
 
@@ -207,10 +213,16 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def one_worker_pool(devices: str, workdir: Path, hardening: dict[str, Any] | None = None) -> WorkerPool:
+def one_worker_pool(
+    devices: str,
+    workdir: Path,
+    hardening: dict[str, Any] | None = None,
+    mps_env: dict[str, str] | None = None,
+) -> WorkerPool:
     """A started pool of one worker on `devices` (one GPU id or 'cpu'), with an empty reference
     cache under `workdir`: the first evaluation of a problem measures, as after a first start
-    (`hardening`: hardening.Hardening overrides, as the server's flags set them)."""
+    (`hardening`: hardening.Hardening overrides, as the server's flags set them; `mps_env`: the
+    server's MPS daemon's client environment, which a GPU worker's judge times through)."""
     slots = parse_slots(devices, 1, 1)
     if len(slots) != 1:
         raise SystemExit(f"--devices: give one GPU id or 'cpu' (one worker), got {devices!r}")
@@ -222,10 +234,28 @@ def one_worker_pool(devices: str, workdir: Path, hardening: dict[str, Any] | Non
             max_timeout_s=900.0,
             ref_cache=workdir / "ref_timing.sqlite",
             hardening=dict(hardening or {}),
+            mps_env=dict(mps_env or {}),
         )
     )
     pool.start(block=True)
     return pool
+
+
+@contextlib.contextmanager
+def mps_daemon(devices: str, workdir: Path) -> Iterator[dict[str, str]]:
+    """The server's own MPS daemon for GPU workers (as `python -m eval_server` starts it: without
+    it the judge's and runner's contexts time-slice and short windows cannot be timed); the
+    client environment, empty for CPU workers."""
+    if devices.strip().lower() == "cpu":
+        yield {}
+        return
+    from eval_server.isolation.mps import MpsDaemon
+
+    daemon = MpsDaemon.start(workdir)
+    try:
+        yield daemon.client_env()
+    finally:
+        daemon.stop()
 
 
 def run(
@@ -239,30 +269,33 @@ def run(
     hardening: dict[str, Any] | None = None,
 ) -> list[Record]:
     """Evaluate every case `repeats` times, round-robin, through one pool worker (one_worker_pool)."""
-    pool = one_worker_pool(devices, workdir, hardening)
     crash = EvalRequest(
         reference=samples.load_problem("relu"), candidate=samples.load_candidate("relu__segfault")
     )
     records: list[Record] = []
-    try:
-        for rnd in range(repeats):
-            tags = ["first"] if rnd == 0 else []
-            if rnd == restart_at:
-                before = pool.workers[0].info.get("pid")
-                pool.workers[0].restart()
-                print(f"round {rnd}: worker restarted (pid {before} -> {pool.workers[0].info.get('pid')})")
-                tags.append("after-restart")
-            if rnd == crash_at:
-                print(f"round {rnd}: crashing candidate -> {pool.evaluate(crash).status}", flush=True)
-                tags.append("after-crash")
-            for case in cases:
-                rec = record_of(case.label, rnd, tags, pool.evaluate(case.request()))
-                records.append(rec)
-                print(json.dumps(dataclasses.asdict(rec)), flush=True)
-            if rnd < repeats - 1:
-                time.sleep(pause_s)
-    finally:
-        pool.close()
+    with mps_daemon(devices, workdir) as mps_env:
+        pool = one_worker_pool(devices, workdir, hardening, mps_env)
+        try:
+            for rnd in range(repeats):
+                tags = ["first"] if rnd == 0 else []
+                if rnd == restart_at:
+                    before = pool.workers[0].info.get("pid")
+                    pool.workers[0].restart()
+                    print(
+                        f"round {rnd}: worker restarted (pid {before} -> {pool.workers[0].info.get('pid')})"
+                    )
+                    tags.append("after-restart")
+                if rnd == crash_at:
+                    print(f"round {rnd}: crashing candidate -> {pool.evaluate(crash).status}", flush=True)
+                    tags.append("after-crash")
+                for case in cases:
+                    rec = record_of(case.label, rnd, tags, pool.evaluate(case.request()))
+                    records.append(rec)
+                    print(json.dumps(dataclasses.asdict(rec)), flush=True)
+                if rnd < repeats - 1:
+                    time.sleep(pause_s)
+        finally:
+            pool.close()
     return records
 
 

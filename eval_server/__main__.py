@@ -81,6 +81,14 @@ def parse_slots(devices: str, workers_per_device: int, cpu_workers: int) -> list
         if not part.isdigit():
             raise SystemExit(f"--devices: expected 'auto', 'cpu' or GPU ids like '0,1', got {devices!r}")
         ids.append(int(part))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(" ", "")
+    allowed = visible.split(",") if visible and all(v.isdigit() for v in visible.split(",")) else None
+    outside = [i for i in ids if allowed is not None and str(i) not in allowed]
+    if outside:  # each worker is pinned to a physical id: "0" would not mean CUDA's first visible GPU
+        raise SystemExit(
+            f"--devices {devices}: GPU {outside[0]} is not in CUDA_VISIBLE_DEVICES={visible}; --devices takes "
+            f"physical GPU ids (e.g. --devices {allowed[0]}), or 'auto' for every visible GPU"
+        )
     names = gpu_names()
     return [DeviceSlot("cuda", g, names.get(g, "")) for g in ids for _ in range(workers_per_device)]
 

@@ -9,6 +9,7 @@ the rollout buffer server; this module keeps the eval-server-specific defaults.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -16,7 +17,15 @@ from pathlib import Path
 from krl_common import service
 from krl_common.service import free_port
 
-__all__ = ["free_port", "running_server", "wait_healthy"]
+__all__ = ["first_gpu", "free_port", "running_server", "wait_healthy"]
+
+
+def first_gpu() -> str:
+    """The first GPU this process may use, as --devices takes it (a physical id): the first of
+    CUDA_VISIBLE_DEVICES's ids when it lists ids, else "0". `CUDA_VISIBLE_DEVICES=1 pytest ...`
+    then runs a test's server on GPU 1."""
+    ids = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    return ids[0] if ids[0].isdigit() else "0"
 
 
 def wait_healthy(

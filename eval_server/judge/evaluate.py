@@ -53,6 +53,7 @@ from eval_server.schema import (
     STATUS_REFERENCE_ERROR,
     STATUS_REJECTED,
     STATUS_RUNTIME_ERROR,
+    STATUS_SERVER_ERROR,
     STATUS_UNSUPPORTED,
     STATUSES,
     Check,
@@ -180,6 +181,7 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
             session.bind(1)
             handover_ms = _handover(session)
             ref_timing = _time_reference(request, ctx, result, session, handover_ms)
+        _check_resolved(result, ref_timing, handover_ms)
         if opts.baseline_compile:
             _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms)
 
@@ -189,7 +191,7 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
             if result.compile_reference_timing is not None:
                 cand_ms = result.candidate_timing.median_ms
                 compiled_ms = result.compile_reference_timing.median_ms
-                result.speedup_vs_compile = compiled_ms / cand_ms if cand_ms > 0 else math.inf
+                result.speedup_vs_compile = jtiming.speedup(compiled_ms, cand_ms)
             elif result.compile_baseline is not None:  # failed: the eager reference stands in
                 result.speedup_vs_compile = result.speedup
     except OutputMismatch as exc:
@@ -259,10 +261,35 @@ def _candidate(
     assert session is not None
     with ctx.phase("timing"), ctx.gpu(exclusive=True):
         cand = _time_candidate(opts, ctx, result, session, ref_timing, handover_ms)
-    result.speedup = (
-        ref_timing.stats.median_ms / cand.stats.median_ms if cand.stats.median_ms > 0 else math.inf
-    )
+    result.speedup = jtiming.speedup(ref_timing.stats.median_ms, cand.stats.median_ms)
+    if cand.stats.median_ms < jtiming.MIN_CALL_MS:
+        result.checks.append(
+            Check(
+                "judge.unresolved_time",
+                f"your time per call ({cand.stats.median_ms * 1e3:.3g} us) is below what the judge resolves: "
+                f"the speedup counts {jtiming.MIN_CALL_MS * 1e3:g} us",
+                "warn",
+            )
+        )
     _physics_floor(result, ctx, ref, ref_timing.stats, cand.stats)
+
+
+def _check_resolved(result: EvalResult, ref_timing: jtiming.Timing, handover_ms: float) -> None:
+    """A reference whose windows were no longer than the empty hand-over has no time to divide by:
+    the evaluator's failure (two CUDA contexts time-slicing without MPS hand over in ~0.1-1 ms,
+    jittering past whole windows), never a speedup from 0 ms."""
+    if ref_timing.stats.median_ms >= jtiming.MIN_CALL_MS:
+        return
+    window = sorted(ref_timing.windows.window_ms)[len(ref_timing.windows.window_ms) // 2]
+    _end(
+        result,
+        STATUS_SERVER_ERROR,
+        None,
+        f"The evaluator could not time the reference: its median window ({window:.4g} ms for "
+        f"{ref_timing.stats.calls_per_trial} calls) was hardly longer than the judge's empty hand-over "
+        f"({handover_ms:.4g} ms). GPU workers time through CUDA MPS (the server's --mps on); a reference "
+        "that does no GPU work cannot be timed.",
+    )
 
 
 def _handover(session: GpuSession) -> float:

@@ -41,6 +41,9 @@ WINDOW_MS = 0.5  # problems whose reference is shorter are timed in windows of k
 # host blocks: 64 calls leave room for 16 launches a call (a window that cannot be queued whole
 # stalls, and is not timed).
 MAX_CALLS = 64
+# the least time per call the judge reports a speedup against: below it a window is the hand-over
+# and its jitter (an honest call is a kernel launch, >= ~1.5 us on the GPU)
+MIN_CALL_MS = 0.001
 
 
 class StalledCalls(Exception):
@@ -144,6 +147,11 @@ def time_model(
         checked=checked,
         windows=all_times,
     )
+
+
+def speedup(base_ms: float, cand_ms: float) -> float:
+    """`base_ms` over the candidate's time per call, never over less than MIN_CALL_MS: finite."""
+    return base_ms / max(cand_ms, MIN_CALL_MS)
 
 
 def choose_k(single_call_median_ms: float) -> int:

@@ -98,7 +98,8 @@ class EvalServer:
             self.gpu, self._claim = claim_gpu(run_id)
             env["CUDA_VISIBLE_DEVICES"] = self.gpu
         root = Path(tempfile.mkdtemp(prefix="krl-eval-"))
-        device_args = ["--devices", "cpu"] if devices == "cpu" else ["--devices", "0"]
+        # a physical id: the server pins each worker to it (CUDA_VISIBLE_DEVICES is the claim's too)
+        device_args = ["--devices", "cpu"] if devices == "cpu" else ["--devices", self.gpu]
         self._service = start_service(
             "eval_server",
             ["--workdir", str(root / "server"), *device_args, *server_args],

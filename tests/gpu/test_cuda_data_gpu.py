@@ -14,7 +14,7 @@ import json
 import pytest
 
 from bench.synthetic_data import sakana_rows, write_sakana_archive
-from eval_server.launch import running_server
+from eval_server.launch import first_gpu, running_server
 from slime_ext.data.report import FilterReport
 from slime_ext.data.sakana import select_archive_pairs
 from slime_ext.data.sft_build import SFTBuildConfig
@@ -58,7 +58,7 @@ def test_archive_answers_build_and_match_their_reference() -> None:
 def test_verification_through_the_eval_server(tmp_path) -> None:
     archive = write_sakana_archive(tmp_path / "archive")
     out = tmp_path / "sft.jsonl"
-    with running_server(tmp_path / "srv", ["--devices", "0"], startup_timeout_s=300.0) as url:
+    with running_server(tmp_path / "srv", ["--devices", first_gpu()], startup_timeout_s=300.0) as url:
         rc = main(
             ["--input", str(archive), "--output", str(out), "--verify-url", url, "--per-task", "0"]
             + ["--correctness-trials", "2", "--eval-timeout", "600", "--no-progress"]

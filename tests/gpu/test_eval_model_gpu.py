@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from eval_server.launch import first_gpu
 from eval_server.samples import load_candidate, load_problem
 from slime_ext.reports.results import load_results
 from slime_ext.rollout.problems import PromptRecord, write_prompt_records
@@ -76,7 +77,7 @@ def test_eval_model_reports_measured_speedups(tmp_path: Path) -> None:
                 "--max-turns",
                 "2",
                 "--eval-devices",
-                "0",
+                first_gpu(),
                 "--eval-options",
                 '{"correctness_trials": 2, "timing_trials": 30}',
                 "--no-progress",

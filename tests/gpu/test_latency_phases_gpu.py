@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from eval_server import samples
-from eval_server.launch import running_server
+from eval_server.launch import first_gpu, running_server
 
 pytestmark = pytest.mark.gpu
 
@@ -27,7 +27,7 @@ def _eval(url: str, candidate: str) -> dict:
 
 
 def test_spare_wait_and_child_exit_on_gpu(tmp_path) -> None:
-    with running_server(tmp_path, ["--devices", "0", "--workers-per-device", "1"]) as url:
+    with running_server(tmp_path, ["--devices", first_gpu(), "--workers-per-device", "1"]) as url:
         _eval(url, "relu__correct")  # compiles, fills the reference cache
         warm = _eval(url, "relu__correct")
         quick = _eval(url, "relu__syntax_error")

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from eval_server import samples
-from eval_server.launch import running_server
+from eval_server.launch import first_gpu, running_server
 
 pytestmark = pytest.mark.gpu
 
@@ -41,7 +41,7 @@ def _eval(url: str, candidate: str) -> dict:
 
 def test_a_candidate_over_its_share_runs_alone(tmp_path) -> None:
     greedy = _greedy_candidate()
-    args = ["--devices", "0", "--ref-cache", str(tmp_path / "ref.sqlite")]
+    args = ["--devices", first_gpu(), "--ref-cache", str(tmp_path / "ref.sqlite")]
     with running_server(tmp_path / "two", [*args, "--workers-per-device", "2"]) as url:
         shared = _eval(url, greedy)
         too_big = _eval(url, _greedy_candidate(1.2))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_server.launch import running_server
+from eval_server.launch import first_gpu, running_server
 
 pytestmark = pytest.mark.gpu
 
@@ -79,7 +79,7 @@ def test_pairs_are_kept_by_their_measured_speedups(tmp_path: Path) -> None:
     ]
     pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "optimizer_sft.jsonl"
-    with running_server(tmp_path / "eval", ["--devices", "0"]) as url:
+    with running_server(tmp_path / "eval", ["--devices", first_gpu()]) as url:
         rc = prepare_optimizer_sft.main(["--pairs", str(pairs), "--output", str(out), "--eval-url", url])
     assert rc == 0
     examples = [json.loads(line) for line in out.read_text().splitlines()]

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from bench.synthetic_data import kernelbook_rows
-from eval_server.launch import running_server
+from eval_server.launch import first_gpu, running_server
 from eval_server.schema import EvalOptions
 from slime_ext.clients.eval_client import EvalClient
 from slime_ext.data.kernelbook import parse_kernelbook_row, to_reference
@@ -31,7 +31,7 @@ def test_cuda_answers_verify_and_raw_inductor_code_does_not(tmp_path):
     path = tmp_path / "kb.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "sft.jsonl"
-    with running_server(tmp_path / "srv", ["--devices", "0"], startup_timeout_s=300.0) as url:
+    with running_server(tmp_path / "srv", ["--devices", first_gpu()], startup_timeout_s=300.0) as url:
         rc = main(
             ["--input", str(path), "--output", str(out), "--verify-url", url, "--mutate"]
             + ["--max-reference-chars", "4000", "--no-progress", "--correctness-trials", "3"]

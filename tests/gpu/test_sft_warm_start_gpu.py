@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from eval_server.launch import first_gpu
 from tests.gpu.launched import artifacts, launcher_env, run_launcher, sglang_server
 from tests.gpu.launched import run_checked as _run
 from tests.gpu.test_train_slime_gpu import MEGATRON_DIR, SLIME_DIR, STEP_RE, _dicts, _missing
@@ -109,7 +110,7 @@ def test_sft_warm_start_writes_kernels(tmp_path: Path) -> None:
         _run([sys.executable, "-m", "tools.eval_model", "--prompts", str(prompts), "--out", str(report),
               "--backend", "sglang", "--url", url, "--tokenizer", str(out), "--model", "sft-hd64",
               "--problems", "relu,softmax", "--split", "all", "--allow-train", "-k", str(SAMPLES),
-              "--max-turns", "1", "--max-context-len", "4096", "--eval-devices", "0", "--no-progress"],
+              "--max-turns", "1", "--max-context-len", "4096", "--eval-devices", first_gpu(), "--no-progress"],
              env, timeout=900)  # fmt: skip
     summary = json.loads((report / "summary.json").read_text())
     results = [json.loads(line) for line in (report / "results.jsonl").open()]

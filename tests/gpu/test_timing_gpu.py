@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - CPU machines never select this marker
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
+from eval_server.launch import first_gpu  # noqa: E402
 from eval_server.pipeline import timing  # noqa: E402
 
 DEVICE = torch.device("cuda", 0)
@@ -121,7 +122,7 @@ def test_small_kernel_speedup_is_steady_over_evaluations_and_a_worker_restart(tm
     from bench import timing_noise
 
     cases = timing_noise.select_cases("relu_large:64x1000,layernorm_large:full")
-    records = timing_noise.run(cases, "0", repeats=8, pause_s=2.0, restart_at=3, crash_at=5, workdir=tmp_path)
+    records = timing_noise.run(cases, first_gpu(), repeats=8, pause_s=2.0, restart_at=3, crash_at=5, workdir=tmp_path)
     rows = timing_noise.summarize(records)
     print(timing_noise.format_table(rows))
     assert timing_noise.failures(rows, max_cv=0.02) == [], timing_noise.format_table(rows)

@@ -72,6 +72,15 @@ def test_cli_backend_defaults_to_triton_and_takes_cuda(capsys: pytest.CaptureFix
 def test_kernelbench_jobs_filters_by_name(tmp_path: Path) -> None:
     jobs = kernelbench_jobs(_checkout(tmp_path), ["L1_19_Problem19", "12_Problem12"])
     assert [j.name for j in jobs] == ["L1_19_Problem19", "L2_12_Problem12"]
+    by_ours = kernelbench_jobs(_checkout(tmp_path), ["relu_large", "gemm_scale_leakyrelu_large"])
+    assert [j.name for j in by_ours] == ["L1_19_Problem19", "L2_12_Problem12"]
+
+
+def test_a_case_name_that_matches_nothing_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="unknown relu_larg;"):
+        kernelbench_jobs(_checkout(tmp_path), ["relu_larg"])
+    with pytest.raises(SystemExit, match="unknown nope;"):
+        bench_jobs(["nope"])
 
 
 def test_kernelbench_jobs_refuses_an_ambiguous_or_missing_problem(tmp_path: Path) -> None:

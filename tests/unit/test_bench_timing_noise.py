@@ -30,6 +30,11 @@ def test_cv_is_population_std_over_mean():
     assert tn.cv([2.0]) == 0.0 and tn.cv([]) == 0.0
 
 
+def test_an_infinite_speedup_is_an_infinite_cv_not_a_crash():
+    assert tn.cv([float("inf"), 1.0]) == float("inf")
+    assert tn.failures(tn.summarize([rec("a", float("inf")), rec("a", 1.0)]), 0.02)
+
+
 def test_summary_per_case_in_first_seen_order():
     records = [
         rec("b", 1.0, tags=["first"]),

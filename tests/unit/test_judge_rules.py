@@ -96,3 +96,42 @@ def test_a_windows_input_sets_are_distinct_and_reproducible_from_its_seed() -> N
     again = loader.make_input_sets(module, 1234, torch.device("cpu"), 3)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(sets, again, strict=True))
     assert not torch.equal(loader.make_input_sets(module, 1235, torch.device("cpu"), 1)[0][0], sets[0][0])
+
+
+class _HandoverWindows:
+    """Stands in for a GpuSession: every window as long as the hand-over (two CUDA contexts
+    time-slicing without MPS: the hand-over's jitter covers a short reference's whole window)."""
+
+    def run(self, windows: int, k: int, keep: object = None, flush: bool = True) -> tuple[object, list]:
+        from eval_server.judge.gpu_calls import Windows
+
+        return Windows(window_ms=[0.29] * windows, pre_ms=[0.01] * windows, post_ms=[0.01] * windows), []
+
+
+def test_a_reference_no_longer_than_the_hand_over_is_the_evaluators_error_not_a_speedup() -> None:
+    from eval_server.judge import evaluate as jeval
+    from eval_server.schema import STATUS_OK, STATUS_SERVER_ERROR, EvalRequest, result_for
+
+    timed = jtiming.time_model(
+        _HandoverWindows(),  # type: ignore[arg-type]
+        4,
+        max_windows=20,
+        min_windows=10,
+        ci_rel=0.0,
+        keep_cap=2,
+        warm_min_ms=0.0,
+        handover_ms=0.3,
+    )
+    assert timed.stats.median_ms == 0.0
+    request = EvalRequest(reference="x", candidate="y")
+    result = result_for(request, STATUS_OK, "cuda:0")
+    with pytest.raises(jeval._Done):
+        jeval._check_resolved(result, timed, 0.3)
+    assert result.status == STATUS_SERVER_ERROR and result.speedup is None
+    assert "MPS" in result.error["message"] and "0.29 ms for 4 calls" in result.error["message"]
+
+
+def test_a_speedup_is_finite_whatever_the_candidates_time() -> None:
+    assert jtiming.speedup(0.004, 0.0) == pytest.approx(4.0)  # against MIN_CALL_MS, not 0
+    assert jtiming.speedup(0.004, 0.002) == pytest.approx(2.0)
+    assert math.isfinite(jtiming.speedup(5.0, -1.0))
