@@ -132,6 +132,7 @@ class GpuSession:
         self.sync.tensor.zero_()
         self.slots: list[list[Any]] = []  # per slot: SharedBuffer or a plain value, per argument
         self._mapped: dict[str, tuple[int, int]] = {}  # runner handle -> (base here, size)
+        self._used: set[str] = set()  # the handles the current run's outputs lie in
         self._scratch: dict[tuple[int, int], torch.Tensor] = {}
         self._bursts_ms: list[float] = []  # host time of the last bursts
 
@@ -165,6 +166,18 @@ class GpuSession:
         torch.cuda.synchronize(self.device)
         self.channel.ask({"op": "bind", "sync": self.sync.handle.hex(), "slots": descs})
 
+    def unmap_stale(self) -> None:
+        """Close the mappings of runner allocations this run's outputs did not lie in. A mapping
+        keeps its memory alive after the runner frees it: a runner whose caching allocator gave
+        segments back under pressure left them to the judge (a softmax of 6.4 GB outputs: ~90-115
+        GB in the judge process, the runner out of memory beside it, 1x H200)."""
+        for handle in [h for h in self._mapped if h not in self._used]:
+            base, _ = self._mapped.pop(handle)
+            try:
+                gpu_ipc.close_handle(base)
+            except gpu_ipc.DriverError:
+                pass
+
     def release(self) -> None:
         torch.cuda.synchronize(self.device)
         for base, _ in self._mapped.values():
@@ -196,6 +209,7 @@ class GpuSession:
         handle, offset = desc.get("handle"), desc.get("offset")
         if not isinstance(handle, str) or not isinstance(offset, int) or offset < 0:
             raise RunnerFailed("an output description without a valid handle and offset")
+        self._used.add(handle)
         if handle not in self._mapped:
             try:
                 base = gpu_ipc.open_handle(bytes.fromhex(handle))
@@ -236,6 +250,7 @@ class GpuSession:
         """`windows` windows of k calls (slots 0..k-1), each call on fresh inputs; the calls in
         `keep` ((window, call) pairs) are compared with the reference afterwards."""
         keep = keep or set()
+        self._used = set()
         base = self.counter
         self.counter += windows
         self.channel.send({"op": "run", "windows": windows, "calls": list(range(k)), "counter": base})
@@ -285,6 +300,7 @@ class GpuSession:
                 events.append(e)
                 del fresh
             self._wait(events[-1][3])
+        self.unmap_stale()
         times = Windows(stalled=len(stalled))
         for w, e in enumerate(events):
             if w in stalled:  # its window holds host time: not a GPU time
