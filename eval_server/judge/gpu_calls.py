@@ -132,7 +132,6 @@ class GpuSession:
         self.sync.tensor.zero_()
         self.slots: list[list[Any]] = []  # per slot: SharedBuffer or a plain value, per argument
         self._mapped: dict[str, tuple[int, int]] = {}  # runner handle -> (base here, size)
-        self._used: set[str] = set()  # the handles the current run's outputs lie in
         self._scratch: dict[tuple[int, int], torch.Tensor] = {}
         self._bursts_ms: list[float] = []  # host time of the last bursts
 
@@ -166,25 +165,22 @@ class GpuSession:
         torch.cuda.synchronize(self.device)
         self.channel.ask({"op": "bind", "sync": self.sync.handle.hex(), "slots": descs})
 
-    def unmap_stale(self) -> None:
-        """Close the mappings of runner allocations this run's outputs did not lie in. A mapping
-        keeps its memory alive after the runner frees it: a runner whose caching allocator gave
-        segments back under pressure left them to the judge (a softmax of 6.4 GB outputs: ~90-115
-        GB in the judge process, the runner out of memory beside it, 1x H200)."""
-        for handle in [h for h in self._mapped if h not in self._used]:
-            base, _ = self._mapped.pop(handle)
-            try:
-                gpu_ipc.close_handle(base)
-            except gpu_ipc.DriverError:
-                pass
-
-    def release(self) -> None:
-        torch.cuda.synchronize(self.device)
+    def unmap(self) -> None:
+        """Close the mappings of the runner's allocations (after a run: its snapshots are done). A
+        mapping keeps memory alive that the runner has freed: kept open from the reference's
+        timing on, it held what the runner's caching allocator gave back under pressure (fresh
+        KernelBench softmax, 6.4 GB outputs: judge processes at 90-115 GB, the runner out of
+        memory beside them, 1x H200). The next run maps again, before its windows' bursts."""
         for base, _ in self._mapped.values():
             try:
                 gpu_ipc.close_handle(base)
             except gpu_ipc.DriverError:
                 pass
+        self._mapped.clear()
+
+    def release(self) -> None:
+        torch.cuda.synchronize(self.device)
+        self.unmap()
         for slot in self.slots:
             for a in slot:
                 if isinstance(a, gpu_ipc.SharedBuffer):
@@ -209,7 +205,6 @@ class GpuSession:
         handle, offset = desc.get("handle"), desc.get("offset")
         if not isinstance(handle, str) or not isinstance(offset, int) or offset < 0:
             raise RunnerFailed("an output description without a valid handle and offset")
-        self._used.add(handle)
         if handle not in self._mapped:
             try:
                 base = gpu_ipc.open_handle(bytes.fromhex(handle))
@@ -250,7 +245,6 @@ class GpuSession:
         """`windows` windows of k calls (slots 0..k-1), each call on fresh inputs; the calls in
         `keep` ((window, call) pairs) are compared with the reference afterwards."""
         keep = keep or set()
-        self._used = set()
         base = self.counter
         self.counter += windows
         self.channel.send({"op": "run", "windows": windows, "calls": list(range(k)), "counter": base})
@@ -300,7 +294,7 @@ class GpuSession:
                 events.append(e)
                 del fresh
             self._wait(events[-1][3])
-        self.unmap_stale()
+        self.unmap()
         times = Windows(stalled=len(stalled))
         for w, e in enumerate(events):
             if w in stalled:  # its window holds host time: not a GPU time

@@ -137,15 +137,14 @@ def test_a_speedup_is_finite_whatever_the_candidates_time() -> None:
     assert math.isfinite(jtiming.speedup(5.0, -1.0))
 
 
-def test_mappings_of_runner_allocations_a_run_did_not_use_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A mapping keeps the runner's freed memory alive: only the current run's stay open."""
+def test_the_runner_allocations_a_run_mapped_are_closed_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mapping keeps the runner's freed memory alive: none stays open between runs."""
     from eval_server import gpu_ipc
     from eval_server.judge.gpu_calls import GpuSession
 
     closed: list[int] = []
     monkeypatch.setattr(gpu_ipc, "close_handle", closed.append)
     session = GpuSession.__new__(GpuSession)  # no CUDA here: only the mapping bookkeeping
-    session._mapped = {"old": (100, 8), "live": (200, 8), "older": (300, 8)}
-    session._used = {"live"}
-    session.unmap_stale()
-    assert sorted(closed) == [100, 300] and session._mapped == {"live": (200, 8)}
+    session._mapped = {"a": (100, 8), "b": (200, 8)}
+    session.unmap()
+    assert sorted(closed) == [100, 200] and session._mapped == {}
