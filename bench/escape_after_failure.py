@@ -1,8 +1,8 @@
 """Is a legitimate small kernel rejected by `runtime.escaped_timing` right after a failed
 evaluation? GPU tests saw ~2 us ReLU evaluations rejected in all three timings now and then,
-each time right after a syntax error or a GPU fault; the spare child's preparation alone does
-not cause it (bench/spare_interference_probe.py: no escaped timing in 127 timings overlapping
-one).
+each time right after a syntax error or a GPU fault; the spare child's preparation alone did
+not cause it (a probe of the former in-process timing: no escaped timing in 127 timings
+overlapping one).
 
 One pool worker (as a server with one worker per GPU), its reference cache warmed first. Each
 round evaluates, for every kind of predecessor, the failing candidate and then a correct small

@@ -26,7 +26,7 @@ reports its own evaluations/min, p50 and mean phases (`compile` included).
   python bench/eval_throughput.py --kernelbench third_party/KernelBench --repeats 3 --baseline-repeats 1
   python bench/eval_throughput.py --kernelbench third_party/KernelBench --backend cuda --repeats 3 --baseline-repeats 2
   python bench/eval_throughput.py --kernelbench third_party/KernelBench --repeats 3 --baseline-repeats 0 \
-      --server-args '' --server-args '--warmup-busy-ms 200'    # A/B of server flags in one run
+      --server-args '' --server-args '--timing-ci 0.002'    # A/B of server flags in one run
 
 With `--fresh N` every request is a never-seen candidate (bench/fresh.py: unique kernel names, so
 no cache serves a compile), as in an RL step: the bundled samples' status mix, or with
@@ -398,7 +398,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         default=None,
         help="further eval-server flags, one configuration per use (A/B in one run), e.g. "
-        "--server-args '' --server-args '--warmup-busy-ms 200'; default: one configuration, none",
+        "--server-args '' --server-args '--timing-ci 0.002'; default: one configuration, none",
     )
     p.add_argument(
         "--fresh",

@@ -80,7 +80,7 @@ CASES: tuple[NoiseCase, ...] = (
     _case("sum_dim_large", BATCH=16, DIM1=1024, DIM2=1024),  # 64 MB, ~20 us
     _case("small_elementwise"),  # swish on 8 MB, ~8 us
     _case("layernorm_large"),  # 134 MB, ~72 us
-    # KernelBench's sizes, trials >= 1 ms (Hardening.long_trial_ms: the long-trial interval)
+    # KernelBench's sizes, one call per window
     _case("relu_large"),  # 6.4 GB in + out, ~4 ms
     _case("sum_dim_large"),  # 8.6 GB in, ~3 ms
     _case("gemm_scale_leakyrelu_large"),  # 1024 x 8192 x 8192 fp32, ~3-9 ms
@@ -330,18 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-cv", type=float, default=0.02, help="fail when a case's speedup CV is above this")
     p.add_argument("--json", type=Path, help="write every evaluation and the summary here")
-    p.add_argument(
-        "--warmup-busy-ms",
-        type=float,
-        default=None,
-        help="the eval server's --warmup-busy-ms (default: the server's); 200 = the fixed warm-up",
-    )
     args = p.parse_args(argv)
     if args.repeats < 1:
         raise SystemExit("--repeats must be >= 1")
     cases = select_cases(args.cases)
     with tempfile.TemporaryDirectory(prefix="bench-noise-") as tmp:
-        hardening = {} if args.warmup_busy_ms is None else {"warmup_busy_ms": args.warmup_busy_ms}
         records = run(
             cases,
             args.devices,
@@ -350,7 +343,6 @@ def main(argv: list[str] | None = None) -> int:
             args.restart_at,
             args.crash_at,
             Path(tmp),
-            hardening,
         )
     rows = summarize(records)
     print()

@@ -155,9 +155,6 @@ def build_parser() -> argparse.ArgumentParser:
         "tf32: tf32/fp16-precision operands allowed",
     )
     dev.add_argument(
-        "--excessive-speedup", type=float, default=10.0, help="re-verify and re-time above this speedup"
-    )
-    dev.add_argument(
         "--drift-tolerance",
         type=float,
         default=0.05,
@@ -169,33 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.001,
         help="adaptive timing: stop once the median's 95%% confidence interval is within +- this share "
         "(after at least 20 trials, at most the request's timing_trials); 0 = always timing_trials",
-    )
-    dev.add_argument(
-        "--long-trial-ci",
-        type=float,
-        default=0.005,
-        help="--timing-ci for problems whose reference trial takes at least 1 ms (their reference's "
-        "spot check is 10 trials); 0 = always timing_trials",
-    )
-    dev.add_argument(
-        "--warmup-ms",
-        type=float,
-        default=200.0,
-        help="warm-up before the reference's timed trials, and the most before the candidate's",
-    )
-    dev.add_argument(
-        "--warmup-busy-ms",
-        type=float,
-        default=20.0,
-        help="least warm-up before the candidate's trials (the GPU just ran this evaluation's other "
-        "phases); it goes on until the per-call time has settled. = --warmup-ms: a fixed warm-up",
-    )
-    dev.add_argument(
-        "--warm-gap-s",
-        type=float,
-        default=1.0,
-        help="the reference's timing also warms up like the candidate's when the worker's previous "
-        "timing ended at most this long ago (back-to-back evaluations); 0 = never",
     )
     dev.add_argument(
         "--cuda-compile-timeout",
@@ -215,14 +185,9 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The Hardening fields the server's flags set, checked by Hardening itself before any worker
     starts (ValueError on a bad combination)."""
     overrides = {
-        "excessive_speedup": args.excessive_speedup,
         "drift_tolerance": args.drift_tolerance,
         "timing_ci_rel": args.timing_ci,
-        "long_trial_ci_rel": args.long_trial_ci,
         "precision_policy": args.precision_policy,
-        "warmup_ms": args.warmup_ms,
-        "warmup_busy_ms": args.warmup_busy_ms,
-        "warm_gap_s": args.warm_gap_s,
         "cuda_compile_timeout_s": args.cuda_compile_timeout,
     }
     if args.workers_per_device > 1:

@@ -155,14 +155,14 @@ class TimingStats:
     # negative when the check passed, escaped_ms = max(0, both)
     escape_tail_ms: float | None = None
     escape_launch_ms: float | None = None
-    # timing.py: "gpu-time" (one call per trial) or "gpu-time-batched" (`calls_per_trial`
-    # back-to-back calls per trial, times per call); fixed per problem, the same for both models
+    # "gpu-time" (one call per window) or "gpu-time-batched" (`calls_per_trial` calls per
+    # window, times per call); fixed per problem, the same for both models (judge/timing.py)
     method: str | None = None
     calls_per_trial: int = 1
-    # timing.py: wall time and calls (trials of calls_per_trial) of the warm-up before the trials
+    # window time and calls of the warm-up before the timed windows (judge/timing.py)
     warmup_ms: float | None = None
     warmup_calls: int | None = None
-    # timed_calls.py: timed calls whose output was copied and compared with the reference
+    # judge/timing.py: timed calls whose output was snapshotted and compared with the reference
     # (None: the timing verified none, e.g. the reference's own)
     verified_calls: int | None = None
 

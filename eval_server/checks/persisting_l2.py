@@ -33,7 +33,7 @@ class _Api:
 
 @dataclass
 class ResetState:
-    """What the resets of this process saw (read by pipeline/timing_phase.py after timing)."""
+    """What the resets of this process saw (the judge resets before every window: judge/gpu_calls.py)."""
 
     note: str | None = None  # why a reset could not be done (None: every reset succeeded)
     resets: int = 0

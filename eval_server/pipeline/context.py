@@ -23,7 +23,6 @@ from eval_server.isolation.gpu_lock import GpuLock
 from eval_server.isolation.hardening import Hardening
 from eval_server.pipeline import cuda_backend
 from eval_server.pipeline.ref_cache import RefTimingCache
-from eval_server.pipeline.timing import l2_flush_buffer
 
 # Installed once in the warm parent and inherited by every forked evaluation.
 LAUNCHES = LaunchRecorder()
@@ -42,20 +41,11 @@ class EvalContext:
     hardening: Hardening = field(default_factory=Hardening)
     versions: dict[str, str] = field(default_factory=dict)
     gpu_lock: GpuLock | None = None  # shared for GPU work, exclusive for timing (see gpu_lock.py)
-    # time.monotonic() when the worker's previous evaluation that ran timing ended (None: none yet)
-    gpu_busy_at: float | None = None
     build_cache: Path | None = None  # backend "cuda": built extensions, kept across evaluations
     cuda: cuda_backend.Extensions | None = None  # backend "cuda": the candidate's loaded extensions
     phases: dict[str, float] = field(default_factory=dict)
     # names of the functions the candidate's source defines (static phase); None: not parsed
     candidate_functions: frozenset[str] | None = None
-    _flush: torch.Tensor | None = None
-
-    def flush_buffer(self) -> torch.Tensor:
-        """The L2 flush buffer, allocated once per evaluation (reference and candidate timing share it)."""
-        if self._flush is None:
-            self._flush = l2_flush_buffer(self.device)
-        return self._flush
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -98,7 +88,6 @@ class Reference:
     seeds: list[int]
     precision: Precision | None
     output_bytes: int
-    check_seeds: list[int]  # seeds for the post-timing refill checks (never used as timing sets)
     pool: Any = None  # CUDA memory pool holding every reference allocation
     in_pool: Callable[[], Any] = contextlib.nullcontext
     input_bytes: int = 0  # one call's inputs (physics floor)

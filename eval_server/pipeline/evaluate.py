@@ -1,21 +1,19 @@
-"""One evaluation, start to finish, inside a disposable process (see worker.py).
+"""The first layer: one evaluation's checks in the candidate's process (eval_server/runner serves
+it to the judge, which decides the verdict, the timing and the speedup; nothing here times).
 
-Order matters for trust. The reference's float64 precision baseline, its output size and its
-timing (or the check of a cached timing) are computed *before* the candidate is imported. Its
-expected outputs are not kept: no reference output exists while candidate code runs (nothing
-to steal from memory, FIELD_NOTES 2026). Each is computed after the candidate's output for that
-input exists, from inputs regenerated from the seed, compared, and dropped before the next
-candidate call. Since the reference then runs after candidate code, a snapshot taken before the
-candidate's import (torch, triton, the evaluator, the reference module and its classes, global
-module hooks, active torch modes) must be intact before every reference run and every verdict.
-The candidate runs on inputs regenerated from the same seeds, into poisoned memory, under
-launch/op/thread recorders. Timed outputs are verified, the input buffers are then refilled with
-fresh values and verified again (defeats result caching), and an excessive speedup is
-re-verified and re-timed before it is reported.
+Order matters for trust. The reference's float64 precision baseline and its output size are
+computed *before* the candidate is imported. Its expected outputs are not kept: no reference
+output exists while candidate code runs (nothing to steal from memory, FIELD_NOTES 2026). Each is
+computed after the candidate's output for that input exists, from inputs regenerated from the
+seed, compared, and dropped before the next candidate call. Since the reference then runs after
+candidate code, a snapshot taken before the candidate's import (torch, triton, the evaluator, the
+reference module and its classes, global module hooks, active torch modes) must be intact before
+every reference run and every verdict. The candidate runs on inputs regenerated from the same
+seeds, into poisoned memory, under launch/op/thread recorders: the feedback's first checks.
 
 This module is the list of phases; each lives in its own module: candidate.py (static checks,
 CUDA build, loading and running the candidate), reference.py (the reference phase),
-verification.py (correctness), timing_phase.py (reference and candidate timing).
+verification.py (correctness).
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from eval_server.feedback import build_feedback
 from eval_server.pipeline.candidate import cuda_compile_phase, load_candidate, static_phase
 from eval_server.pipeline.context import EvalContext
 from eval_server.pipeline.reference import reference_phase
-from eval_server.pipeline.timing_phase import persisting_l2_note, timing_phase
 from eval_server.pipeline.verdicts import Stop
 from eval_server.pipeline.verification import Guard, correctness_phase
 from eval_server.schema import STATUS_OK, EvalRequest, EvalResult, result_for
@@ -63,15 +60,13 @@ def first_layer(request: EvalRequest, ctx: EvalContext) -> tuple[EvalResult, Any
 
 def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult, holder: list[Any]) -> None:
     opts = request.options
-    timing = ctx.timing_enabled and opts.timing and ctx.device.type == "cuda"
-
     with ctx.phase("static"):
         static_phase(request, ctx, result)
     cuda = opts.backend == "cuda"
     if cuda and ctx.device.type != "cuda":
         cuda_compile_phase(request, ctx, result)  # ends the evaluation: it cannot run here
 
-    ref = reference_phase(request, ctx, result, timing)
+    ref = reference_phase(request, ctx, result)
     if ctx.ref_cache is not None:  # written and read only above: no open connection for candidate code
         ctx.ref_cache.close()
         ctx.ref_cache = None
@@ -84,10 +79,5 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult, holder
     holder.append(cand_model)
 
     with ctx.phase("correctness"), ctx.gpu(), torch.no_grad():
-        launches_per_call = correctness_phase(opts, ctx, result, ref, cand_model, guard)
-
-    if timing:
-        with ctx.phase("timing"), ctx.gpu(exclusive=True):
-            timing_phase(opts, ctx, result, ref, cand_model, guard, launches_per_call)
-        persisting_l2_note(result)
+        correctness_phase(opts, ctx, result, ref, cand_model, guard)
     result.status = STATUS_OK

@@ -9,7 +9,7 @@ evaluation children open their own connection after fork. Entries are written on
 reference phase, before any candidate code is imported into the process, and the connection
 is closed before it is (evaluate._pipeline).
 
-A cached median is trusted only after a short spot check (see timing_phase.py): timing drift
+A cached median is trusted only after a short spot check (judge/evaluate.py): timing drift
 between a cached reference and a later candidate is the larger risk (FIELD_NOTES), so a spot
 check that disagrees by more than `drift_tolerance` triggers a full re-measurement.
 """

@@ -1,7 +1,7 @@
 """The reference phase: everything about the reference that is kept, computed before any candidate
 code exists in the process. The reference is loaded into its own memory pool; its facts (float64
 precision baseline, output and input bytes, FLOPs of one forward) come from one forward on the first
-trial's inputs, or from the reference cache; then it is timed (timing_phase.py) when timing is on.
+trial's inputs, or from the reference cache. (The judge times the reference, in its own process.)
 
 Separate because this phase is the trust boundary of the evaluation: nothing here may run after the
 candidate is imported, and no reference output survives it.
@@ -21,26 +21,11 @@ from eval_server.checks.compare import error_parts, error_ratio, flatten_output,
 from eval_server.pipeline import loader
 from eval_server.pipeline.context import EvalContext, Precision, Reference, sync
 from eval_server.pipeline.kernel_time import reference_kernels
-from eval_server.pipeline.timing_phase import reference_timing
 from eval_server.pipeline.verdicts import reference_errors
 from eval_server.schema import EvalRequest, EvalResult
 
-# Seeds for the post-timing checks live far from the correctness seeds.
-FRESH_SEED_OFFSET = 1_000_003
-
 # Version of what _reference_facts computes (part of its cache key: a change makes old entries misses).
 REFERENCE_FACTS_VERSION = 2  # 2: the profiled forward's device activities (kernels)
-
-
-def post_timing_check_seeds(seeds: list[int], timing_sets: int, base_seed: int) -> list[int]:
-    """Two seeds whose inputs the timing never used, for the refill checks after timing.
-
-    Correctness seeds beyond the timing sets are reused when there are enough (their reference
-    outputs are already stored: no extra GPU memory); otherwise fresh seeds far from them.
-    """
-    n_sets = min(timing_sets, len(seeds))
-    fresh = [base_seed + FRESH_SEED_OFFSET + i for i in range(2)]
-    return (seeds[n_sets:] + fresh)[:2]
 
 
 def _reference_pool(device: torch.device) -> tuple[Any, Any]:
@@ -52,13 +37,12 @@ def _reference_pool(device: torch.device) -> tuple[Any, Any]:
     return None, contextlib.nullcontext
 
 
-def reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult, timing: bool) -> Reference:
+def reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Reference:
     """Everything about the reference that is kept, computed before any candidate code exists here.
     The first trial's output gives the precision baseline and the output size, then is dropped."""
     opts = request.options
     device = ctx.device
     seeds = [opts.seed + i for i in range(opts.correctness_trials)]
-    check_seeds = post_timing_check_seeds(seeds, ctx.hardening.timing_input_sets, opts.seed) if timing else []
     pool, in_pool = _reference_pool(device)
     facts_key = {
         "problem": result.problem_hash,
@@ -89,15 +73,11 @@ def reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult, 
         input_bytes=facts.input_bytes,
         flops=facts.flops,
         kernels=facts.kernels,
-        check_seeds=check_seeds,
         pool=pool,
         in_pool=in_pool,
     )
-    if timing:
-        with ctx.phase("reference_timing"), ctx.gpu(exclusive=True):
-            reference_timing(opts, ctx, result, ref)
     if device.type == "cuda":
-        torch.cuda.empty_cache()  # float64 copies and timing buffers: give the memory back
+        torch.cuda.empty_cache()  # float64 copies: give the memory back
     return ref
 
 

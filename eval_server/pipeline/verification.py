@@ -1,10 +1,10 @@
-"""Whether the candidate's outputs are right: the correctness phase (trials on the correctness
-seeds, the first trial's checks, the precision check against float64), the guard of what candidate
-code must leave untouched, and the verification of one output against a reference output computed
-only then (also used by the timing phase on timed and refilled outputs).
+"""Whether the candidate's outputs are right, as the first layer sees them: the correctness phase
+(trials on the correctness seeds, the first trial's checks, the precision check against float64),
+the guard of what candidate code must leave untouched, and the verification of one output against
+a reference output computed only then.
 
-Separate from candidate.py (which runs candidate code) and from the timing phase (which calls
-`verify`/`refill_and_verify` here): every comparison with a reference output happens in this module.
+Separate from candidate.py (which runs candidate code): every comparison with a reference output
+in the candidate's process happens in this module (the judge compares again, in its own).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from eval_server.pipeline import loader
 from eval_server.pipeline.candidate import own_kernels, run_candidate
 from eval_server.pipeline.context import LAUNCHES, EvalContext, Reference, sync
 from eval_server.pipeline.kernel_time import with_reference
-from eval_server.pipeline.verdicts import Stop, candidate_code, reference_errors, reject
+from eval_server.pipeline.verdicts import Stop, reference_errors, reject
 from eval_server.schema import STATUS_INCORRECT, STATUS_REJECTED, Check, EvalOptions, EvalResult, TrialResult
 
 
@@ -243,34 +243,6 @@ def precision_check(
         )
 
 
-def refill_and_verify(
-    result: EvalResult,
-    ctx: EvalContext,
-    ref: Reference,
-    guard: Guard,
-    model: Any,
-    inputs: list[Any],
-    seed: int,
-    opts: EvalOptions,
-) -> None:
-    """Call the candidate on a copy of `inputs`, copy the inputs of `seed` into those same tensors
-    (same pointers, same objects) and verify the second call: a result cached by tensor or address
-    is stale. The copy keeps `inputs` (a timing set, verified later by its own seed) unchanged."""
-    buffers = loader.clone_args(inputs)
-    with candidate_code(result, ctx), torch.no_grad():
-        model(*buffers)
-        sync(ctx.device)
-    fresh = loader.make_inputs(ref.module, seed, ctx.device)
-    for buf, new in zip(buffers, fresh, strict=True):
-        if isinstance(buf, torch.Tensor):
-            buf.copy_(new)
-    with candidate_code(result, ctx), torch.no_grad():
-        out = model(*buffers)
-        sync(ctx.device)
-    verify(result, ctx, ref, guard, seed, out, opts, "runtime.stale_output",
-           "an output after the inputs were refilled with new values", fresh)  # fmt: skip
-
-
 def _expected(
     result: EvalResult,
     ctx: EvalContext,
@@ -282,7 +254,7 @@ def _expected(
     """The reference's output for `seed`, computed now that the candidate's output for it exists
     (`args`: pristine inputs of `seed`, else regenerated). The caller drops it before the next
     candidate call. Candidate code has run, so first check it left the reference's world intact."""
-    with ctx.phase("expected"):  # sub-phase of correctness and timing (their verifications)
+    with ctx.phase("expected"):  # sub-phase of correctness (its verifications)
         check_not_patched(result, guard)
         if args is None:
             args = loader.make_inputs(ref.module, seed, ctx.device)
@@ -292,68 +264,7 @@ def _expected(
     return out
 
 
-def verify_timed_calls(
-    result: EvalResult,
-    ctx: EvalContext,
-    ref: Reference,
-    guard: Guard,
-    opts: EvalOptions,
-    kept: list[tuple[int, Any]],
-    rng: Any,
-) -> None:
-    """Compare the outputs kept by a timing's verification trials (timed_calls.Verification)
-    with the reference's output for their input sets (set i holds the inputs of `ref.seeds[i]`;
-    one reference run per set), and run the
-    float64 precision check on one of them chosen by `rng`: every check of an output covers the
-    timed calls, not only the correctness trials."""
-    precision_at = rng.randrange(len(kept)) if kept else -1
-    for set_index in sorted({s for s, _ in kept}):
-        expected = _expected(result, ctx, ref, guard, ref.seeds[set_index])
-        for n, (s, out) in enumerate(kept):
-            if s != set_index:
-                continue
-            cmp = _compare(ctx, expected, out, opts)
-            _reject_mismatch(
-                result, cmp, "runtime.timed_output", "an output produced while being timed",
-                "Timed calls get fresh inputs and some of them, chosen at random, are verified: compute the "
-                "result on every call from the current input values (no caching across calls, no work "
-                "skipped or left unfinished when forward returns).",
-            )  # fmt: skip
-            if n == precision_at:
-                precision_check(result, ctx, ref, out, expected, cmp.max_abs_diff)
-        del expected
-    kept.clear()
-
-
 def _compare(ctx: EvalContext, expected: Any, out: Any, opts: EvalOptions) -> Any:
-    """compare_outputs, its time reported as sub-phase `compare` (of correctness and timing)."""
+    """compare_outputs, its time reported as sub-phase `compare` (of correctness)."""
     with ctx.phase("compare"):
         return compare_outputs(expected, out, opts.tolerance)
-
-
-def verify(
-    result: EvalResult,
-    ctx: EvalContext,
-    ref: Reference,
-    guard: Guard,
-    seed: int,
-    out: Any,
-    opts: EvalOptions,
-    check_id: str,
-    what: str,
-    args: list[Any] | None = None,
-) -> None:
-    """Compare `out` with the reference's output for `seed` (computed here, dropped on return)."""
-    cmp = _compare(ctx, _expected(result, ctx, ref, guard, seed, args), out, opts)
-    _reject_mismatch(
-        result, cmp, check_id, what,
-        "Results must be computed on every call from the current input values: no caching across "
-        "calls, no work left unfinished when forward returns.",
-    )  # fmt: skip
-
-
-def _reject_mismatch(result: EvalResult, cmp: Any, check_id: str, what: str, advice: str) -> None:
-    """Reject with `check_id` when the comparison `cmp` of `what` failed, saying why and `advice`."""
-    if not cmp.passed:
-        why = cmp.mismatch or cmp.detail or f"max abs diff {cmp.max_abs_diff}"
-        reject(result, check_id, f"The check of {what} failed ({why}). {advice}")

@@ -26,7 +26,6 @@ def launch_first_kernels(device: torch.device) -> None:
 
 
 def prepare(device: torch.device) -> None:
-    """The context, then the first kernels (bench/spare_interference_probe.py times the two
-    apart)."""
+    """The context, then the first kernels."""
     create_context(device)
     launch_first_kernels(device)

@@ -106,17 +106,16 @@ def crash_summary(output: str, max_lines: int = 12) -> str:
     return "\n".join(ln[:300] for ln in errors + tail)
 
 
-def request_header(sent_at: float, gpu_busy_at: float | None, alone: bool = False) -> bytes:
-    """The first line the worker writes to a child before the request (CLOCK_MONOTONIC times, and
-    whether the evaluation runs alone on its GPU: see MemoryShare)."""
-    return f"{sent_at:.6f} {-1.0 if gpu_busy_at is None else gpu_busy_at:.6f} {int(alone)}\n".encode()
+def request_header(sent_at: float, alone: bool = False) -> bytes:
+    """The first line the worker writes to a child before the request (the CLOCK_MONOTONIC send
+    time, and whether the evaluation runs alone on its GPU: see MemoryShare)."""
+    return f"{sent_at:.6f} {int(alone)}\n".encode()
 
 
-def parse_request_header(line: bytes) -> tuple[float, float | None, bool]:
-    """(sent_at, gpu_busy_at, alone) from request_header's line, without its newline."""
-    sent, busy, alone = line.split()
-    busy_at = float(busy)
-    return float(sent), (None if busy_at < 0 else busy_at), alone == b"1"
+def parse_request_header(line: bytes) -> tuple[float, bool]:
+    """(sent_at, alone) from request_header's line, without its newline."""
+    sent, alone = line.split()
+    return float(sent), alone == b"1"
 
 
 def out_of_memory(result: EvalResult) -> bool:
@@ -144,7 +143,6 @@ class Worker:
         self.versions: dict[str, Any] = {}
         self.evals = 0
         self._spare: _Spare | None = None
-        self._gpu_busy_at: float | None = None  # time.monotonic() when the last timing here ended
         self.shares_gpu = (
             self.device_kind == "cuda"
             and bool(self.gpu_lock_path)
@@ -204,7 +202,7 @@ class Worker:
         spare = self._take_spare()
         t0 = time.perf_counter()
         try:
-            self._send_request(spare, request, self._gpu_busy_at, alone)
+            self._send_request(spare, request, alone)
             self._spare = self._start_spare()  # the next one gets ready while this one runs
             result = self._wait(spare, request, timeout_s)
         finally:
@@ -223,14 +221,7 @@ class Worker:
             result.feedback = build_feedback(result)
         result.worker = self.worker_id
         result.elapsed_s = round(time.perf_counter() - t0, 6)
-        self._note_timing(result, time.monotonic())
         return result
-
-    def _note_timing(self, result: EvalResult, now: float) -> None:
-        """Remember when the GPU was last timed: a result with a timing phase ended it about when
-        its result was complete, i.e. before the child's exit (`child_exit`)."""
-        if "timing" in result.phases:
-            self._gpu_busy_at = now - result.phases.get("child_exit", 0.0)
 
     # ------------------------------------------------------------------ the spare child
     def _start_spare(self) -> _Spare:
@@ -285,13 +276,10 @@ class Worker:
             self._spare = None
 
     @staticmethod
-    def _send_request(spare: _Spare, request: EvalRequest, gpu_busy_at: float | None, alone: bool) -> None:
-        """A first line with the send time and `gpu_busy_at` (CLOCK_MONOTONIC, system-wide; -1:
-        none), then the request: the child reports how long the request waited for its preparation
-        (phase spare_wait) and knows how recently the GPU was timed (EvalContext.gpu_busy_at)."""
-        payload = memoryview(
-            request_header(time.monotonic(), gpu_busy_at, alone) + json.dumps(request.to_json()).encode()
-        )
+    def _send_request(spare: _Spare, request: EvalRequest, alone: bool) -> None:
+        """A first line with the send time (CLOCK_MONOTONIC, system-wide) and `alone`, then the
+        request: the child reports how long the request waited for its preparation (spare_wait)."""
+        payload = memoryview(request_header(time.monotonic(), alone) + json.dumps(request.to_json()).encode())
         try:
             while payload:
                 payload = payload[os.write(spare.request_fd, payload) :]
@@ -452,10 +440,10 @@ class Worker:
             if not raw:  # the worker went away without a request
                 os._exit(0)
             header, _, raw = raw.partition(b"\n")
-            sent_at, busy_at, alone = parse_request_header(header)
+            sent_at, alone = parse_request_header(header)
             spare_wait = max(0.0, prepared_at - sent_at)
             request = parse_request(json.loads(raw))
-            result = self._judge(request, evaldir, busy_at, sock, runner_pid, alone)
+            result = self._judge(request, evaldir, sock, runner_pid, alone)
             result.phases["spare_wait"] = round(spare_wait, 6)
             result.phases["spare_prepare"] = round(prepared_at - started_at, 6)
             payload = json.dumps(result.to_json()).encode()
@@ -504,7 +492,7 @@ class Worker:
         log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        ctx = self._context(evaldir, timing=False, gpu_busy_at=None, share=share)
+        ctx = self._context(evaldir, timing=False, share=share)
         # Irreversible, and after every import of the evaluator's own: the candidate comes next.
         audit.install(evaldir)
         result, model = first_layer(request, ctx)
@@ -514,7 +502,6 @@ class Worker:
         self,
         request: EvalRequest,
         evaldir: Path,
-        busy_at: float | None,
         sock: Any,
         runner_pid: int,
         alone: bool = False,
@@ -523,7 +510,7 @@ class Worker:
         from eval_server.judge.channel import Channel, RunnerFailed
         from eval_server.judge.evaluate import evaluate
 
-        ctx = self._context(evaldir, timing=True, gpu_busy_at=busy_at, share=1.0 if alone else None)
+        ctx = self._context(evaldir, timing=True, share=1.0 if alone else None)
         channel = Channel(sock, deadline=float("inf"))
         share = MemoryShare(self.gpu_lock_path) if self.shares_gpu else None
         try:
@@ -568,9 +555,7 @@ class Worker:
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
 
-    def _context(
-        self, evaldir: Path, timing: bool, gpu_busy_at: float | None, share: float | None = None
-    ) -> Any:
+    def _context(self, evaldir: Path, timing: bool, share: float | None = None) -> Any:
         """The evaluation's context in this process (judge: timing; runner: none); `share`: the
         evaluation's share of the GPU's memory when not the worker's (half of it per process)."""
         import torch
@@ -604,7 +589,6 @@ class Worker:
             gpu_lock=GpuLock(self.gpu_lock_path)
             if (self.device_kind == "cuda" and self.gpu_lock_path)
             else None,
-            gpu_busy_at=gpu_busy_at,
             build_cache=self.workdir / "cuda-ext",  # outlives evaluations; removed with the worker dir
         )
 

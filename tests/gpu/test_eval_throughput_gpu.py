@@ -1,5 +1,4 @@
-"""Throughput changes on a real GPU: adaptive timing keeps the median of a fixed-count timing,
-the one-sync comparison agrees with element-wise isclose on a KernelBench-sized output, and
+"""Throughput changes on a real GPU: the one-sync comparison agrees with element-wise isclose on a KernelBench-sized output, and
 KernelBench's own harness runs one of its problems through bench/kernelbench_eval.py (when a
 checkout is at third_party/KernelBench or $KERNELBENCH_DIR).
 
@@ -23,30 +22,9 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU machines never selec
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 from eval_server.checks import compare  # noqa: E402
-from eval_server.isolation.hardening import Hardening  # noqa: E402
-from eval_server.pipeline import timing  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE = torch.device("cuda", 0)
-
-
-def test_adaptive_timing_stops_early_and_agrees_with_the_fixed_count() -> None:
-    """A 3 ms memory-bound kernel: adaptive timing keeps far fewer than 100 trials and its median
-    is within 1 % of the 100-trial median measured right after it, with the usual minimum of 20
-    trials and with a long problem's 10."""
-    x = torch.randn(1 << 28, device=DEVICE)  # 1 GiB read + 1 GiB written per call
-    adaptive = timing.time_gpu(
-        torch.relu, [[x]], trials=100, warmup=3, device=DEVICE, min_trials=20, ci_rel=1e-3
-    )
-    long = timing.time_gpu(  # the minimum of a long problem (Hardening.long_trial_ms)
-        torch.relu, [[x]], trials=100, warmup=3, device=DEVICE, min_trials=Hardening().long_trial_trials,
-        ci_rel=1e-3,
-    )  # fmt: skip
-    fixed = timing.time_gpu(torch.relu, [[x]], trials=100, warmup=3, device=DEVICE)
-    assert 20 <= adaptive.trials < fixed.trials == 99, (adaptive, fixed)
-    assert 10 <= long.trials < fixed.trials, (long, fixed)
-    for stats in (adaptive, long):
-        assert abs(stats.median_ms - fixed.median_ms) <= 0.01 * fixed.median_ms, (stats, fixed)
 
 
 def test_one_sync_comparison_matches_isclose_on_a_large_output() -> None:

@@ -18,7 +18,6 @@ if not torch.cuda.is_available():  # pragma: no cover - CPU machines never selec
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 from eval_server.checks import physics_floor  # noqa: E402
-from eval_server.pipeline import timing  # noqa: E402
 
 
 def test_this_gpu_is_in_the_table() -> None:
@@ -34,9 +33,17 @@ def test_measured_copy_bandwidth_stays_below_the_floor_bandwidth() -> None:
     nbytes = 1 << 30
     src = [torch.randn(nbytes // 4, device=device) for _ in range(2)]
     dst = torch.empty_like(src[0])
-    stats = timing.time_gpu(lambda s: dst.copy_(s), [[s] for s in src], trials=50, warmup=5, device=device)
+    times = []
+    for i in range(55):  # the best of 50 after 5 warm-up copies, each between CUDA events
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src[i % 2])
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    best_ms = min(times[5:])
     floor = physics_floor.floor_for(nbytes, nbytes, l2, 0, peak)
-    measured_gbs = 2 * nbytes / (stats.min_ms * 1e-3) / 1e9
+    measured_gbs = 2 * nbytes / (best_ms * 1e-3) / 1e9
     print(f"\n{peak.name}: copy {measured_gbs:.0f} GB/s (best of 50), table {peak.bandwidth_gbs:.0f} GB/s")
     assert measured_gbs < peak.bandwidth_gbs * physics_floor.HEADROOM
-    assert stats.min_ms * 1e3 > floor.floor_us, (stats.min_ms, floor.floor_us)
+    assert best_ms * 1e3 > floor.floor_us, (best_ms, floor.floor_us)

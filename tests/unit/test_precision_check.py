@@ -66,9 +66,7 @@ def _reference(tmp_path: Path) -> tuple[Reference, torch.Tensor, torch.Tensor]:
         out = model(x)
         prec = precision_baseline(module, model, 7, out, cpu, "fp32")
     assert prec is not None and prec.ref_scale > 0
-    ref = Reference(
-        module=module, model=model, init_inputs=[], seeds=[7], precision=prec, output_bytes=0, check_seeds=[]
-    )
+    ref = Reference(module=module, model=model, init_inputs=[], seeds=[7], precision=prec, output_bytes=0)
     return ref, x, out
 
 

@@ -278,14 +278,6 @@ def test_classify_kernels_without_triton_launches_flags_everything_computational
     assert foreign == ["ampere_sgemm_128x64_nn"] and to_host == []
 
 
-def test_post_timing_check_seeds_reuse_correctness_seeds_beyond_the_timing_sets():
-    from eval_server.pipeline.reference import FRESH_SEED_OFFSET, post_timing_check_seeds
-
-    assert post_timing_check_seeds([42, 43, 44, 45, 46], 3, 42) == [45, 46]
-    assert post_timing_check_seeds([42, 43, 44, 45], 3, 42) == [45, 42 + FRESH_SEED_OFFSET]
-    assert post_timing_check_seeds([42], 3, 42) == [42 + FRESH_SEED_OFFSET, 43 + FRESH_SEED_OFFSET]
-
-
 def test_crash_summary_keeps_error_lines_and_drops_stack_frames():
     from eval_server.workers.worker import crash_summary
 

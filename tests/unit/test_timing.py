@@ -1,4 +1,4 @@
-"""Unit tests of eval_server.pipeline.timing.summarize (time_gpu needs CUDA and is covered by GPU tests)."""
+"""Unit tests of eval_server.pipeline.timing.summarize (the statistics every timing reports)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,43 @@
+"""Server flags that become Hardening fields: checked at start (before any worker or torch), by
+Hardening too; timing flags the judge does not read are gone, not silently ignored; and the header
+line a worker writes before each request."""
+
+from __future__ import annotations
+
+import pytest
+
+from eval_server import __main__ as server_main
+from eval_server.isolation.hardening import Hardening
+from eval_server.workers.worker import parse_request_header, request_header
+
+
+def test_the_cuda_compile_limit_is_a_server_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    args = server_main.build_parser().parse_args(["--cuda-compile-timeout", "900"])
+    assert Hardening(**server_main.hardening_overrides(args)).cuda_compile_timeout_s == 900.0
+    assert Hardening().cuda_compile_timeout_s == 120.0
+    with pytest.raises(SystemExit) as exc:
+        server_main.main(["--devices", "cpu", "--cuda-compile-timeout", "0"])
+    assert exc.value.code == 2
+    assert "--cuda-compile-timeout" in capsys.readouterr().err
+
+
+def test_the_judges_timing_flags_reach_hardening() -> None:
+    args = server_main.build_parser().parse_args(["--timing-ci", "0.002", "--drift-tolerance", "0.1"])
+    hard = Hardening(**server_main.hardening_overrides(args))
+    assert (hard.timing_ci_rel, hard.drift_tolerance) == (0.002, 0.1)
+
+
+@pytest.mark.parametrize("flag", ["--warmup-busy-ms", "--warmup-ms", "--warm-gap-s", "--long-trial-ci"])
+def test_flags_of_the_former_in_process_timing_are_refused(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        server_main.build_parser().parse_args([flag, "1"])
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("alone", [False, True])
+def test_request_header_round_trip(alone: bool) -> None:
+    line = request_header(99.25, alone)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert parse_request_header(line.rstrip(b"\n")) == (99.25, alone)
