@@ -34,7 +34,7 @@ def _ctx(tmp_path: Path, cache: RefTimingCache | None, policy: str = "fp32") -> 
 def _reference(ctx: EvalContext, seed: int = 42) -> tuple[Reference, EvalResult]:
     request = EvalRequest(reference=PROBLEM, candidate="", options=EvalOptions(seed=seed))
     result = EvalResult(status="ok", problem_hash=problem_hash(PROBLEM))
-    return reference_phase(request, ctx, result, timing=False), result
+    return reference_phase(request, ctx, result), result
 
 
 def _facts(ref: Reference) -> tuple:
