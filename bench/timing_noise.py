@@ -249,13 +249,10 @@ def mps_daemon(devices: str, workdir: Path) -> Iterator[dict[str, str]]:
     if devices.strip().lower() == "cpu":
         yield {}
         return
-    from eval_server.isolation.mps import MpsDaemon
+    from eval_server.isolation import mps
 
-    daemon = MpsDaemon.start(workdir)
-    try:
-        yield daemon.client_env()
-    finally:
-        daemon.stop()
+    with mps.client_env(workdir) as env:
+        yield env
 
 
 def run(

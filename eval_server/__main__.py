@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_server.isolation.hardening import Hardening, gpu_memory_share
+from eval_server.launch import cuda_visible_ids
 from eval_server.workers.pool import DeviceSlot, PoolConfig, WorkerPool
 from krl_common.cli import make_parser
 from krl_common.http_json import add_network_args
@@ -36,12 +37,8 @@ def visible_gpus() -> list[int]:
         count = torch.cuda.device_count()
     except Exception:  # noqa: BLE001 - no torch/CUDA means CPU mode
         return []
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        ids = [v.strip() for v in visible.split(",") if v.strip()]
-        if all(v.isdigit() for v in ids):
-            return [int(v) for v in ids[:count]]
-    return list(range(count))
+    ids = cuda_visible_ids()
+    return ids[:count] if ids is not None else list(range(count))
 
 
 def gpu_names() -> dict[int, str]:
@@ -81,13 +78,13 @@ def parse_slots(devices: str, workers_per_device: int, cpu_workers: int) -> list
         if not part.isdigit():
             raise SystemExit(f"--devices: expected 'auto', 'cpu' or GPU ids like '0,1', got {devices!r}")
         ids.append(int(part))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(" ", "")
-    allowed = visible.split(",") if visible and all(v.isdigit() for v in visible.split(",")) else None
-    outside = [i for i in ids if allowed is not None and str(i) not in allowed]
+    allowed = cuda_visible_ids()
+    outside = [i for i in ids if allowed is not None and i not in allowed]
     if outside:  # each worker is pinned to a physical id: "0" would not mean CUDA's first visible GPU
         raise SystemExit(
-            f"--devices {devices}: GPU {outside[0]} is not in CUDA_VISIBLE_DEVICES={visible}; --devices takes "
-            f"physical GPU ids (e.g. --devices {allowed[0]}), or 'auto' for every visible GPU"
+            f"--devices {devices}: GPU {outside[0]} is not in CUDA_VISIBLE_DEVICES="
+            f"{os.environ['CUDA_VISIBLE_DEVICES']}; --devices takes physical GPU ids (e.g. --devices "
+            f"{allowed[0]}), or 'auto' for every visible GPU"
         )
     names = gpu_names()
     return [DeviceSlot("cuda", g, names.get(g, "")) for g in ids for _ in range(workers_per_device)]

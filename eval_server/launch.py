@@ -17,15 +17,21 @@ from pathlib import Path
 from krl_common import service
 from krl_common.service import free_port
 
-__all__ = ["first_gpu", "free_port", "running_server", "wait_healthy"]
+__all__ = ["cuda_visible_ids", "first_gpu", "free_port", "running_server", "wait_healthy"]
+
+
+def cuda_visible_ids() -> list[int] | None:
+    """CUDA_VISIBLE_DEVICES's physical GPU ids; None when it is unset, empty or not a list of ids
+    (UUIDs): then it says nothing about physical ids."""
+    ids = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return [int(v) for v in ids] if ids and all(v.isdigit() for v in ids) else None
 
 
 def first_gpu() -> str:
     """The first GPU this process may use, as --devices takes it (a physical id): the first of
     CUDA_VISIBLE_DEVICES's ids when it lists ids, else "0". `CUDA_VISIBLE_DEVICES=1 pytest ...`
     then runs a test's server on GPU 1."""
-    ids = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
-    return ids[0] if ids[0].isdigit() else "0"
+    return str((cuda_visible_ids() or [0])[0])
 
 
 def wait_healthy(

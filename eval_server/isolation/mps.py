@@ -16,6 +16,8 @@ import logging
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,3 +69,14 @@ class MpsDaemon:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning("MPS control daemon did not stop cleanly: %s", exc)
+
+
+@contextmanager
+def client_env(workdir: Path) -> Iterator[dict[str, str]]:
+    """A daemon of its own under `workdir` for as long as the block runs; yields the environment
+    its clients (GPU workers, a judge harness) need."""
+    daemon = MpsDaemon.start(workdir)
+    try:
+        yield daemon.client_env()
+    finally:
+        daemon.stop()

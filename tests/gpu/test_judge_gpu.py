@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_server.isolation.mps import MpsDaemon
+from eval_server.isolation import mps
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,11 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def mps_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    daemon = MpsDaemon.start(tmp_path_factory.mktemp("mps"))
-    try:
-        yield daemon.client_env()
-    finally:
-        daemon.stop()
+    with mps.client_env(tmp_path_factory.mktemp("mps")) as env:
+        yield env
 
 
 def _judge(case: str, n: int, env: dict[str, str]) -> dict:
