@@ -177,9 +177,11 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
     if timing:
         assert session is not None
         with ctx.phase("reference_timing"), ctx.gpu(exclusive=True):
-            channel.ask({"op": "reference"})
-            session.bind(1)
-            handover_ms = _handover(session)
+            with ctx.phase("reference_load"):
+                channel.ask({"op": "reference"})
+                session.bind(1)
+            with ctx.phase("handover"):
+                handover_ms = _handover(session)
             ref_timing = _time_reference(request, ctx, result, session, handover_ms)
         _check_resolved(result, ref_timing, handover_ms)
         if opts.baseline_compile:
