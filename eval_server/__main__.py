@@ -158,6 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a cached reference timing is re-measured when a spot check differs by more than this",
     )
     dev.add_argument(
+        "--reference-max-age",
+        type=float,
+        default=600.0,
+        help="seconds a worker uses a problem's reference timing (measured by its first evaluation of the "
+        "problem, before any candidate code) before it times the reference again",
+    )
+    dev.add_argument(
         "--timing-ci",
         type=float,
         default=0.001,
@@ -183,6 +190,7 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
     starts (ValueError on a bad combination)."""
     overrides = {
         "drift_tolerance": args.drift_tolerance,
+        "reference_max_age_s": args.reference_max_age,
         "timing_ci_rel": args.timing_ci,
         "precision_policy": args.precision_policy,
         "cuda_compile_timeout_s": args.cuda_compile_timeout,

@@ -12,6 +12,8 @@ class Hardening:
 
     spot_check_trials: int = 20  # reference trials timed in every evaluation when the cache has an entry
     drift_tolerance: float = 0.05  # spot check vs cache disagreement that forces a re-measure
+    # a reference timing a worker keeps (judge/known.py) is re-timed once it is older than this
+    reference_max_age_s: float = 600.0
     # Re-timings of a candidate whose timing saw escaped work; rejected when every one does.
     escape_retimes: int = 2
     # Adaptive timing (judge/timing.time_model): at least this many windows, then stop once the
@@ -37,6 +39,10 @@ class Hardening:
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_fraction <= 1:
             raise ValueError(f"gpu_memory_fraction must be in (0, 1], got {self.gpu_memory_fraction}")
+        if not 0 < self.reference_max_age_s < float("inf"):
+            raise ValueError(
+                f"reference_max_age_s (--reference-max-age) must be > 0 and finite, got {self.reference_max_age_s}"
+            )
         if self.cuda_compile_timeout_s <= 0:
             raise ValueError(
                 f"cuda_compile_timeout_s (--cuda-compile-timeout) must be > 0, got {self.cuda_compile_timeout_s}"

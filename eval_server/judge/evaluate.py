@@ -37,14 +37,15 @@ from eval_server.checks.compare import (
     unflatten_like,
 )
 from eval_server.feedback import build_feedback
-from eval_server.judge import shapes
+from eval_server.judge import known, shapes
 from eval_server.judge import timing as jtiming
 from eval_server.judge.channel import Channel, RunnerError
 from eval_server.judge.gpu_calls import GpuSession, Leaf, OutputMismatch, expected_leaves, fresh_seed
 from eval_server.pipeline import loader
 from eval_server.pipeline.context import EvalContext
+from eval_server.pipeline.ref_cache import cache_key
 from eval_server.pipeline.reference import forward_counting_flops, nbytes
-from eval_server.pipeline.timing import l2_flush_buffer
+from eval_server.pipeline.timing import gpu_cycles_per_ms, l2_flush_buffer
 from eval_server.schema import (
     EVALUATOR_STATUSES,
     STATUS_CRASHED,
@@ -89,13 +90,17 @@ class _Ref:
     flops: int
 
 
-def evaluate(request: EvalRequest, ctx: EvalContext, channel: Channel) -> EvalResult:
-    """The whole judgement (RunnerFailed propagates: the caller reads the runner's exit)."""
+def evaluate(
+    request: EvalRequest, ctx: EvalContext, channel: Channel, handoff: known.Handoff | None = None
+) -> EvalResult:
+    """The whole judgement (RunnerFailed propagates: the caller reads the runner's exit).
+    `handoff`: the reference timings the worker knows for this problem, and where the judge
+    leaves the one it measured (known.py)."""
     compare.disable_fused()  # torch ops only: nothing loaded from the Triton cache candidates share
     result = result_for(request, STATUS_OK, ctx.device_label)
     t0 = time.perf_counter()
     try:
-        _judge(request, ctx, channel, result)
+        _judge(request, ctx, channel, result, handoff)
     except _Done:
         pass
     result.phases = {**result.phases, **{f"judge_{k}": v for k, v in ctx.phases.items()}}
@@ -152,7 +157,13 @@ def _merge_report(result: EvalResult, report: Any) -> EvalResult | None:
     return rep
 
 
-def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: EvalResult) -> None:
+def _judge(
+    request: EvalRequest,
+    ctx: EvalContext,
+    channel: Channel,
+    result: EvalResult,
+    handoff: known.Handoff | None,
+) -> None:
     opts = request.options
     cuda = ctx.device.type == "cuda"
     timing = cuda and ctx.timing_enabled and opts.timing
@@ -176,14 +187,7 @@ def _judge(request: EvalRequest, ctx: EvalContext, channel: Channel, result: Eva
         )
     if timing:
         assert session is not None
-        with ctx.phase("reference_timing"), ctx.gpu(exclusive=True):
-            with ctx.phase("reference_load"):
-                channel.ask({"op": "reference"})
-                session.bind(1)
-            with ctx.phase("handover"):
-                handover_ms = _handover(session)
-            ref_timing = _time_reference(request, ctx, result, session, handover_ms)
-        _check_resolved(result, ref_timing, handover_ms)
+        ref_timing, handover_ms = _reference_timing(request, ctx, result, channel, session, handoff)
         if opts.baseline_compile:
             _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms)
 
@@ -292,6 +296,59 @@ def _check_resolved(result: EvalResult, ref_timing: jtiming.Timing, handover_ms:
         f"({handover_ms:.4g} ms). GPU workers time through CUDA MPS (the server's --mps on); a reference "
         "that does no GPU work cannot be timed.",
     )
+
+
+def _reference_timing(
+    request: EvalRequest,
+    ctx: EvalContext,
+    result: EvalResult,
+    channel: Channel,
+    session: GpuSession,
+    handoff: known.Handoff | None,
+) -> tuple[jtiming.Timing, float]:
+    """The reference's timing and this pair's hand-over, both before any candidate code exists in
+    the runner: the worker's known timing of the problem when it is fresh (only the hand-over is
+    measured here), else the reference served by the runner and timed (cache and spot check, or
+    in full), which the worker then keeps."""
+    key = cache_key(reference_cache_key(result.problem_hash, ctx, request.options))
+    entry = known.find(handoff.given, key) if handoff is not None else None
+    handover_ms = None
+    why = ""
+    if entry is not None:
+        with ctx.phase("bind"), ctx.gpu():
+            session.bind(entry.stats.calls_per_trial)
+        with ctx.phase("handover"), ctx.gpu(exclusive=True):
+            handover_ms = _handover(session)  # its first window measures the GPU's clock
+        now = time.monotonic()
+        stale = entry.stale(now, ctx.hardening.reference_max_age_s, gpu_cycles_per_ms(ctx.device))
+        if stale is None:
+            result.reference_timing = entry.stats
+            result.reference_timing_source = (
+                f"timed by this worker {now - entry.measured_at:.0f} s earlier, before any candidate "
+                "code, at this GPU clock"
+            )
+            return jtiming.Timing(entry.stats, entry.pre_ms, entry.post_ms), handover_ms
+        why = f"; the worker's timing was {stale}"
+    with ctx.phase("reference_load"), ctx.gpu():
+        channel.ask({"op": "reference"})
+        session.bind(1)
+    with ctx.phase("reference_timing"), ctx.gpu(exclusive=True):
+        if handover_ms is None:
+            with ctx.phase("handover"):
+                handover_ms = _handover(session)
+        ref_timing = _time_reference(request, ctx, result, session, handover_ms)
+    result.reference_timing_source = (result.reference_timing_source or "") + why
+    _check_resolved(result, ref_timing, handover_ms)
+    if handoff is not None:
+        handoff.learned = known.KnownReference(
+            key,
+            ref_timing.stats,
+            ref_timing.pre_ms,
+            ref_timing.post_ms,
+            gpu_cycles_per_ms(ctx.device),
+            time.monotonic(),
+        )
+    return ref_timing, handover_ms
 
 
 def _handover(session: GpuSession) -> float:

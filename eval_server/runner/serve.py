@@ -7,7 +7,8 @@ Operations (frames of eval_server.wire, one reply each unless said otherwise):
   {"op": "candidate"}        run the first layer of checks on the candidate (the `first_layer`
                              callable: static rules, build, load, correctness trials) and reply
                              {"report": <EvalResult json>}; its model serves the next calls
-  {"op": "bind", ...}        GPU: map the judge's input buffers and its go/done words
+  {"op": "bind", ...}        GPU: map the judge's input buffers and its go/done words (also
+                             before any model: the judge measures the hand-over with empty windows)
   {"op": "run", ...}         GPU: for each window w, queue [wait go >= c+w+1 (a stream memory
                              wait), the calls, write
                              done = c+w+1] on this process's default stream, then reply
@@ -221,7 +222,7 @@ def serve(sock: socket.socket, device: torch.device, workdir: str, first_layer: 
                     except Exception:  # noqa: BLE001 - its calls in the judge's windows will say
                         pass
                 wire.send(sock, {"report": report})
-            elif op in ("call", "run", "bind") and runner.model is None:
+            elif runner.model is None and (op == "call" or (op == "run" and msg.get("calls"))):
                 wire.send(sock, {"error": "the candidate's ModelNew was never built in this process"})
             elif op == "bind":
                 runner.bind(msg)

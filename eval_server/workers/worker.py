@@ -42,6 +42,7 @@ from typing import Any
 from eval_server.feedback import build_feedback, failure_result
 from eval_server.isolation import audit, sandbox
 from eval_server.isolation.hardening import Hardening
+from eval_server.judge.known import Handoff, KnownReference, KnownStore
 from eval_server.schema import (
     STATUS_CRASHED,
     STATUS_REJECTED,
@@ -106,16 +107,23 @@ def crash_summary(output: str, max_lines: int = 12) -> str:
     return "\n".join(ln[:300] for ln in errors + tail)
 
 
-def request_header(sent_at: float, alone: bool = False) -> bytes:
-    """The first line the worker writes to a child before the request (the CLOCK_MONOTONIC send
-    time, and whether the evaluation runs alone on its GPU: see MemoryShare)."""
-    return f"{sent_at:.6f} {int(alone)}\n".encode()
+def request_header(sent_at: float, alone: bool = False, known: list[Any] | None = None) -> bytes:
+    """The first line the worker writes to a child before the request: the CLOCK_MONOTONIC send
+    time, whether the evaluation runs alone on its GPU (see MemoryShare), and the reference
+    timings the worker knows for the problem (judge/known.py)."""
+    return json.dumps({"sent_at": sent_at, "alone": alone, "known": known or []}).encode() + b"\n"
 
 
-def parse_request_header(line: bytes) -> tuple[float, bool]:
-    """(sent_at, alone) from request_header's line, without its newline."""
-    sent, alone = line.split()
-    return float(sent), alone == b"1"
+def parse_request_header(line: bytes) -> tuple[float, bool, list[Any]]:
+    """(sent_at, alone, known) from request_header's line, without its newline."""
+    header = json.loads(line)
+    known = header.get("known")
+    return float(header["sent_at"]), header.get("alone") is True, known if isinstance(known, list) else []
+
+
+def result_payload(result: EvalResult, learned: KnownReference | None = None) -> bytes:
+    """What a judge writes to its worker: the result, and the reference timing it measured."""
+    return json.dumps({"result": result.to_json(), "known": learned.to_json() if learned else None}).encode()
 
 
 def out_of_memory(result: EvalResult) -> bool:
@@ -149,6 +157,7 @@ class Worker:
             and (Hardening(**self.hardening_overrides).gpu_memory_fraction < 1.0)
         )
         self._alone: dict[str, None] = {}  # problem hashes, oldest first
+        self.known = KnownStore()  # reference timings its judges measured (judge/known.py)
 
     # ------------------------------------------------------------------ warm-up (parent)
     def warm_up(self) -> dict[str, Any]:
@@ -275,11 +284,13 @@ class Worker:
             self._discard(self._spare)
             self._spare = None
 
-    @staticmethod
-    def _send_request(spare: _Spare, request: EvalRequest, alone: bool) -> None:
-        """A first line with the send time (CLOCK_MONOTONIC, system-wide) and `alone`, then the
-        request: the child reports how long the request waited for its preparation (spare_wait)."""
-        payload = memoryview(request_header(time.monotonic(), alone) + json.dumps(request.to_json()).encode())
+    def _send_request(self, spare: _Spare, request: EvalRequest, alone: bool) -> None:
+        """A first line with the send time (CLOCK_MONOTONIC, system-wide), `alone` and the known
+        reference timings, then the request: the child reports how long the request waited for its
+        preparation (spare_wait)."""
+        known = self.known.entries(problem_hash(request.reference))
+        header = request_header(time.monotonic(), alone, known)
+        payload = memoryview(header + json.dumps(request.to_json()).encode())
         try:
             while payload:
                 payload = payload[os.write(spare.request_fd, payload) :]
@@ -364,9 +375,12 @@ class Worker:
         elif verdict is None:
             payload = b"".join(chunks)
             if payload:
+                learned = None
                 try:
-                    result = EvalResult.from_json(json.loads(payload))
-                except (ValueError, TypeError) as exc:
+                    envelope = json.loads(payload)
+                    result = EvalResult.from_json(envelope["result"])
+                    learned = envelope.get("known")
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:
                     verdict = (
                         STATUS_CRASHED,
                         f"The evaluation process reported an unreadable result ({exc}).",
@@ -380,6 +394,8 @@ class Worker:
                         "The evaluation process reported a result for another problem (not written by "
                         "the evaluator).",
                     )
+                elif result is not None and learned is not None:
+                    self.known.learn(result.problem_hash, learned)
             else:
                 verdict = (STATUS_CRASHED, self._describe_exit(exit_status))
         if result is None:
@@ -440,13 +456,14 @@ class Worker:
             if not raw:  # the worker went away without a request
                 os._exit(0)
             header, _, raw = raw.partition(b"\n")
-            sent_at, alone = parse_request_header(header)
+            sent_at, alone, known = parse_request_header(header)
             spare_wait = max(0.0, prepared_at - sent_at)
             request = parse_request(json.loads(raw))
-            result = self._judge(request, evaldir, sock, runner_pid, alone)
+            handoff = Handoff(given=known)
+            result = self._judge(request, evaldir, sock, runner_pid, alone, handoff)
             result.phases["spare_wait"] = round(spare_wait, 6)
             result.phases["spare_prepare"] = round(prepared_at - started_at, 6)
-            payload = json.dumps(result.to_json()).encode()
+            payload = result_payload(result, handoff.learned)
         except BaseException as exc:  # noqa: BLE001 - must report whatever happened
             if request is not None:
                 res = failure_result(
@@ -455,7 +472,7 @@ class Worker:
                     f"Evaluator failure: {type(exc).__name__}: {exc}",
                     device=self.device_label,
                 )
-                payload = json.dumps(res.to_json()).encode()
+                payload = result_payload(res)
         try:
             view = memoryview(payload)
             while view:
@@ -505,6 +522,7 @@ class Worker:
         sock: Any,
         runner_pid: int,
         alone: bool = False,
+        handoff: Handoff | None = None,
     ) -> EvalResult:
         from eval_server.isolation.gpu_lock import MemoryShare
         from eval_server.judge.channel import Channel, RunnerFailed
@@ -515,7 +533,7 @@ class Worker:
         share = MemoryShare(self.gpu_lock_path) if self.shares_gpu else None
         try:
             with share.hold(alone) if share is not None else contextlib.nullcontext():
-                return evaluate(request, ctx, channel)
+                return evaluate(request, ctx, channel, handoff)
         except RunnerFailed as exc:
             status = _end_runner(runner_pid)
             if not channel.candidate_asked:  # no candidate code had run: not the candidate's doing

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from eval_server import samples
-from eval_server.launch import running_server
+from eval_server.launch import first_gpu, running_server
 
 pytestmark = pytest.mark.gpu
 
@@ -151,6 +151,30 @@ def test_samples_on_gpu_with_timing(gpu_server: str) -> None:
             assert res["speedup"] is not None and res["speedup"] > 0
             assert "Speedup:" in res["feedback"]
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("max_age", [None, "0.001"])
+def test_a_problems_reference_is_timed_once_per_worker(tmp_path: Path, max_age: str | None) -> None:
+    """The first evaluation of a problem times its reference in a runner no candidate reached; the
+    worker keeps it (judge/known.py) and later judges only measure their own hand-over, unless it
+    is older than --reference-max-age (then it is timed again, before the candidate loads)."""
+    args = ["--devices", first_gpu(), "--ref-cache", "none"]
+    if max_age is not None:
+        args += ["--reference-max-age", max_age]
+    candidate = samples.load_candidate("softmax__correct")
+    with running_server(tmp_path, args) as url:
+        first, second = (_eval(url, "softmax", candidate) for _ in range(2))
+    assert first["status"] == second["status"] == "ok", (first["feedback"], second["feedback"])
+    assert first["reference_timing_source"].startswith("measured"), first["reference_timing_source"]
+    assert "judge_reference_timing" in first["phases"] and "judge_handover" in first["phases"]
+    if max_age is None:
+        assert second["reference_timing_source"].startswith("timed by this worker"), second
+        assert "judge_reference_timing" not in second["phases"] and "judge_handover" in second["phases"]
+        assert second["reference_timing"] == first["reference_timing"]
+    else:
+        assert "the worker's timing was timed" in second["reference_timing_source"], second
+        assert "judge_reference_timing" in second["phases"]
+    assert abs(second["speedup"] / first["speedup"] - 1) < 0.05, (first["speedup"], second["speedup"])
 
 
 @pytest.mark.parametrize(

@@ -22,9 +22,19 @@ def test_the_cuda_compile_limit_is_a_server_setting(capsys: pytest.CaptureFixtur
 
 
 def test_the_judges_timing_flags_reach_hardening() -> None:
-    args = server_main.build_parser().parse_args(["--timing-ci", "0.002", "--drift-tolerance", "0.1"])
+    args = server_main.build_parser().parse_args(
+        ["--timing-ci", "0.002", "--drift-tolerance", "0.1", "--reference-max-age", "30"]
+    )
     hard = Hardening(**server_main.hardening_overrides(args))
-    assert (hard.timing_ci_rel, hard.drift_tolerance) == (0.002, 0.1)
+    assert (hard.timing_ci_rel, hard.drift_tolerance, hard.reference_max_age_s) == (0.002, 0.1, 30.0)
+
+
+@pytest.mark.parametrize("age", ["0", "-1", "nan", "inf"])
+def test_a_reference_max_age_must_be_positive_and_finite(age: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        server_main.main(["--devices", "cpu", "--reference-max-age", age])
+    assert exc.value.code == 2
+    assert "--reference-max-age" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag", ["--warmup-busy-ms", "--warmup-ms", "--warm-gap-s", "--long-trial-ci"])
@@ -38,6 +48,8 @@ def test_flags_of_the_former_in_process_timing_are_refused(
 
 @pytest.mark.parametrize("alone", [False, True])
 def test_request_header_round_trip(alone: bool) -> None:
-    line = request_header(99.25, alone)
+    known = [{"key": "k", "stats": {"median_ms": 1.0}, "note": "line\nbreak"}]
+    line = request_header(99.25, alone, known)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
-    assert parse_request_header(line.rstrip(b"\n")) == (99.25, alone)
+    assert parse_request_header(line.rstrip(b"\n")) == (99.25, alone, known)
+    assert parse_request_header(request_header(1.5).rstrip(b"\n")) == (1.5, False, [])
