@@ -66,8 +66,17 @@ from eval_server.schema import BACKENDS  # noqa: E402
 from krl_common.stats import percentile  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
-# the judge's sections that hold the GPU alone (eval_server/judge/evaluate.py: ctx.gpu(exclusive=True))
+# the judge's sections that hold the GPU alone (eval_server/judge/evaluate.py: ctx.gpu(exclusive=True));
+# the hand-over is inside the reference's timing when the judge times the reference, on its own
+# when the worker knew the reference's timing (judge/known.py)
 FRESH_EXCLUSIVE_PHASES = ("judge_reference_timing", "judge_timing")
+
+
+def gpu_exclusive_s(phases: dict[str, float]) -> float:
+    """Seconds one evaluation held the GPU exclusively (its judge's phases)."""
+    alone = 0.0 if "judge_reference_timing" in phases else phases.get("judge_handover", 0.0)
+    return alone + sum(phases.get(k, 0.0) for k in FRESH_EXCLUSIVE_PHASES)
+
 
 # KernelBench problems (level, number) and the bench problem whose candidates
 # (bench/candidates/<problem>__<backend>.py) solve each.
@@ -342,7 +351,7 @@ def run_fresh(
                 "status": res["status"],
                 "latency_s": time.perf_counter() - t,
                 "elapsed_in_worker_s": res["elapsed_s"],
-                "gpu_exclusive_s": sum(phases.get(k, 0.0) for k in FRESH_EXCLUSIVE_PHASES),
+                "gpu_exclusive_s": gpu_exclusive_s(phases),
                 "phases": phases,
                 "checks": [c["id"] for c in res["checks"]],
                 "feedback": res["feedback"][:400] if res["status"] != req.expected_status else "",

@@ -16,6 +16,7 @@ from bench.eval_throughput import (
     KERNELBENCH_CASES,
     bench_jobs,
     candidate_path,
+    gpu_exclusive_s,
     kernelbench_jobs,
     parse_args,
 )
@@ -108,3 +109,12 @@ def test_server_args_give_one_configuration_each() -> None:
     assert parse_args([]).server_args == [""]
     args = parse_args(["--server-args", "", "--server-args", "--timing-ci 0.002"])
     assert args.server_args == ["", "--timing-ci 0.002"]
+
+
+def test_the_exclusive_seconds_count_the_hand_over_once() -> None:
+    """Inside the reference's timing when the judge timed the reference; alone when the worker knew it."""
+    timed = {"judge_reference_timing": 0.7, "judge_handover": 0.02, "judge_timing": 0.5, "judge_bind": 0.1}
+    known = {"judge_handover": 0.02, "judge_timing": 0.5, "judge_bind": 0.1}
+    assert gpu_exclusive_s(timed) == pytest.approx(1.2)
+    assert gpu_exclusive_s(known) == pytest.approx(0.52)
+    assert gpu_exclusive_s({"judge_first_layer": 0.3}) == 0.0
