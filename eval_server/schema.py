@@ -213,7 +213,9 @@ class EvalResult:
     reference_timing: TimingStats | None = None
     candidate_timing: TimingStats | None = None
     speedup: float | None = None  # reference median / candidate median; null without timing
-    reference_timing_source: str | None = None  # "measured" | "cache" | "remeasured: ..." (drift)
+    # how the reference was timed: "measured ...", "spot check ..." (the cache), "remeasured: ..."
+    # (drift), or "timed by this worker ..." (judge/known.py)
+    reference_timing_source: str | None = None
     # options.baseline_compile: the reference compiled by torch.compile, timed by the same method
     compile_reference_timing: TimingStats | None = None
     speedup_vs_compile: float | None = None  # compiled reference median / candidate median
