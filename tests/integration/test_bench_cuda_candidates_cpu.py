@@ -3,7 +3,9 @@
 sources compile with nvcc, so the evaluation ends `unsupported` with `compiled: true` (it cannot
 run without a GPU), never `rejected` or `compile_error`. The problems are shrunk (the compile check
 runs before the reference phase here, but a CPU test never builds KernelBench's multi-GB inputs).
-Skips without nvcc; the two CPU workers compile two candidates at a time (~50 s each on 2 cores).
+Skips without nvcc. Two of the four (the softmax's reduction and the GEMM's tiles: the most
+involved sources), compiled side by side by the two CPU workers (~100 s on 2 cores): all four
+took 204 s of CI's time, and tests/gpu/test_bench_cuda_candidates_gpu.py builds and runs all four.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from tests.conftest import needs_nvcc
 
 pytestmark = [pytest.mark.integration, needs_nvcc]
 
-PROBLEMS = [problem for _, _, problem in KERNELBENCH_CASES]
+PROBLEMS = [problem for _, _, problem in KERNELBENCH_CASES if problem.startswith(("softmax", "gemm"))]
 
 
 def _eval(url: str, problem: str) -> dict:
@@ -34,6 +36,7 @@ def _eval(url: str, problem: str) -> dict:
 
 
 def test_each_cuda_candidate_passes_the_rules_and_compiles(cpu_server: str) -> None:
+    assert len(PROBLEMS) == 2, PROBLEMS
     with ThreadPoolExecutor(max_workers=2) as ex:
         results = dict(zip(PROBLEMS, ex.map(lambda p: _eval(cpu_server, p), PROBLEMS), strict=True))
     for problem, res in results.items():
