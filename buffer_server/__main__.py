@@ -36,6 +36,10 @@ from krl_common.shutdown import (
 from slime_ext.rollout.recipe import load_recipe
 
 log = logging.getLogger("buffer_server")
+# On a signal (scripts/stop.sh, a process manager), how long in-flight episodes may still finish:
+# stop.sh SIGKILLs what runs after its STOP_TIMEOUT_S (30 s), and a server killed there writes
+# nothing more (measured: an episode waiting on a hung engine held the shutdown until the kill).
+SHUTDOWN_STOP_S = 10.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -282,7 +286,9 @@ def main(argv: list[str] | None = None) -> None:
         log.info("shutting down")
         server.close()
         if runner is not None:
-            runner.stop()  # in-flight episodes finish (up to runner.stop_timeout_s) and are written
+            # in-flight episodes get SHUTDOWN_STOP_S to finish, then are cancelled; what finished is
+            # written (POST /rollout/stop waits the runner's stop_timeout_s instead)
+            runner.stop(timeout_s=min(runner.config.stop_timeout_s, SHUTDOWN_STOP_S))
         if pool is not None:
             pool.close()
         store.close()

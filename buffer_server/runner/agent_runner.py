@@ -200,6 +200,7 @@ class AgentRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stopping = threading.Event()
+        self._stop_wait_s = config.stop_timeout_s  # how long the current stop lets episodes finish
         self._finished = False
         self._last_error: str | None = None
         self._last_abort: str | None = None
@@ -258,6 +259,7 @@ class AgentRunner:
             thread = self._thread
             if thread is None or not thread.is_alive():
                 return
+            self._stop_wait_s = timeout_s
             self._stopping.set()
             self._poke()
             thread.join(timeout_s + 30.0)
@@ -434,12 +436,12 @@ class AgentRunner:
                 len(pending),
             )
         else:
-            _, pending = await asyncio.wait(set(groups), timeout=self.config.stop_timeout_s)
+            _, pending = await asyncio.wait(set(groups), timeout=self._stop_wait_s)
             if pending:
                 log.warning(
                     "stop: %d episode(s) still running after %.0f s: cancelling them",
                     len(self._episode_tasks),
-                    self.config.stop_timeout_s,
+                    self._stop_wait_s,
                 )
         if pending:
             for t in list(self._episode_tasks):

@@ -254,6 +254,9 @@ def test_sigterm_stops_the_dry_run_like_ctrl_c(tmp_path: Path) -> None:
     assert proc.returncode == 128 + sig, err
     assert "dry run interrupted" in err
     assert (run_dir / "stopped").is_file()  # scripts/stop.sh ran to its end
+    stop_log = (run_dir / "logs" / "stop.log").read_text()
+    assert "SIGKILL" not in stop_log, stop_log  # every window ended on its SIGTERM (the buffer's
+    # episode, waiting on the hung engine, is cancelled instead of holding the shutdown)
     assert _run_processes(run_dir) == []
     session = run_dir.name
     assert (

@@ -330,6 +330,24 @@ def test_an_on_policy_stop_cancels_at_once_and_writes_no_unfinished_group(
             assert "t:e0:s1:p0" in uids and script.calls[0] == 1
 
 
+def test_a_stop_with_a_shorter_wait_cancels_after_it_not_after_the_configured_one(tmp_path: Path) -> None:
+    """The server's shutdown on a signal stops the runner with a short wait (buffer_server
+    SHUTDOWN_STOP_S, under scripts/stop.sh's kill): the loop must cancel after that wait, not after
+    the configured stop_timeout_s (an episode on a hung engine held a stopping server until it
+    was killed)."""
+    rules = GroupRules(group_size=2, drop_zero_variance=False, max_staleness=1)
+    with BufferStore(tmp_path / "buffer.sqlite", rules) as store:
+        script = HoldSample1()
+        runner = make_runner(tmp_path, store, script, n_prompts=1, concurrency=2, stop_timeout_s=3600.0)
+        assert runner.start()
+        wait_for(lambda: runner.stats()["episodes"]["completed"] == 1 and script.calls[1] == 1)
+        runner.stop(timeout_s=0.2)
+        assert not runner.running
+        assert runner.stats()["episodes"]["cancelled"] == 1
+        assert store.uids_with_prefix("t:") == {"t:e0:s0:p0"}  # what finished is written
+        script.release.set()
+
+
 class AbortTogether:
     """The first attempt of every episode waits until `n` are in flight, then all end aborted by
     the engine at once (what a weight update does to the generations it interrupts); later
