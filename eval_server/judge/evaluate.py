@@ -328,7 +328,7 @@ def _reference_timing(
                 "code, at this GPU clock"
             )
             return jtiming.Timing(entry.stats, entry.pre_ms, entry.post_ms), handover_ms
-        why = f"; the worker's timing was {stale}"
+        why = f"; the worker's timing was stale ({stale})"
     with ctx.phase("reference_load"), ctx.gpu():
         channel.ask({"op": "reference"})
         session.bind(1)
