@@ -24,66 +24,6 @@ pytestmark = [
 ]
 
 
-def _build_in_child(call: InlineCall, build_dir: Path) -> None:
-    pid = os.fork()
-    if pid == 0:  # the compile process's part: build (and import) in another process
-        code = 1
-        try:
-            call.load(build_dir)
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-
-
-def test_a_build_from_another_process_is_loaded_without_rebuilding(tmp_path: Path):
-    call = InlineCall.bind(
-        (),
-        {
-            "name": "cache_probe",
-            "cpp_sources": "int64_t twice(int64_t x) { return 2 * x; }",
-            "functions": ["twice"],
-        },
-    )
-    build_dir = tmp_path / call.key()
-    _build_in_child(call, build_dir)
-    assert cuda_backend.built(build_dir)
-    library = build_dir / "cache_probe.so"
-    stamp = library.stat().st_mtime_ns
-    # what a real extension links: all allowed
-    assert cuda_symbols.check_build(library, cuda_backend.objects(build_dir), cuda_backend.cxx()) is None
-    module = Extensions(tmp_path, checked=[call.key()])._load(call)
-    assert module.twice(21) == 42
-    assert library.stat().st_mtime_ns == stamp, "the extension was rebuilt"
-
-
-def test_a_built_extension_that_calls_interpreter_internals_is_refused_by_its_symbols(tmp_path: Path):
-    """Whatever the source looks like (the rules are not run here: this is the layer behind them),
-    the built library's undefined symbols name what it calls, and only those the allowlist
-    refuses are reported."""
-    cpp = (
-        "#include <dlfcn.h>\n"
-        "int64_t probe(int64_t x) {\n"
-        "  if (x == 12345) { PyEval_SetProfile(nullptr, nullptr); dlopen(nullptr, 0); return (int64_t)PyEval_GetFrame(); }\n"
-        "  return x + at::zeros({1}).numel() + at::relu(at::ones({1})).numel();\n"
-        "}\n"
-    )
-    call = InlineCall.bind((), {"name": "symbols_probe", "cpp_sources": cpp, "functions": ["probe"]})
-    build_dir = tmp_path / call.key()
-    _build_in_child(call, build_dir)
-    (library,) = cuda_backend.libraries(build_dir)
-    refused = cuda_symbols.refused_symbols(cuda_symbols.undefined_symbols(library))
-    names = [r.split(" (")[0] for r in refused]
-    assert "PyEval_SetProfile" in names and "PyEval_GetFrame" in names and "dlopen" in names, refused
-    assert any(n.startswith("at::_ops::relu") for n in names), refused  # ATen compute
-    assert not any("zeros" in n or "ones" in n for n in names), refused  # allocation is fine
-    check = cuda_symbols.check_build(library, cuda_backend.objects(build_dir), cuda_backend.cxx())
-    assert check is not None and check.id == "static.cuda_symbols" and "PyEval_SetProfile" in check.message
-    with pytest.raises(cuda_backend.CudaBuildMissingError):  # never loaded unless checked
-        Extensions(tmp_path)._load(call)
-
-
 _STATIC_RUNTIME_CPP = (
     "#include <sstream>\n#include <string>\n{extra}"
     "int64_t parse(int64_t x) {{\n"
@@ -93,8 +33,8 @@ _STATIC_RUNTIME_CPP = (
 )
 
 
-def _static_runtime_build(tmp_path: Path, name: str, extra: str = "", body: str = "") -> Path:
-    call = InlineCall.bind(
+def _static_runtime_call(name: str, extra: str = "", body: str = "") -> InlineCall:
+    return InlineCall.bind(
         (),
         {
             "name": name,
@@ -103,15 +43,97 @@ def _static_runtime_build(tmp_path: Path, name: str, extra: str = "", body: str 
             "extra_ldflags": ["-static-libstdc++"],  # as the GCC of the lent GPU machines links
         },
     )
-    build_dir = tmp_path / call.key()
-    _build_in_child(call, build_dir)
-    return build_dir
 
 
-def test_an_extension_linked_with_its_own_cxx_runtime_is_allowed_what_the_runtime_calls(tmp_path: Path):
+CALLS = {
+    "cache": InlineCall.bind(
+        (),
+        {
+            "name": "cache_probe",
+            "cpp_sources": "int64_t twice(int64_t x) { return 2 * x; }",
+            "functions": ["twice"],
+        },
+    ),
+    # Whatever the source looks like (the rules are not run here: this is the layer behind them)
+    "symbols": InlineCall.bind(
+        (),
+        {
+            "name": "symbols_probe",
+            "cpp_sources": (
+                "#include <dlfcn.h>\n"
+                "int64_t probe(int64_t x) {\n"
+                "  if (x == 12345) { PyEval_SetProfile(nullptr, nullptr); dlopen(nullptr, 0); "
+                "return (int64_t)PyEval_GetFrame(); }\n"
+                "  return x + at::zeros({1}).numel() + at::relu(at::ones({1})).numel();\n"
+                "}\n"
+            ),
+            "functions": ["probe"],
+        },
+    ),
+    "static_runtime": _static_runtime_call("static_runtime_probe"),
+    "static_thread": _static_runtime_call(
+        "static_thread_probe", extra="#include <thread>\n", body="std::thread([]{}).join();"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cache root holding every CALLS extension, each built by a child process of its own (the
+    compile process's part: build and import in another process), all side by side: one after
+    the other they took ~141 s of CI's 2 cores."""
+    root = tmp_path_factory.mktemp("cuda-ext")
+    children = []
+    for call in CALLS.values():
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                call.load(root / call.key())
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    statuses = [os.waitpid(pid, 0)[1] for pid in children]
+    assert all(os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in statuses), statuses
+    return root
+
+
+def test_a_build_from_another_process_is_loaded_without_rebuilding(builds: Path):
+    call = CALLS["cache"]
+    build_dir = builds / call.key()
+    assert cuda_backend.built(build_dir)
+    library = build_dir / "cache_probe.so"
+    stamp = library.stat().st_mtime_ns
+    # what a real extension links: all allowed
+    assert cuda_symbols.check_build(library, cuda_backend.objects(build_dir), cuda_backend.cxx()) is None
+    module = Extensions(builds, checked=[call.key()])._load(call)
+    assert module.twice(21) == 42
+    assert library.stat().st_mtime_ns == stamp, "the extension was rebuilt"
+
+
+def test_a_built_extension_that_calls_interpreter_internals_is_refused_by_its_symbols(builds: Path):
+    """Whatever the source looks like (the rules are not run here: this is the layer behind them),
+    the built library's undefined symbols name what it calls, and only those the allowlist
+    refuses are reported."""
+    call = CALLS["symbols"]
+    build_dir = builds / call.key()
+    (library,) = cuda_backend.libraries(build_dir)
+    refused = cuda_symbols.refused_symbols(cuda_symbols.undefined_symbols(library))
+    names = [r.split(" (")[0] for r in refused]
+    assert "PyEval_SetProfile" in names and "PyEval_GetFrame" in names and "dlopen" in names, refused
+    assert any(n.startswith("at::_ops::relu") for n in names), refused  # ATen compute
+    assert not any("zeros" in n or "ones" in n for n in names), refused  # allocation is fine
+    check = cuda_symbols.check_build(library, cuda_backend.objects(build_dir), cuda_backend.cxx())
+    assert check is not None and check.id == "static.cuda_symbols" and "PyEval_SetProfile" in check.message
+    with pytest.raises(cuda_backend.CudaBuildMissingError):  # never loaded unless checked
+        Extensions(builds)._load(call)
+
+
+def test_an_extension_linked_with_its_own_cxx_runtime_is_allowed_what_the_runtime_calls(builds: Path):
     """A toolchain that links libstdc++ statically puts the runtime's calls (locale, iconv, open,
     ...) into every extension: allowed in the library, as the compiler's own runtime archive says."""
-    build_dir = _static_runtime_build(tmp_path, "static_runtime_probe")
+    build_dir = builds / CALLS["static_runtime"].key()
     (library,) = cuda_backend.libraries(build_dir)
     cxx = cuda_backend.cxx()
     assert cxx is not None
@@ -125,12 +147,10 @@ def test_an_extension_linked_with_its_own_cxx_runtime_is_allowed_what_the_runtim
     assert cuda_symbols.check_build(library, cuda_backend.objects(build_dir), None) is not None
 
 
-def test_what_the_static_runtime_hides_in_the_library_is_refused_in_the_candidates_objects(tmp_path: Path):
+def test_what_the_static_runtime_hides_in_the_library_is_refused_in_the_candidates_objects(builds: Path):
     """Linked statically, `std::thread` is defined inside the library (nothing to see there); the
     candidate's object still references it."""
-    build_dir = _static_runtime_build(
-        tmp_path, "static_thread_probe", extra="#include <thread>\n", body="std::thread([]{}).join();"
-    )
+    build_dir = builds / CALLS["static_thread"].key()
     (library,) = cuda_backend.libraries(build_dir)
     cxx = cuda_backend.cxx()
     if not cuda_symbols.static_runtime_imports(cxx or ""):
