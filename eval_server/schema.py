@@ -242,18 +242,18 @@ class EvalResult:
         data = dict(data)
         _reject_unknown("result", data, {f.name for f in dataclasses.fields(cls)})
         data["trials"] = [
-            _build(TrialResult, f"result.trials[{i}]", t) for i, t in enumerate(data.get("trials", []))
+            build_dataclass(TrialResult, f"result.trials[{i}]", t) for i, t in enumerate(data.get("trials", []))
         ]
         data["checks"] = [
-            _build(Check, f"result.checks[{i}]", c) for i, c in enumerate(data.get("checks", []))
+            build_dataclass(Check, f"result.checks[{i}]", c) for i, c in enumerate(data.get("checks", []))
         ]
         for key in ("reference_timing", "candidate_timing", "compile_reference_timing"):
             if data.get(key) is not None:
-                data[key] = _build(TimingStats, f"result.{key}", data[key])
+                data[key] = build_dataclass(TimingStats, f"result.{key}", data[key])
         if data.get("kernel_time") is not None:
-            data["kernel_time"] = _build(KernelTime, "result.kernel_time", data["kernel_time"])
+            data["kernel_time"] = build_dataclass(KernelTime, "result.kernel_time", data["kernel_time"])
         if data.get("roofline") is not None:
-            data["roofline"] = _build(Roofline, "result.roofline", data["roofline"])
+            data["roofline"] = build_dataclass(Roofline, "result.roofline", data["roofline"])
         return cls(**data)
 
 
@@ -268,7 +268,8 @@ def result_for(request: EvalRequest, status: str, device: str = "") -> EvalResul
     )
 
 
-def _build(cls: type, path: str, data: Any) -> Any:
+def build_dataclass(cls: type, path: str, data: Any) -> Any:
+    """`cls` from a JSON object of its fields only (ValidationError naming `path` otherwise)."""
     _check_type(path, data, dict)
     _reject_unknown(path, data, {f.name for f in dataclasses.fields(cls)})
     try:

@@ -310,7 +310,8 @@ def _reference_timing(
     the runner: the worker's known timing of the problem when it is fresh (only the hand-over is
     measured here), else the reference served by the runner and timed (cache and spot check, or
     in full), which the worker then keeps."""
-    key = cache_key(reference_cache_key(result.problem_hash, ctx, request.options))
+    key_parts = reference_cache_key(result.problem_hash, ctx, request.options)
+    key = cache_key(key_parts)
     entry = known.find(handoff.given, key) if handoff is not None else None
     handover_ms = None
     why = ""
@@ -336,7 +337,7 @@ def _reference_timing(
         if handover_ms is None:
             with ctx.phase("handover"):
                 handover_ms = _handover(session)
-        ref_timing = _time_reference(request, ctx, result, session, handover_ms)
+        ref_timing = _time_reference(request, ctx, result, session, handover_ms, key_parts)
     result.reference_timing_source = (result.reference_timing_source or "") + why
     _check_resolved(result, ref_timing, handover_ms)
     if handoff is not None:
@@ -384,10 +385,15 @@ def reference_cache_key(problem: str, ctx: EvalContext, opts: Any) -> dict[str, 
 
 
 def _time_reference(
-    request: EvalRequest, ctx: EvalContext, result: EvalResult, session: GpuSession, handover_ms: float
+    request: EvalRequest,
+    ctx: EvalContext,
+    result: EvalResult,
+    session: GpuSession,
+    handover_ms: float,
+    key: dict[str, Any],
 ) -> jtiming.Timing:
+    """`key`: the reference cache's key parts (reference_cache_key)."""
     opts = request.options
-    key = reference_cache_key(result.problem_hash, ctx, opts)
     cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
     if cached is not None and cached.method is not None:
         k = cached.calls_per_trial

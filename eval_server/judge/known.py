@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eval_server import wire
-from eval_server.schema import TimingStats
+from eval_server.schema import TimingStats, build_dataclass
 
 # the SM clock may move this much (relative) between the reference's timing and a later use
 CLOCK_DRIFT = 0.02
@@ -83,10 +83,7 @@ class Handoff:
 
 
 def _stats(data: Any) -> TimingStats:
-    fields = {f.name for f in dataclasses.fields(TimingStats)}
-    if not isinstance(data, dict) or not set(data) <= fields:
-        raise ValueError("a known reference's timing is not a TimingStats")
-    stats = TimingStats(**data)
+    stats = build_dataclass(TimingStats, "known.stats", data)  # a dict of its fields only
     numbers = (stats.median_ms, stats.min_ms, stats.mean_ms)
     if not all(isinstance(v, (int, float)) and wire.finite(v) and v > 0 for v in numbers):
         raise ValueError("a known reference's timing must be resolved (finite times > 0)")
