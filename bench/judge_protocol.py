@@ -11,10 +11,15 @@ around the same k calls after the same L2 flush (the in-process baseline). Repor
   fixed_us        (judge - in-process) per window: the hand-over to the runner's context and back
   aa_cv           CV of the REPEATS protocol medians (same pair), and aa_ratio: the median of a
                   second, freshly forked pair over the first (A/A across processes)
-  pre_us/post_us  the judge's fill+flush and snapshot steps per window
+  pre_us/post_us  the judge's fill+flush and snapshot steps per window (GPU time)
+  host_ms_per_window  wall time of the protocol timings (warm-up included) over their windows:
+                  what a window costs the hosts of judge and runner, which work side by side
+
+With --profile DIR, the judge's timings and each runner's whole life are profiled (cProfile files
+DIR/<case>.judge.prof and DIR/<case>.runner<pid>.prof): where the hosts' time per window goes.
 
     python bench/judge_protocol.py --out judge_protocol.jsonl       # on a GPU machine
-    python bench/judge_protocol.py --cases relu_64k,relu_1M [--k 64] [--mps off]
+    python bench/judge_protocol.py --cases relu_64k,relu_1M [--k 64] [--mps off] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -77,7 +82,19 @@ def _runner_main(sock, workdir: str) -> None:
 
     from eval_server.runner.serve import serve
 
-    serve(sock, torch.device("cuda", 0), workdir, _no_first_layer)
+    profile_dir = os.environ.get("JUDGE_BENCH_PROFILE")
+    if not profile_dir:
+        serve(sock, torch.device("cuda", 0), workdir, _no_first_layer)
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(serve, sock, torch.device("cuda", 0), workdir, _no_first_layer)
+    finally:
+        prof.dump_stats(
+            os.path.join(profile_dir, f"{os.environ['JUDGE_BENCH_CASE']}.runner{os.getpid()}.prof")
+        )
 
 
 def _in_process(model, module, k: int, flush, device, n: int = 100) -> float:
@@ -105,6 +122,9 @@ def _in_process(model, module, k: int, flush, device, n: int = 100) -> float:
 
 
 def _judge_case(name: str, source: str, out_path: str, force_k: int, mps: str) -> None:
+    import cProfile
+    import time
+
     import torch
 
     from eval_server.checks.compare import flatten_output  # noqa: F401
@@ -116,6 +136,9 @@ def _judge_case(name: str, source: str, out_path: str, force_k: int, mps: str) -
     from eval_server.pipeline.timing import l2_flush_buffer
 
     workdir = tempfile.mkdtemp(prefix=f"judge-bench-{name}-")
+    os.environ["JUDGE_BENCH_CASE"] = name
+    profile_dir = os.environ.get("JUDGE_BENCH_PROFILE")
+    prof = cProfile.Profile() if profile_dir else None
     pairs = [fork_runner(lambda s: _runner_main(s, workdir)) for _ in range(2)]  # before CUDA
     if os.environ.get("JUDGE_BENCH_STACKS_S"):
         import faulthandler
@@ -144,10 +167,16 @@ def _judge_case(name: str, source: str, out_path: str, force_k: int, mps: str) -
         else:
             k = row["k"]
         session.bind(k)
+        t0, counter0 = time.perf_counter(), session.counter
+        if prof is not None and p == 0:
+            prof.enable()
         reps = [
             time_model(session, k, max_windows=100, min_windows=20, ci_rel=0.001, keep_cap=2)
             for _ in range(REPEATS if p == 0 else 2)
         ]
+        if prof is not None and p == 0:
+            prof.disable()
+        wall_ms = (time.perf_counter() - t0) * 1e3
         meds = [r.stats.median_ms for r in reps]
         medians.append(statistics.median(meds))
         if p == 0:
@@ -155,6 +184,8 @@ def _judge_case(name: str, source: str, out_path: str, force_k: int, mps: str) -
             row["aa_cv"] = statistics.pstdev(meds) / statistics.fmean(meds)
             row["window_cv"] = statistics.median(r.stats.cv for r in reps)
             row["windows"] = [r.stats.trials for r in reps]
+            # every window the hosts queued: the warm-up's (5 a batch) and the timed ones
+            row["host_ms_per_window"] = wall_ms / (session.counter - counter0)
             row["verified"] = [r.stats.verified_calls for r in reps]
             row["wrong"] = sum(1 for r in reps if r.wrong())
             row["pre_us"] = statistics.median(r.pre_ms for r in reps) * 1e3
@@ -168,6 +199,8 @@ def _judge_case(name: str, source: str, out_path: str, force_k: int, mps: str) -
     row["aa_ratio"] = medians[1] / medians[0]
     row["in_process_ms"] = _in_process(model, module, row["k"], flush, device)
     row["fixed_us"] = (row["judge_ms"] - row["in_process_ms"]) * row["k"] * 1e3
+    if prof is not None:
+        prof.dump_stats(os.path.join(profile_dir, f"{name}.judge.prof"))
     with open(out_path, "a") as fh:
         fh.write(json.dumps(row) + "\n")
     print(json.dumps(row), flush=True)
@@ -184,7 +217,11 @@ def main() -> None:
         default="on",
         help="on: a CUDA MPS daemon of this bench's own, as the eval server runs (off: two contexts time-slice)",
     )
+    parser.add_argument("--profile", default="", help="a folder for cProfile files of judge and runners")
     args = parser.parse_args()
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+        os.environ["JUDGE_BENCH_PROFILE"] = os.path.abspath(args.profile)  # inherited by the forks
     wanted = set(args.cases.split(","))
     with tempfile.TemporaryDirectory(prefix="judge-bench-mps-") as tmp:
         daemon = None

@@ -148,3 +148,21 @@ def test_the_runner_allocations_a_run_mapped_are_closed_after_it(monkeypatch: py
     session._mapped = {"a": (100, 8), "b": (200, 8)}
     session.unmap()
     assert sorted(closed) == [100, 200] and session._mapped == {}
+
+
+def test_inputs_drawn_from_pythons_and_numpys_generators_are_reproducible_too() -> None:
+    import torch
+
+    from eval_server.pipeline import loader
+
+    module = types.ModuleType("p")
+    exec(
+        "import random, numpy as np, torch\n"
+        "def get_inputs():\n"
+        "    return [torch.rand(4), random.randint(0, 10**9), torch.from_numpy(np.random.rand(3))]\n",
+        module.__dict__,
+    )
+    first, again = (loader.make_input_sets(module, 77, torch.device("cpu"), 2) for _ in range(2))
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a[0], b[0]) and a[1] == b[1] and torch.equal(a[2], b[2])
+    assert first[0][1] != first[1][1]
