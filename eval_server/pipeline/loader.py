@@ -72,7 +72,7 @@ def seed_everything(seed: int) -> None:
 
 def _to_device(obj: Any, device: torch.device) -> Any:
     if isinstance(obj, torch.Tensor):
-        return obj.to(device)
+        return obj if obj.device == device else obj.to(device)
     if isinstance(obj, list | tuple):
         return type(obj)(_to_device(o, device) for o in obj)
     return obj

@@ -146,8 +146,36 @@ def test_the_runner_allocations_a_run_mapped_are_closed_after_it(monkeypatch: py
     monkeypatch.setattr(gpu_ipc, "close_handle", closed.append)
     session = GpuSession.__new__(GpuSession)  # no CUDA here: only the mapping bookkeeping
     session._mapped = {"a": (100, 8), "b": (200, 8)}
+    session._views = {("out", "a", 0, "float32", 2): object()}
     session.unmap()
-    assert sorted(closed) == [100, 200] and session._mapped == {}
+    assert sorted(closed) == [100, 200] and session._mapped == {} and session._views == {}
+
+
+def test_an_output_description_is_checked_once_per_run_and_only_when_identical() -> None:
+    """The views of a run are kept by the description's every field (and the leaf it stands for);
+    anything else, and any description that cannot be a key, is checked again."""
+    from eval_server.judge.gpu_calls import GpuSession, Leaf
+
+    session = GpuSession.__new__(GpuSession)  # no CUDA here: only the cache's bookkeeping
+    session._views = {}
+    checked: list[object] = []
+
+    def checked_view(desc: object, leaf: Leaf) -> object:
+        checked.append(desc)
+        return ("view", len(checked))
+
+    session._checked_view = checked_view  # type: ignore[method-assign]
+    leaf, other = Leaf("out", None, (2,)), Leaf("out[1]", None, (2,))  # type: ignore[arg-type]
+    desc = {"handle": "ab", "offset": 0, "dtype": "float32", "shape": [2]}
+    first = session._view(desc, leaf)
+    assert session._view(dict(desc), leaf) is first and len(checked) == 1
+    session._view({**desc, "offset": 256}, leaf)
+    session._view({**desc, "shape": [1, 2]}, leaf)
+    session._view(desc, other)
+    session._view({**desc, "shape": [[2]]}, leaf)  # unhashable: checked, never kept
+    session._view({**desc, "shape": [[2]]}, leaf)
+    session._view("not a dict", leaf)
+    assert len(checked) == 7
 
 
 def test_inputs_drawn_from_pythons_and_numpys_generators_are_reproducible_too() -> None:
