@@ -301,6 +301,7 @@ class GpuSession:
                             srcs.append(src)
                 if dsts:
                     torch._foreach_copy_(dsts, srcs)
+                del dsts, srcs  # the window's inputs go with `fresh`, before the next window's
                 if flush and self.flush is not None:
                     self.flush.zero_()
                 e[1].record(self.stream)
