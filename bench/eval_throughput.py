@@ -73,9 +73,18 @@ FRESH_EXCLUSIVE_PHASES = ("judge_reference_timing", "judge_timing")
 
 
 def gpu_exclusive_s(phases: dict[str, float]) -> float:
-    """Seconds one evaluation held the GPU exclusively (its judge's phases)."""
+    """Seconds one evaluation held the GPU exclusively: its judge's hold of the lock, or (an
+    evaluator without the hold phases) its judge's exclusive phases, lock waits included."""
+    if "judge_gpu_held_exclusive" in phases:
+        return phases["judge_gpu_held_exclusive"]
     alone = 0.0 if "judge_reference_timing" in phases else phases.get("judge_handover", 0.0)
     return alone + sum(phases.get(k, 0.0) for k in FRESH_EXCLUSIVE_PHASES)
+
+
+def gpu_shared_s(phases: dict[str, float]) -> float:
+    """Seconds one evaluation held the GPU lock shared (judge and runner): what exclusive
+    sections of the GPU's other evaluations wait behind."""
+    return phases.get("judge_gpu_held_shared", 0.0) + phases.get("gpu_held_shared", 0.0)
 
 
 # KernelBench problems (level, number) and the bench problem whose candidates
@@ -352,6 +361,7 @@ def run_fresh(
                 "latency_s": time.perf_counter() - t,
                 "elapsed_in_worker_s": res["elapsed_s"],
                 "gpu_exclusive_s": gpu_exclusive_s(phases),
+                "gpu_shared_s": gpu_shared_s(phases),
                 "phases": phases,
                 "checks": [c["id"] for c in res["checks"]],
                 "feedback": res["feedback"][:400] if res["status"] != req.expected_status else "",
@@ -378,6 +388,7 @@ def run_fresh(
         "latency_p50_s": percentile(latency, 0.5),
         "latency_p90_s": percentile(latency, 0.9),
         "gpu_exclusive_mean_s": statistics.fmean(r["gpu_exclusive_s"] for r in rows),
+        "gpu_shared_mean_s": statistics.fmean(r["gpu_shared_s"] for r in rows),
         "statuses": dict(sorted(statuses.items())),
         "unexpected": [r for r in rows if r["status"] != r["expected"]],
         "rows": rows,
@@ -450,7 +461,8 @@ def main_fresh(args: argparse.Namespace, names: list[str]) -> int:
             print(
                 f"{name}: {r['evaluations']} evaluations in {r['wall_s']:.1f} s = {r['evals_per_min']:.1f}/min, "
                 f"latency p50 {r['latency_p50_s']:.2f} s p90 {r['latency_p90_s']:.2f} s, in-worker p50 "
-                f"{r['p50_s']:.2f} s, GPU-exclusive {r['gpu_exclusive_mean_s']:.3f} s per evaluation"
+                f"{r['p50_s']:.2f} s, GPU-exclusive {r['gpu_exclusive_mean_s']:.3f} s per evaluation "
+                f"(lock held shared {r['gpu_shared_mean_s']:.3f} s)"
             )
             print(f"{name} statuses:", json.dumps(r["statuses"]))
             print(

@@ -57,7 +57,8 @@ class EvalContext:
 
     @contextmanager
     def gpu(self, exclusive: bool = False) -> Iterator[None]:
-        """Hold the GPU lock (if any) around GPU work; the wait is reported as phase gpu_wait."""
+        """Hold the GPU lock (if any) around GPU work; the wait is reported as phase gpu_wait, the
+        hold as gpu_held_shared or gpu_held_exclusive (what other evaluations of the GPU wait for)."""
         if self.gpu_lock is None:
             yield
             return
@@ -66,7 +67,12 @@ class EvalContext:
             self.phases["gpu_wait"] = round(
                 self.phases.get("gpu_wait", 0.0) + self.gpu_lock.waited_s - before, 6
             )
-            yield
+            held = "gpu_held_exclusive" if exclusive else "gpu_held_shared"
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.phases[held] = round(self.phases.get(held, 0.0) + time.perf_counter() - t0, 6)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from bench.eval_throughput import (
     bench_jobs,
     candidate_path,
     gpu_exclusive_s,
+    gpu_shared_s,
     kernelbench_jobs,
     parse_args,
 )
@@ -118,3 +119,11 @@ def test_the_exclusive_seconds_count_the_hand_over_once() -> None:
     assert gpu_exclusive_s(timed) == pytest.approx(1.2)
     assert gpu_exclusive_s(known) == pytest.approx(0.52)
     assert gpu_exclusive_s({"judge_first_layer": 0.3}) == 0.0
+
+
+def test_the_lock_hold_phases_win_over_the_phase_sums_when_the_evaluator_reports_them() -> None:
+    """Hold time only: the exclusive phases also hold their wait for the lock."""
+    phases = {"judge_handover": 0.9, "judge_timing": 0.5, "judge_gpu_held_exclusive": 0.45}
+    assert gpu_exclusive_s(phases) == pytest.approx(0.45)
+    assert gpu_shared_s({"judge_gpu_held_shared": 0.2, "gpu_held_shared": 0.3}) == pytest.approx(0.5)
+    assert gpu_shared_s({}) == 0.0

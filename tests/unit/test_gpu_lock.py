@@ -67,3 +67,22 @@ def test_wait_time_is_accounted(tmp_path):
         pass
     holder.join(10)
     assert 0.2 < lock.waited_s < 5
+
+
+def test_an_evaluation_reports_how_long_it_held_the_lock_in_each_mode(tmp_path) -> None:
+    """The holds are what the GPU's other evaluations wait behind: the bench sums them."""
+    import torch
+
+    from eval_server.pipeline.context import EvalContext
+
+    lock = GpuLock(str(tmp_path / "gpu-0.lock"))
+    ctx = EvalContext(torch.device("cpu"), "cpu", tmp_path, False, gpu_lock=lock)
+    for _ in range(2):
+        with ctx.gpu():
+            time.sleep(0.01)  # a floor the hold cannot be under, whatever the machine's load
+    with pytest.raises(RuntimeError), ctx.gpu(exclusive=True):
+        time.sleep(0.02)
+        raise RuntimeError("a failure inside still counts its hold")
+    assert ctx.phases["gpu_held_shared"] >= 0.02 and ctx.phases["gpu_held_exclusive"] >= 0.02
+    assert "gpu_wait" in ctx.phases
+    lock.close()
