@@ -12,6 +12,7 @@ around the same k calls after the same L2 flush (the in-process baseline). Repor
   aa_cv           CV of the REPEATS protocol medians (same pair), and aa_ratio: the median of a
                   second, freshly forked pair over the first (A/A across processes)
   pre_us/post_us  the judge's fill+flush and snapshot steps per window (GPU time)
+  bind_ms         binding k input slots (allocated here, mapped by the runner, one warm call each)
   host_ms_per_window  wall time of the protocol timings (warm-up included) over their windows:
                   what a window costs the hosts of judge and runner, which work side by side
 
@@ -166,7 +167,10 @@ def _judge_case(name: str, source: str, out_path: str, force_k: int, mps: str) -
             row["k"] = k
         else:
             k = row["k"]
-        session.bind(k)
+        t_bind = time.perf_counter()
+        session.bind(k)  # the runner maps k slots and calls the model once on each
+        if p == 0:
+            row["bind_ms"] = (time.perf_counter() - t_bind) * 1e3
         t0, counter0 = time.perf_counter(), session.counter
         if prof is not None and p == 0:
             prof.enable()
