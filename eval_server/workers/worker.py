@@ -526,9 +526,12 @@ class Worker:
     ) -> EvalResult:
         from eval_server.isolation.gpu_lock import MemoryShare
         from eval_server.judge.channel import Channel, RunnerFailed
-        from eval_server.judge.evaluate import evaluate
+        from eval_server.judge.evaluate import evaluate, static_verdict
 
         ctx = self._context(evaldir, timing=True, share=1.0 if alone else None)
+        early = static_verdict(request, ctx)  # before the memory share and the GPU lock
+        if early is not None:
+            return early
         channel = Channel(sock, deadline=float("inf"))
         share = MemoryShare(self.gpu_lock_path) if self.shares_gpu else None
         try:

@@ -84,6 +84,13 @@ def test_every_sample_case_gets_its_expected_status(cpu_server: str) -> None:
     not_launched = results["relu__kernel_unused"][1].json()
     assert {c["id"] for c in not_launched["checks"]} >= {"runtime.no_kernel_launch"}
 
+    static = results["matmul__torch_matmul"][1].json()
+    assert {c["id"] for c in static["checks"]} == {"static.torch_compute"}
+    for early in (static, syntax):  # the judge's static verdict: no reference, no runner's first layer
+        assert "judge_static" in early["phases"], early["phases"]
+        assert not {"judge_reference", "judge_first_layer", "static"} & set(early["phases"]), early["phases"]
+    assert "judge_static" not in ok["phases"] and "static" in ok["phases"]  # accepted: the runner's own
+
 
 def test_malformed_requests_get_clear_4xx(cpu_server: str) -> None:
     good = {"reference": samples.load_problem("relu"), "candidate": samples.load_candidate("relu__correct")}
