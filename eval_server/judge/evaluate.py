@@ -131,6 +131,8 @@ def static_verdict(request: EvalRequest, ctx: EvalContext) -> EvalResult | None:
         result.elapsed_s = round(time.perf_counter() - t0, 6)
         result.feedback = build_feedback(result, tolerance_for(request.options.tolerance, torch.float32))
         return result
+    except Exception:  # noqa: BLE001 - RecursionError, MemoryError of the parser (deep nesting):
+        pass  # the candidate's process meets them again, and its failure is the candidate's
     ctx.phases.pop("static", None)  # the runner's first layer applies them again, as its own phase
     return None
 

@@ -92,6 +92,15 @@ def test_every_sample_case_gets_its_expected_status(cpu_server: str) -> None:
     assert "judge_static" not in ok["phases"] and "static" in ok["phases"]  # accepted: the runner's own
 
 
+def test_a_source_the_parser_cannot_take_is_the_candidates_failure(cpu_server: str) -> None:
+    """Deep nesting: Python's parser raises RecursionError or MemoryError, not SyntaxError. The judge
+    parses every candidate first (its static verdict): never an evaluator failure."""
+    for source in ("a" + "+a" * 20_000, "-" * 20_000 + "a"):
+        payload = {"reference": samples.load_problem("relu"), "candidate": source}
+        body = _post(cpu_server, payload).json()
+        assert body["status"] not in ("server_error", "ok"), body["feedback"][:300]
+
+
 def test_malformed_requests_get_clear_4xx(cpu_server: str) -> None:
     good = {"reference": samples.load_problem("relu"), "candidate": samples.load_candidate("relu__correct")}
     cases = [

@@ -194,3 +194,37 @@ def test_inputs_drawn_from_pythons_and_numpys_generators_are_reproducible_too() 
     for a, b in zip(first, again, strict=True):
         assert torch.equal(a[0], b[0]) and a[1] == b[1] and torch.equal(a[2], b[2])
     assert first[0][1] != first[1][1]
+
+
+@pytest.mark.parametrize(
+    ("candidate", "verdict"),
+    [
+        (
+            "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n",
+            "rejected",
+        ),
+        ("def broken(:\n", "compile_error"),
+        (None, None),  # the bundled correct Triton candidate: the rules accept it, the runner goes on
+        ("a" + "+a" * 20_000, None),  # the parser's RecursionError: the candidate's process meets it
+        ("-" * 20_000 + "a", None),  # the parser's MemoryError: likewise
+    ],
+    ids=["static_rejection", "syntax_error", "accepted", "parser_recursion", "parser_memory"],
+)
+def test_the_judges_static_verdict_ends_only_what_the_rules_refuse(tmp_path, candidate, verdict) -> None:
+    import torch
+
+    from eval_server.judge.evaluate import static_verdict
+    from eval_server.pipeline.context import EvalContext
+    from eval_server.schema import parse_request
+
+    source = candidate if candidate is not None else samples.load_candidate("relu__correct")
+    request = parse_request({"reference": samples.load_problem("relu"), "candidate": source})
+    ctx = EvalContext(torch.device("cpu"), "cpu", tmp_path, False)
+    result = static_verdict(request, ctx)
+    if verdict is None:
+        assert result is None and "static" not in ctx.phases
+        return
+    assert result is not None and result.status == verdict and not result.correct
+    assert "judge_static" in result.phases and result.feedback.startswith(f"Status: {verdict}.")
+    if verdict == "rejected":
+        assert "static.torch_compute" in {c.id for c in result.checks}
