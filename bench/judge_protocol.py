@@ -73,7 +73,7 @@ def _no_first_layer(request: dict) -> tuple[dict, None]:
     raise RuntimeError("the bench serves the reference only")
 
 
-def _runner_main(sock, workdir: str) -> None:
+def _runner_main(sock, workdir: str, case: str) -> None:
     import faulthandler
 
     import torch
@@ -93,9 +93,7 @@ def _runner_main(sock, workdir: str) -> None:
     try:
         prof.runcall(serve, sock, torch.device("cuda", 0), workdir, _no_first_layer)
     finally:
-        prof.dump_stats(
-            os.path.join(profile_dir, f"{os.environ['JUDGE_BENCH_CASE']}.runner{os.getpid()}.prof")
-        )
+        prof.dump_stats(os.path.join(profile_dir, f"{case}.runner{os.getpid()}.prof"))
 
 
 def _in_process(model, module, k: int, flush, device, n: int = 100) -> float:
@@ -137,10 +135,9 @@ def _judge_case(name: str, source: str, out_path: str, force_k: int, mps: str) -
     from eval_server.pipeline.timing import l2_flush_buffer
 
     workdir = tempfile.mkdtemp(prefix=f"judge-bench-{name}-")
-    os.environ["JUDGE_BENCH_CASE"] = name
     profile_dir = os.environ.get("JUDGE_BENCH_PROFILE")
     prof = cProfile.Profile() if profile_dir else None
-    pairs = [fork_runner(lambda s: _runner_main(s, workdir)) for _ in range(2)]  # before CUDA
+    pairs = [fork_runner(lambda s: _runner_main(s, workdir, name)) for _ in range(2)]  # before CUDA
     if os.environ.get("JUDGE_BENCH_STACKS_S"):
         import faulthandler
 

@@ -107,11 +107,7 @@ def evaluate(
         _judge(request, ctx, channel, result, handoff)
     except _Done:
         pass
-    result.phases = {**result.phases, **{f"judge_{k}": v for k, v in ctx.phases.items()}}
-    result.elapsed_s = round(time.perf_counter() - t0, 6)
-    if not result.feedback:
-        result.feedback = build_feedback(result, tolerance_for(request.options.tolerance, torch.float32))
-    return result
+    return _finish(result, request, ctx.phases, t0)
 
 
 def static_verdict(request: EvalRequest, ctx: EvalContext) -> EvalResult | None:
@@ -119,22 +115,26 @@ def static_verdict(request: EvalRequest, ctx: EvalContext) -> EvalResult | None:
     runner: a candidate they refuse (or that does not parse) ends now, its result the first
     layer's would be. Parsing and reading a syntax tree run nothing of the candidate. Such a fresh
     candidate cost its worker 0.25-0.78 s of reference, slot binding and an exclusive hand-over
-    (1x H200, the bundled mix: 13 of 48 refused statically or unparsable). None: the rules accept it."""
+    (1x H200, the bundled mix: 13 of 48 refused statically or unparsable). None: the rules accept
+    it (the runner's first layer applies them again, as its own phase)."""
     result = result_for(request, STATUS_OK, ctx.device_label)
     t0 = time.perf_counter()
     try:
-        with ctx.phase("static"):
-            static_phase(request, ctx, result)
+        static_phase(request, ctx, result)
     except Stop:
-        result.correct = False
-        result.phases = {f"judge_{k}": v for k, v in ctx.phases.items()}
-        result.elapsed_s = round(time.perf_counter() - t0, 6)
-        result.feedback = build_feedback(result, tolerance_for(request.options.tolerance, torch.float32))
-        return result
-    except Exception:  # noqa: BLE001 - RecursionError, MemoryError of the parser (deep nesting):
-        pass  # the candidate's process meets them again, and its failure is the candidate's
-    ctx.phases.pop("static", None)  # the runner's first layer applies them again, as its own phase
+        return _finish(result, request, {"static": round(time.perf_counter() - t0, 6)}, t0)
+    except Exception:  # noqa: BLE001, S110 - RecursionError, MemoryError of the parser (deep
+        pass  # nesting): the candidate's process meets them again, and its failure is the candidate's
     return None
+
+
+def _finish(result: EvalResult, request: EvalRequest, phases: dict[str, float], t0: float) -> EvalResult:
+    """The judge's phases (prefixed `judge_`), its elapsed time since `t0`, the feedback."""
+    result.phases = {**result.phases, **{f"judge_{k}": v for k, v in phases.items()}}
+    result.elapsed_s = round(time.perf_counter() - t0, 6)
+    if not result.feedback:
+        result.feedback = build_feedback(result, tolerance_for(request.options.tolerance, torch.float32))
+    return result
 
 
 def _end(result: EvalResult, status: str, check_id: str | None, message: str) -> None:

@@ -340,12 +340,9 @@ class GpuSession:
         self, views: list[list[torch.Tensor]], snaps: list[list[torch.Tensor]], end: torch.cuda.Event
     ) -> None:
         """Queue the copy of every output of the window, then `end`."""
-        dsts = [d for dst in snaps for d in dst]
-        srcs = [v for src in views for v in src]
-        if len(dsts) != len(srcs):
-            raise OutputMismatch(f"{len(srcs)} outputs described, expected {len(dsts)}")
+        dsts = [d for dst in snaps for d in dst]  # both k lists of the leaves (_outputs checked)
         if dsts:
-            torch._foreach_copy_(dsts, srcs)
+            torch._foreach_copy_(dsts, [v for src in views for v in src])
         end.record(self.stream)
 
     def _wait(self, event: torch.cuda.Event) -> None:
