@@ -103,8 +103,13 @@ def evaluate(
     compare.disable_fused()  # torch ops only: nothing loaded from the Triton cache candidates share
     result = result_for(request, STATUS_OK, ctx.device_label)
     t0 = time.perf_counter()
+    # One stream for all the judge's GPU work: torch's allocator keeps freed blocks per stream, and
+    # the reference's forward, the windows and the checks on three streams held three pools (a
+    # judged KernelBench softmax, 6.4 GB tensors: 48-54 GB reserved, processes to ~100 GB, 1x H200)
+    stream = torch.cuda.Stream(ctx.device) if ctx.device.type == "cuda" else None
     try:
-        _judge(request, ctx, channel, result, handoff)
+        with torch.cuda.stream(stream):
+            _judge(request, ctx, channel, result, handoff)
     except _Done:
         pass
     return _finish(result, request, ctx.phases, t0)
@@ -211,6 +216,7 @@ def _judge(
             ref.leaves,
             opts.tolerance,
             l2_flush_buffer(ctx.device) if timing else None,
+            torch.cuda.current_stream(ctx.device),
         )
     if timing:
         assert session is not None
@@ -618,7 +624,14 @@ def _second_shape(
             comparison = _cpu_call(channel, _Ref(variant, ref.model, leaves, 0, 0, 0), request, ctx)
         else:
             other = GpuSession(
-                channel, ctx.device, variant, ref.model, leaves, request.options.tolerance, None
+                channel,
+                ctx.device,
+                variant,
+                ref.model,
+                leaves,
+                request.options.tolerance,
+                None,
+                session.stream,
             )
             other.bind(1)
             _, checked = other.run(1, 1, keep={(0, 0)}, flush=False)

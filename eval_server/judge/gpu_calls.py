@@ -118,7 +118,9 @@ class GpuSession:
         leaves: Sequence[Leaf],
         tolerance: str,
         flush: torch.Tensor | None,
+        stream: torch.cuda.Stream | None = None,
     ) -> None:
+        """`stream`: the judge's one stream (a new one if None)."""
         self.channel = channel
         self.device = device
         self.module = module
@@ -126,7 +128,7 @@ class GpuSession:
         self.leaves = list(leaves)
         self.tolerance = tolerance
         self.flush = flush
-        self.stream = torch.cuda.Stream(device)
+        self.stream = stream if stream is not None else torch.cuda.Stream(device)
         self.counter = 0
         self.sync = gpu_ipc.SharedBuffer.create(8, torch.int32, (2,), device)
         self.sync.tensor.zero_()
