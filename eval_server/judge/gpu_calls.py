@@ -137,6 +137,7 @@ class GpuSession:
         self._views: dict[tuple[Any, ...], torch.Tensor] = {}  # checked output descriptions, until unmap
         self._scratch: dict[tuple[int, int], torch.Tensor] = {}
         self._bursts_ms: list[float] = []  # host time of the last bursts
+        self._last_snapshot: torch.cuda.Event | None = None  # the previous window's, in this run
 
     def _lead(self) -> None:
         """Queue the lead: a GPU sleep that outlasts this host's queueing of the next burst."""
@@ -174,13 +175,19 @@ class GpuSession:
         timing on, it held what the runner's caching allocator gave back under pressure (fresh
         KernelBench softmax, 6.4 GB outputs: judge processes at 90-115 GB, the runner out of
         memory beside them, 1x H200). The next run maps again, before its windows' bursts."""
-        self._views.clear()
-        for base, _ in self._mapped.values():
+        self._last_snapshot = None
+        self._close(list(self._mapped))
+
+    def _close(self, handles: list[str]) -> None:
+        """Close these mappings and forget the views into them."""
+        for h in handles:
+            base, _ = self._mapped.pop(h)
             try:
                 gpu_ipc.close_handle(base)
             except gpu_ipc.DriverError:
                 pass
-        self._mapped.clear()
+        gone = set(handles)
+        self._views = {key: v for key, v in self._views.items() if key[1] not in gone}
 
     def release(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -249,7 +256,31 @@ class GpuSession:
                 n = len(descs) if isinstance(descs, list) else "?"
                 raise OutputMismatch(f"the output has {n} tensors, expected {len(self.leaves)}")
             views.append([self._view(d, leaf) for d, leaf in zip(descs, self.leaves, strict=True)])
+        self._close_stale(calls)
         return views
+
+    def _close_stale(self, calls: list[Any]) -> None:
+        """Close the mappings of earlier windows' allocations that this window does not use, once
+        they hold more than this window's own (and after the previous snapshot is done). A mapping
+        keeps alive memory the runner has freed: a runner whose allocator gave back its output
+        block and took a new one every window (under memory pressure) left the judge holding one
+        output per window until the run ended (fresh KernelBench softmax, 6 GiB outputs: judge
+        processes growing 6 GiB a step to 120 GB, out of memory, 1x H200). Outputs that stay
+        where they were, or alternate between two blocks, never wait here."""
+        handles = {
+            d.get("handle")
+            for descs in calls
+            if isinstance(descs, list)
+            for d in descs
+            if isinstance(d, dict) and isinstance(d.get("handle"), str)
+        }
+        used = sum(size for h, (_, size) in self._mapped.items() if h in handles)
+        stale = [h for h in self._mapped if h not in handles]
+        if sum(self._mapped[h][1] for h in stale) <= used:
+            return
+        if self._last_snapshot is not None:
+            self._wait(self._last_snapshot)
+        self._close(stale)
 
     def _snapshot_into(self, j: int, keep: bool) -> list[torch.Tensor]:
         if keep:
@@ -321,6 +352,7 @@ class GpuSession:
                     if (w, j) in keep:  # a stalled window's outputs too: right or wrong, they are
                         kept.append((seed, j, snaps[j]))  # what existed after its done
                 events.append(e)
+                self._last_snapshot = e[3]
                 del fresh
             self._wait(events[-1][3])
         self.unmap()

@@ -151,6 +151,66 @@ def test_the_runner_allocations_a_run_mapped_are_closed_after_it(monkeypatch: py
     assert sorted(closed) == [100, 200] and session._mapped == {} and session._views == {}
 
 
+def _mapping_session(
+    monkeypatch: pytest.MonkeyPatch, sizes: dict[str, int]
+) -> tuple[object, list[int], list[str]]:
+    """A GpuSession's mapping bookkeeping, with the CUDA driver's IPC calls stood in for (no GPU
+    here): opening a handle gives a base address, closing it is recorded, the snapshot waits too."""
+    import torch
+
+    from eval_server import gpu_ipc
+    from eval_server.judge.gpu_calls import GpuSession, Leaf
+
+    bases = {h: 1000 * (i + 1) for i, h in enumerate(sizes)}
+    closed: list[int] = []
+    waits: list[str] = []
+    monkeypatch.setattr(gpu_ipc, "open_handle", lambda raw: bases[raw.hex()])
+    monkeypatch.setattr(
+        gpu_ipc, "address_range", lambda base: (base, sizes[next(h for h, b in bases.items() if b == base)])
+    )
+    monkeypatch.setattr(gpu_ipc, "tensor_at", lambda ptr, nbytes, dtype, shape, device: ("view", ptr))
+    monkeypatch.setattr(gpu_ipc, "close_handle", closed.append)
+    session = GpuSession.__new__(GpuSession)
+    session.leaves = [Leaf("out", torch.float32, (2,))]
+    session.device = torch.device("cpu")
+    session._mapped, session._views = {}, {}
+    session._last_snapshot = "previous window's snapshot"
+    session._wait = waits.append  # type: ignore[method-assign]
+    return session, closed, waits
+
+
+def _window(handle: str) -> dict[str, object]:
+    return {"outputs": [[{"handle": handle, "offset": 0, "dtype": "float32", "shape": [2]}]]}
+
+
+def test_a_runner_that_moves_its_outputs_every_window_leaves_the_judge_few_mappings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A runner whose allocator takes a new block every window (memory pressure) had the judge
+    keep every window's mapping, and with it the freed memory, to the run's end: now the judge
+    closes the older ones once they hold more than the current window's, after the previous
+    window's snapshot is done."""
+    handles = [f"{i:02x}" * 4 for i in range(1, 11)]
+    session, closed, waits = _mapping_session(monkeypatch, dict.fromkeys(handles, 8 << 30))
+    most = 0
+    for h in handles:
+        session._outputs(_window(h), 1)
+        most = max(most, len(session._mapped))
+        assert h in session._mapped
+    assert most <= 3 and len(closed) >= len(handles) - 3
+    assert waits and all(w == "previous window's snapshot" for w in waits)
+    assert all(key[1] in session._mapped for key in session._views)
+
+
+def test_outputs_that_stay_or_alternate_between_two_blocks_are_never_closed_or_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    session, closed, waits = _mapping_session(monkeypatch, {"aa" * 4: 64 << 20, "bb" * 4: 64 << 20})
+    for h in ["aa" * 4] * 3 + ["aa" * 4, "bb" * 4] * 5:
+        session._outputs(_window(h), 1)
+    assert closed == [] and waits == [] and len(session._mapped) == 2
+
+
 def test_an_output_description_is_checked_once_per_run_and_only_when_identical() -> None:
     """The views of a run are kept by the description's every field (and the leaf it stands for);
     anything else, and any description that cannot be a key, is checked again."""
