@@ -59,3 +59,27 @@ def test_kernelbench_harness_evaluates_our_gemm_candidate() -> None:
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["compiled"] and out["correct"], (out, proc.stderr[-2000:])
     assert out["speedup"] > 0 and out["runtime_ms"] > 0
+
+
+@pytest.mark.skipif(_kernelbench_dir() is None, reason="no KernelBench checkout (third_party/KernelBench)")
+def test_fresh_candidates_of_the_6_gib_problems_never_end_as_the_evaluators_failure(tmp_path: Path) -> None:
+    """Never-seen ReLU and softmax candidates at KernelBench's sizes (6 GiB inputs and outputs), 8
+    in flight through one worker: each ends as its candidate deserves. Judges out of memory made
+    honest and broken softmax candidates `server_error` or `crashed` (judge processes growing to
+    120 GB, 1x H200)."""
+    from eval_server.launch import first_gpu
+
+    root = _kernelbench_dir()
+    assert root is not None
+    out = tmp_path / "fresh.json"
+    cmd = [
+        sys.executable, str(REPO / "bench" / "eval_throughput.py"),
+        "--fresh", "16", "--in-flight", "8", "--kernelbench", str(root), "--devices", first_gpu(),
+        "--cases", "relu_large,softmax_large", "--json", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=REPO)
+    assert out.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    (result,) = json.loads(out.read_text()).values()
+    wrong = [(r["case"], r["status"], r["feedback"][:300]) for r in result["unexpected"]]
+    assert not wrong and proc.returncode == 0, wrong
+    assert sum(result["statuses"].values()) == 16, result["statuses"]
