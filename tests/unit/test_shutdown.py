@@ -16,8 +16,8 @@ PROGRAM = """
 import os, signal, sys, time
 from krl_common.shutdown import interrupt_on_termination, interrupted_exit_code
 interrupt_on_termination()
-print("ready", flush=True)
 try:
+    print("ready", flush=True)  # inside: the signal may come before print returns (busy machines)
     while True:
         time.sleep(0.05)
 except KeyboardInterrupt as exc:
