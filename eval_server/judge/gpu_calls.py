@@ -262,11 +262,11 @@ class GpuSession:
     def _close_stale(self, calls: list[Any]) -> None:
         """Close the mappings of earlier windows' allocations that this window does not use, once
         they hold more than this window's own (and after the previous snapshot is done). A mapping
-        keeps alive memory the runner has freed: a runner whose allocator gave back its output
-        block and took a new one every window (under memory pressure) left the judge holding one
-        output per window until the run ended (fresh KernelBench softmax, 6 GiB outputs: judge
-        processes growing 6 GiB a step to 120 GB, out of memory, 1x H200). Outputs that stay
-        where they were, or alternate between two blocks, never wait here."""
+        keeps alive memory the runner has freed: a runner whose allocator gives back its output
+        block and takes a new one every window left the judge holding one output per window until
+        the run ended (the suspected cause of judge processes growing 6 GiB a step to 120 GB, out
+        of memory, beside a runner at 12 GB: fresh KernelBench softmax, 1x H200). Outputs that
+        stay where they were, or alternate between two blocks, never wait here."""
         handles = {
             d.get("handle")
             for descs in calls
