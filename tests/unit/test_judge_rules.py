@@ -165,9 +165,8 @@ def _mapping_session(
     closed: list[int] = []
     waits: list[str] = []
     monkeypatch.setattr(gpu_ipc, "open_handle", lambda raw: bases[raw.hex()])
-    monkeypatch.setattr(
-        gpu_ipc, "address_range", lambda base: (base, sizes[next(h for h, b in bases.items() if b == base)])
-    )
+    size_at = {bases[h]: size for h, size in sizes.items()}
+    monkeypatch.setattr(gpu_ipc, "address_range", lambda base: (base, size_at[base]))
     monkeypatch.setattr(gpu_ipc, "tensor_at", lambda ptr, nbytes, dtype, shape, device: ("view", ptr))
     monkeypatch.setattr(gpu_ipc, "close_handle", closed.append)
     session = GpuSession.__new__(GpuSession)
