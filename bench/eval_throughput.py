@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -229,6 +230,7 @@ def run_ours(
                     "reference_timing_source": res.get("reference_timing_source"),
                     "checks": [c["id"] for c in res["checks"]],
                     "feedback": res["feedback"][:400] if res["status"] != "ok" else "",
+                    "error": res.get("error") if res["status"] == "server_error" else None,
                     "elapsed_in_worker_s": res["elapsed_s"],
                     "warmup_ms": {
                         side: (res.get(f"{side}_timing") or {}).get("warmup_ms")
@@ -247,6 +249,8 @@ def run_ours(
                 f"{res.get('reference_timing_source') or ''}",
                 flush=True,
             )
+            if res["status"] == "server_error":
+                print(f"      {res['feedback'][-300:]!r} at {failed_at(res)}", flush=True)
 
         with ThreadPoolExecutor(max_workers=2 * n_workers) as ex:
             for wave in waves:
@@ -365,6 +369,7 @@ def run_fresh(
                 "phases": phases,
                 "checks": [c["id"] for c in res["checks"]],
                 "feedback": res["feedback"][:400] if res["status"] != req.expected_status else "",
+                "error": res.get("error") if res["status"] == "server_error" else None,
             }
 
         with ThreadPoolExecutor(max_workers=in_flight) as ex:
@@ -472,9 +477,19 @@ def main_fresh(args: argparse.Namespace, names: list[str]) -> int:
                 print(
                     f"  UNEXPECTED {row['case']}: {row['status']} (expected {row['expected']}): {row['feedback']}"
                 )
+                where = failed_at(row)
+                if where:
+                    print(f"    where: {where}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 1 if any(r["unexpected"] for r in results.values()) else 0
+
+
+def failed_at(row: dict[str, Any]) -> str:
+    """The innermost frames of a server_error's traceback (where the evaluator failed), or ''."""
+    tb = (row.get("error") or {}).get("traceback") or ""
+    frames = [line.strip() for line in tb.splitlines() if line.strip().startswith('File "')]
+    return " <- ".join(reversed(frames[-3:]))
 
 
 def main() -> int:

@@ -148,10 +148,14 @@ def _kernel_time_lines(result: EvalResult) -> list[str]:
     return lines
 
 
-def failure_result(request: EvalRequest, status: str, message: str, device: str = "") -> EvalResult:
+def failure_result(
+    request: EvalRequest, status: str, message: str, device: str = "", traceback: str = ""
+) -> EvalResult:
     """A result for an evaluation that ended without the pipeline's own verdict (timeout, crash,
-    lost worker), with its feedback already rendered."""
+    lost worker), with its feedback already rendered. `traceback`: where the evaluator failed
+    (server_error), for whoever reads the result (an episode ends at server_error: no policy
+    sees it)."""
     result = result_for(request, status, device)
-    result.error = {"type": status, "message": message, "traceback": ""}
+    result.error = {"type": status, "message": message, "traceback": traceback}
     result.feedback = build_feedback(result)
     return result

@@ -35,6 +35,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ _POLL_S = 0.02
 _EXIT_POLL_S = 0.001  # after the child closed its result pipe: it is exiting, poll its exit closely
 _REAP_GRACE_S = 10.0  # at most this long for a killed evaluation's processes to finish dying (a GPU context can take seconds)
 _STDOUT_TAIL_CHARS = 2000
+# the tail of a failed judge's traceback kept in its server_error result (where the evaluator failed)
+JUDGE_TRACEBACK_CHARS = 4000
 _ALONE_REMEMBERED = 256  # problems whose judge ran out of its share: their evaluations run alone
 
 
@@ -471,6 +474,7 @@ class Worker:
                     STATUS_SERVER_ERROR,
                     f"Evaluator failure: {type(exc).__name__}: {exc}",
                     device=self.device_label,
+                    traceback=traceback.format_exc()[-JUDGE_TRACEBACK_CHARS:],
                 )
                 payload = result_payload(res)
         try:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from eval_server.feedback import build_feedback
+from eval_server.feedback import build_feedback, failure_result
 from eval_server.schema import (
     STATUS_COMPILE_ERROR,
     STATUS_CRASHED,
@@ -62,6 +62,18 @@ def test_error_statuses_carry_the_traceback_and_no_instruction(status):
     last = text.splitlines()[-1]
     assert not re.search(r"\b(Fix|Return|Rewrite)\b", text)  # the episode's message instructs, once
     assert last == TRACEBACK.splitlines()[-1] or last.startswith("Likely causes:")
+
+
+def test_an_evaluator_failure_says_where_it_failed():
+    """server_error from a failed judge: the traceback (which line of the evaluator failed) is in
+    the result's error and its feedback."""
+    from eval_server.schema import EvalRequest
+
+    req = EvalRequest(reference="r", candidate="c")
+    tb = 'Traceback (most recent call last):\n  File "eval_server/judge/gpu_calls.py", line 9, in run\nOutOfMemoryError: x'
+    res = failure_result(req, "server_error", "Evaluator failure: OutOfMemoryError: x", traceback=tb)
+    assert res.error is not None and res.error["traceback"] == tb
+    assert res.feedback.endswith(tb) and "not your fault" in res.feedback
 
 
 def test_message_used_when_traceback_missing_or_empty():
