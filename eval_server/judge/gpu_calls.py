@@ -262,11 +262,13 @@ class GpuSession:
     def _close_stale(self, calls: list[Any]) -> None:
         """Close the mappings of earlier windows' allocations that this window does not use, once
         they hold more than this window's own (and after the previous snapshot is done). A mapping
-        keeps alive memory the runner has freed: a runner whose allocator gives back its output
-        block and takes a new one every window left the judge holding one output per window until
-        the run ended (the suspected cause of judge processes growing 6 GiB a step to 120 GB, out
-        of memory, beside a runner at 12 GB: fresh KernelBench softmax, 1x H200). Outputs that
-        stay where they were, or alternate between two blocks, never wait here."""
+        keeps alive memory the runner has freed: a runner that gives back its output block and
+        takes a new one every window (corpus case `moving_outputs`) would leave the judge holding
+        one output per window until the run ended, GPU memory a candidate could fill until the
+        judge fails. Outputs that stay where they were, or alternate between two blocks, never
+        wait here. (Judges at 120 GB beside fresh KernelBench softmax were not this: their
+        mappings stayed at 2 outputs; the snapshots were held by a reference cycle, see
+        compare.unflatten_like.)"""
         handles = {
             d.get("handle")
             for descs in calls
