@@ -129,6 +129,20 @@ def result_payload(result: EvalResult, learned: KnownReference | None = None) ->
     return json.dumps({"result": result.to_json(), "known": learned.to_json() if learned else None}).encode()
 
 
+def _ended_from_outside(status: int | None) -> bool:
+    """The child's exit was not its own clean `os._exit(0)` (None: not observed, e.g. reaped by
+    an earlier evaluation's clean-up; then what it wrote is judged on its content alone)."""
+    if status is None:
+        return False
+    return not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
+
+
+def _exit_words(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"was killed by {_signal_name(os.WTERMSIG(status))}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
 def out_of_memory(result: EvalResult) -> bool:
     """The evaluation ended because a process ran out of its share of the GPU's memory: the judge
     (`server_error`) or the candidate's process (`runtime_error`, which a candidate can also fake:
@@ -377,7 +391,18 @@ class Worker:
             result.feedback = build_feedback(result)
         elif verdict is None:
             payload = b"".join(chunks)
-            if payload:
+            if payload and _ended_from_outside(exit_status):
+                # A judge writes its result, then exits 0 (_child_main). What reached the pipe of
+                # a judge that died of a signal, or exited otherwise, is not known to be its own:
+                # a candidate's native code that kills its judge and writes a result into the
+                # judge's pipe (through /proc, as the same user) gets no verdict from it.
+                assert exit_status is not None
+                verdict = (
+                    STATUS_CRASHED,
+                    f"The evaluation's judge process {_exit_words(exit_status)} instead of ending its "
+                    "evaluation; what reached its result pipe is not taken as a result.",
+                )
+            elif payload:
                 learned = None
                 try:
                     envelope = json.loads(payload)
