@@ -23,6 +23,9 @@ class GpuLock:
         self.path = str(path)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         self.waited_s = 0.0  # total time spent waiting for the lock
+        self.mode: str | None = None  # "shared" or "exclusive" while a hold is open
+        self.paused_s = 0.0  # total time a shared hold let go of the lock (pause .. resume)
+        self._paused_at: float | None = None
 
     def acquire(self, exclusive: bool) -> None:
         t0 = time.perf_counter()
@@ -32,12 +35,33 @@ class GpuLock:
     def release(self) -> None:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def pause(self) -> None:
+        """Let go of an open shared hold for host-only work (a Triton compile: ~0.2-0.3 s of CPU
+        per fresh kernel that kept other evaluations' timing waiting). No-op outside a shared
+        hold or when already paused: an exclusive hold (timing) is never let go."""
+        if self.mode == "shared" and self._paused_at is None:
+            self.release()
+            self._paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        """Take the paused shared hold back before GPU work goes on (its wait counts in waited_s)."""
+        if self._paused_at is None:
+            return
+        self.paused_s += time.perf_counter() - self._paused_at
+        self._paused_at = None
+        self.acquire(exclusive=False)
+
     @contextmanager
     def _hold(self, exclusive: bool) -> Iterator[None]:
         self.acquire(exclusive)
+        self.mode = "exclusive" if exclusive else "shared"
         try:
             yield
         finally:
+            if self._paused_at is not None:  # ended while paused (a compile that raised)
+                self.paused_s += time.perf_counter() - self._paused_at
+                self._paused_at = None
+            self.mode = None
             self.release()
 
     def shared(self) -> contextmanager:  # type: ignore[valid-type]

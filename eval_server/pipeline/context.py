@@ -62,17 +62,27 @@ class EvalContext:
         if self.gpu_lock is None:
             yield
             return
-        before = self.gpu_lock.waited_s
-        with self.gpu_lock.exclusive() if exclusive else self.gpu_lock.shared():
-            self.phases["gpu_wait"] = round(
-                self.phases.get("gpu_wait", 0.0) + self.gpu_lock.waited_s - before, 6
-            )
+        lock = self.gpu_lock
+        before = lock.waited_s
+        with lock.exclusive() if exclusive else lock.shared():
+            entered = lock.waited_s
+            self._add("gpu_wait", entered - before)
             held = "gpu_held_exclusive" if exclusive else "gpu_held_shared"
-            t0 = time.perf_counter()
+            t0, paused0 = time.perf_counter(), lock.paused_s
             try:
                 yield
             finally:
-                self.phases[held] = round(self.phases.get(held, 0.0) + time.perf_counter() - t0, 6)
+                # a shared hold let go while Triton compiled (compile_pause.py): neither the
+                # pause nor the wait to take the lock back held the GPU from anyone
+                paused = lock.paused_s - paused0
+                resumed_wait = lock.waited_s - entered
+                self._add("gpu_wait", resumed_wait)
+                if paused:
+                    self._add("compile_unlocked", paused)
+                self._add(held, time.perf_counter() - t0 - paused - resumed_wait)
+
+    def _add(self, phase: str, seconds: float) -> None:
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + seconds, 6)
 
 
 @dataclass

@@ -532,6 +532,7 @@ class Worker:
     ) -> tuple[dict[str, Any], Any]:
         """In the runner: the pipeline's checks on the candidate, with its prints in the log, in
         the memory share the judge named (larger than the worker's only when it runs alone)."""
+        from eval_server.pipeline import compile_pause
         from eval_server.pipeline.evaluate import first_layer
 
         request = parse_request(request_json)
@@ -539,6 +540,8 @@ class Worker:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         ctx = self._context(evaldir, timing=False, share=share)
+        if ctx.gpu_lock is not None:  # other evaluations may time while this one compiles
+            compile_pause.install(ctx.gpu_lock)
         # Irreversible, and after every import of the evaluator's own: the candidate comes next.
         audit.install(evaldir)
         result, model = first_layer(request, ctx)

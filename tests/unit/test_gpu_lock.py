@@ -86,3 +86,138 @@ def test_an_evaluation_reports_how_long_it_held_the_lock_in_each_mode(tmp_path) 
     assert ctx.phases["gpu_held_shared"] >= 0.02 and ctx.phases["gpu_held_exclusive"] >= 0.02
     assert "gpu_wait" in ctx.phases
     lock.close()
+
+
+def _exclusive_free(path: str) -> bool:
+    """Whether another process could take the lock exclusive right now (never waits)."""
+    import fcntl
+    import os
+
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing the descriptor drops a lock it got
+    return True
+
+
+def _ask_exclusive_free(path: str) -> bool:
+    with mp.get_context("fork").Pool(1) as pool:
+        return pool.apply(_exclusive_free, (path,))
+
+
+def test_a_paused_shared_hold_lets_another_process_time_until_it_resumes(tmp_path) -> None:
+    """A Triton compile inside a shared hold (compile_pause.py) lets other evaluations take the GPU
+    exclusive; GPU work after it has the hold back."""
+    path = str(tmp_path / "gpu-0.lock")
+    lock = GpuLock(path)
+    with lock.shared():
+        assert not _ask_exclusive_free(path)
+        lock.pause()
+        lock.pause()  # a second pause (nested compiles) changes nothing
+        assert _ask_exclusive_free(path)
+        lock.resume()
+        assert not _ask_exclusive_free(path)
+        lock.resume()  # nothing paused: no-op
+    assert _ask_exclusive_free(path)
+    assert lock.paused_s > 0
+    lock.close()
+
+
+def test_an_exclusive_hold_is_never_paused(tmp_path) -> None:
+    path = str(tmp_path / "gpu-0.lock")
+    lock = GpuLock(path)
+    with lock.exclusive():
+        lock.pause()
+        assert not _ask_exclusive_free(path)
+        lock.resume()
+    lock.pause()  # outside any hold: no-op
+    assert lock.paused_s == 0 and _ask_exclusive_free(path)
+    lock.close()
+
+
+def _hold_exclusive_until(path: str, started, release) -> None:
+    lock = GpuLock(path)
+    with lock.exclusive():
+        started.set()
+        release.wait(60)
+
+
+def test_resume_waits_for_the_timing_that_started_during_the_pause(tmp_path) -> None:
+    import threading
+
+    path = str(tmp_path / "gpu-0.lock")
+    ctx = mp.get_context("fork")
+    started, release = ctx.Event(), ctx.Event()
+    lock = GpuLock(path)
+    with lock.shared():
+        lock.pause()
+        timer = ctx.Process(target=_hold_exclusive_until, args=(path, started, release))
+        timer.start()
+        assert started.wait(30)
+        resumer = threading.Thread(target=lock.resume)
+        resumer.start()
+        resumer.join(0.2)
+        assert resumer.is_alive()  # blocked behind the other process's exclusive hold
+        release.set()
+        resumer.join(60)
+        assert not resumer.is_alive()
+        timer.join(30)
+    lock.close()
+
+
+def test_a_hold_ended_while_paused_releases_once_and_counts_the_pause(tmp_path) -> None:
+    """A compile that raised never reached the post-compile hook: the hold's end closes the pause."""
+    path = str(tmp_path / "gpu-0.lock")
+    lock = GpuLock(path)
+    with pytest.raises(RuntimeError), lock.shared():
+        lock.pause()
+        raise RuntimeError("compile failed")
+    assert lock.mode is None and lock.paused_s > 0 and _ask_exclusive_free(path)
+    with lock.shared():  # still usable
+        assert not _ask_exclusive_free(path)
+    lock.close()
+
+
+def test_the_held_time_leaves_out_the_pause_and_reports_it(tmp_path) -> None:
+    import torch
+
+    from eval_server.pipeline.context import EvalContext
+
+    lock = GpuLock(str(tmp_path / "gpu-0.lock"))
+    ctx = EvalContext(torch.device("cpu"), "cpu", tmp_path, False, gpu_lock=lock)
+    t0 = time.perf_counter()
+    with ctx.gpu():
+        lock.pause()
+        time.sleep(0.05)  # a floor for the pause
+        lock.resume()
+    whole = time.perf_counter() - t0
+    paused, held = ctx.phases["compile_unlocked"], ctx.phases["gpu_held_shared"]
+    assert paused >= 0.05 and paused == pytest.approx(lock.paused_s, abs=1e-5)
+    assert held + paused <= whole + 1e-5  # the pause is not also counted as held
+    lock.close()
+
+
+def test_triton_compiles_pause_the_runners_hold(tmp_path) -> None:
+    """The hooks Triton calls around a compile pause and resume the hold (called here as Triton's
+    JIT calls them: keyword arguments, the pre-compile hook's result read as "skip the compile")."""
+    pytest.importorskip("triton")
+    from triton import knobs
+
+    from eval_server.pipeline import compile_pause
+
+    path = str(tmp_path / "gpu-0.lock")
+    lock = GpuLock(path)
+    saved = (knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook)
+    try:
+        assert compile_pause.install(lock)
+        with lock.shared():
+            assert knobs.runtime.jit_cache_hook(key="k", signature={}, is_warmup=False) is False
+            assert _ask_exclusive_free(path)
+            knobs.runtime.jit_post_compile_hook(key="k", signature={}, is_warmup=False)
+            assert not _ask_exclusive_free(path)
+    finally:
+        knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = saved
+    lock.close()
