@@ -39,11 +39,11 @@ from eval_server.checks.compare import (
     unflatten_like,
 )
 from eval_server.feedback import build_feedback
-from eval_server.judge import known, shapes
+from eval_server.judge import known
 from eval_server.judge import timing as jtiming
 from eval_server.judge.channel import Channel, RunnerError
 from eval_server.judge.gpu_calls import GpuSession, Leaf, OutputMismatch, expected_leaves, fresh_seed
-from eval_server.pipeline import loader
+from eval_server.pipeline import loader, shapes
 from eval_server.pipeline.candidate import static_phase
 from eval_server.pipeline.context import EvalContext
 from eval_server.pipeline.ref_cache import cache_key
@@ -591,18 +591,8 @@ def _judge_calls(
 
 
 def _shape_variant(request: EvalRequest, ctx: EvalContext) -> tuple[Any, dict[str, tuple[int, int]]] | None:
-    """The problem at its second shape (shapes.py), imported before any candidate code runs: the
-    evaluation directory is writable by the candidate's process, so nothing is imported from it
-    after the candidate is loaded."""
-    scaled = shapes.scaled_constants(request.reference)
-    if not scaled:
-        return None
-    try:
-        variant = loader.import_source(request.reference, ctx.workdir, "judge_reference_shape")
-    except Exception:  # noqa: BLE001 - it imported as judge_reference a moment ago; no second shape
-        return None
-    shapes.apply(variant, scaled)
-    return variant, scaled
+    """The problem at its second shape (shapes.py), imported before any candidate code runs."""
+    return shapes.import_variant(request.reference, ctx.workdir, "judge_reference_shape")
 
 
 def _second_shape(

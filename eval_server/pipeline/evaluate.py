@@ -25,6 +25,7 @@ import torch
 
 from eval_server.checks.compare import tolerance_for
 from eval_server.feedback import build_feedback
+from eval_server.pipeline import shapes
 from eval_server.pipeline.candidate import cuda_compile_phase, load_candidate, static_phase
 from eval_server.pipeline.context import EvalContext
 from eval_server.pipeline.reference import reference_phase
@@ -60,6 +61,7 @@ def first_layer(request: EvalRequest, ctx: EvalContext) -> tuple[EvalResult, Any
 
 def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult, holder: list[Any]) -> None:
     opts = request.options
+    gpu = ctx.device.type == "cuda"
     with ctx.phase("static"):
         static_phase(request, ctx, result)
     cuda = opts.backend == "cuda"
@@ -72,6 +74,8 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult, holder
         ctx.ref_cache = None
     if cuda:
         cuda_compile_phase(request, ctx, result)  # CPU work: outside the GPU lock
+    # imported now: nothing is imported from the evaluation directory once the candidate is loaded
+    variant = shapes.import_variant(request.reference, ctx.workdir, "reference_shape") if gpu else None
 
     guard = Guard.snapshot(ref)
     with ctx.phase("load_candidate"), ctx.gpu():
@@ -80,4 +84,7 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult, holder
 
     with ctx.phase("correctness"), ctx.gpu(), torch.no_grad():
         correctness_phase(opts, ctx, result, ref, cand_model, guard)
+    if variant is not None:
+        with ctx.phase("second_shape_warm"), ctx.gpu(), torch.no_grad():
+            shapes.warm(variant[0], cand_model, ctx.device, opts.seed)
     result.status = STATUS_OK

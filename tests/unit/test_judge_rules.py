@@ -10,9 +10,9 @@ import types
 import pytest
 
 from eval_server import samples
-from eval_server.judge import shapes
 from eval_server.judge import timing as jtiming
 from eval_server.judge.evaluate import RUNNER_STATUSES
+from eval_server.pipeline import shapes
 from eval_server.schema import STATUSES
 
 pytestmark = pytest.mark.unit
@@ -36,6 +36,25 @@ def test_no_second_shape_without_input_only_constants() -> None:
     src = "N = 8\nclass Model: pass\ndef get_inputs():\n    return [N]\ndef get_init_inputs():\n    return [N]\n"
     assert shapes.scaled_constants(src) == {}
     assert shapes.scaled_constants("def broken(:") == {}
+
+
+def test_the_second_shape_is_imported_scaled_and_warmed_with_its_own_sizes(tmp_path) -> None:
+    """The runner warms the candidate at the judge's second shape (the same rule, the same sizes):
+    Triton compiles that shape's kernels in the runner's hold, not in the judge's."""
+    import torch
+
+    variant, scaled = shapes.import_variant(samples.load_problem("relu"), tmp_path, "reference_shape")
+    assert scaled and all(getattr(variant, name) == new for name, (_, new) in scaled.items())
+    seen = []
+
+    class Recorder(torch.nn.Module):
+        def forward(self, *args):
+            seen.append([tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
+            raise RuntimeError("a failure here is for the judge's own call to find")
+
+    shapes.warm(variant, Recorder(), torch.device("cpu"), seed=0)
+    assert seen == [[tuple(a.shape) for a in variant.get_inputs() if isinstance(a, torch.Tensor)]]
+    assert shapes.import_variant("x = 1\n", tmp_path, "none") is None
 
 
 def test_second_shape_skips_ones_and_booleans() -> None:

@@ -12,7 +12,10 @@ the new shape, has no second shape.
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 from typing import Any
+
+from eval_server.pipeline import loader
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -57,3 +60,33 @@ def apply(module: Any, scaled: dict[str, tuple[int, int]]) -> None:
     """Set the second shape's constants on a (separately imported) copy of the problem."""
     for name, (_, new) in scaled.items():
         setattr(module, name, new)
+
+
+def import_variant(
+    source: str, workdir: str | Path, stem: str
+) -> tuple[Any, dict[str, tuple[int, int]]] | None:
+    """The problem at its second shape and the constants scaled, or None when it has none. Called
+    before any candidate code runs: the evaluation directory is writable by the candidate's
+    process, so nothing is imported from it after the candidate is loaded."""
+    scaled = scaled_constants(source)
+    if not scaled:
+        return None
+    try:
+        variant = loader.import_source(source, workdir, stem)
+    except Exception:  # noqa: BLE001 - it imported as the reference a moment ago; no second shape
+        return None
+    apply(variant, scaled)
+    return variant, scaled
+
+
+def warm(variant: Any, model: Any, device: Any, seed: int) -> None:
+    """One call of the candidate at the second shape, on inputs of the runner's own, so that its
+    kernels' specializations for that shape compile here, in the runner's shared GPU hold that
+    compiles let go of (compile_pause.py), and not in the judge's second-shape call, whose shared
+    hold keeps other evaluations' timing waiting meanwhile (~0.26 s a fresh candidate, 1x H200).
+    What the call returns or raises is for the judge's own call to find."""
+    try:
+        args = loader.make_inputs(variant, seed, device)
+        model(*args)
+    except Exception:  # noqa: BLE001, S110 - see the docstring
+        pass
