@@ -179,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
         "or shared build machines",
     )
     dev.add_argument(
+        "--compile-unlocked",
+        action="store_true",
+        help="GPU, several workers per GPU: the candidate's process lets go of its shared hold of the GPU "
+        "lock while Triton compiles, and compiles the second shape's kernels in its own checks (not yet "
+        "measured: off by default)",
+    )
+    dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
     )
     p.add_argument("--log-level", default="INFO", help="logging level")
@@ -194,6 +201,7 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "timing_ci_rel": args.timing_ci,
         "precision_policy": args.precision_policy,
         "cuda_compile_timeout_s": args.cuda_compile_timeout,
+        "compile_unlocked": args.compile_unlocked,
     }
     if args.workers_per_device > 1:
         overrides["gpu_memory_fraction"] = gpu_memory_share(args.workers_per_device)

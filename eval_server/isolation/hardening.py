@@ -35,6 +35,9 @@ class Hardening:
     # (1 - 0.05) / workers per device): evaluations that share a GPU cannot push each other
     # out of memory, so an out-of-memory error depends on the candidate alone.
     gpu_memory_fraction: float = 1.0
+    # GPU: the runner lets go of its shared GPU hold while Triton compiles (pipeline/compile_pause.py)
+    # and warms the second shape's kernels in its first layer (shapes.warm); off until measured
+    compile_unlocked: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_fraction <= 1:

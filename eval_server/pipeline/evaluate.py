@@ -75,7 +75,8 @@ def _pipeline(request: EvalRequest, ctx: EvalContext, result: EvalResult, holder
     if cuda:
         cuda_compile_phase(request, ctx, result)  # CPU work: outside the GPU lock
     # imported now: nothing is imported from the evaluation directory once the candidate is loaded
-    variant = shapes.import_variant(request.reference, ctx.workdir, "reference_shape") if gpu else None
+    warm = gpu and ctx.hardening.compile_unlocked
+    variant = shapes.import_variant(request.reference, ctx.workdir, "reference_shape") if warm else None
 
     guard = Guard.snapshot(ref)
     with ctx.phase("load_candidate"), ctx.gpu():

@@ -540,8 +540,8 @@ class Worker:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         ctx = self._context(evaldir, timing=False, share=share)
-        if ctx.gpu_lock is not None:  # other evaluations may time while this one compiles
-            compile_pause.install(ctx.gpu_lock)
+        if ctx.gpu_lock is not None and ctx.hardening.compile_unlocked:
+            compile_pause.install(ctx.gpu_lock)  # other evaluations may time while this one compiles
         # Irreversible, and after every import of the evaluator's own: the candidate comes next.
         audit.install(evaldir)
         result, model = first_layer(request, ctx)

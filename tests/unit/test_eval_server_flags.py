@@ -29,6 +29,14 @@ def test_the_judges_timing_flags_reach_hardening() -> None:
     assert (hard.timing_ci_rel, hard.drift_tolerance, hard.reference_max_age_s) == (0.002, 0.1, 30.0)
 
 
+def test_compiles_hold_the_gpu_lock_unless_the_server_says_otherwise() -> None:
+    """--compile-unlocked (pipeline/compile_pause.py, shapes.warm) is off until measured."""
+    default = server_main.build_parser().parse_args([])
+    assert Hardening(**server_main.hardening_overrides(default)).compile_unlocked is False
+    on = server_main.build_parser().parse_args(["--compile-unlocked"])
+    assert Hardening(**server_main.hardening_overrides(on)).compile_unlocked is True
+
+
 @pytest.mark.parametrize("age", ["0", "-1", "nan", "inf"])
 def test_a_reference_max_age_must_be_positive_and_finite(age: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
