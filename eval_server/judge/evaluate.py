@@ -39,7 +39,7 @@ from eval_server.checks.compare import (
     unflatten_like,
 )
 from eval_server.feedback import build_feedback
-from eval_server.judge import known
+from eval_server.judge import known, precision
 from eval_server.judge import timing as jtiming
 from eval_server.judge.channel import Channel, RunnerError
 from eval_server.judge.gpu_calls import GpuSession, Leaf, OutputMismatch, expected_leaves, fresh_seed
@@ -223,9 +223,12 @@ def _judge(
         ref_timing, handover_ms = _reference_timing(request, ctx, result, channel, session, handoff)
         if opts.baseline_compile:
             _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms)
+    held_to = _precision_rule(request, ctx, ref, handoff)
+    if session is not None:
+        session.precision = held_to
 
     try:
-        _candidate(request, ctx, channel, result, ref, session, ref_timing, handover_ms, shape)
+        _candidate(request, ctx, channel, result, ref, session, ref_timing, handover_ms, shape, held_to)
         if result.speedup is not None and result.candidate_timing is not None:
             if result.compile_reference_timing is not None:
                 cand_ms = result.candidate_timing.median_ms
@@ -246,6 +249,23 @@ def _judge(
         )
 
 
+def _precision_rule(
+    request: EvalRequest, ctx: EvalContext, ref: _Ref, handoff: known.Handoff | None
+) -> precision.Rule | None:
+    """The precision rule of every call the judge compares, before the candidate is loaded: the
+    facts kept with the worker's timing of the problem, else measured here (and kept with it)."""
+    used = handoff.used if handoff is not None else None
+    facts = used.precision if used is not None else None
+    if facts is None:
+        with ctx.phase("precision"), ctx.gpu():
+            facts = precision.measure(
+                ref.module, ref.model, request.options.seed, ctx.device, ctx.hardening.precision_policy
+            )
+        if handoff is not None and handoff.learned is not None:
+            handoff.learned = replace(handoff.learned, precision=facts)
+    return precision.rule_for(facts, ctx.hardening)
+
+
 def _candidate(
     request: EvalRequest,
     ctx: EvalContext,
@@ -256,6 +276,7 @@ def _candidate(
     ref_timing: jtiming.Timing | None,
     handover_ms: float,
     shape: tuple[Any, dict[str, tuple[int, int]]] | None,
+    held_to: precision.Rule | None = None,
 ) -> None:
     """Everything after the candidate's import: what goes wrong here is the candidate's doing."""
     opts = request.options
@@ -294,7 +315,7 @@ def _candidate(
         raise _Done
 
     with ctx.phase("correctness_calls"), ctx.gpu():
-        checked = _judge_calls(session, ctx, channel, ref, request)
+        checked = _judge_calls(session, ctx, channel, ref, request, held_to)
     bad = next((c for c in checked if not c.passed), None)
     if bad is not None:
         _end(result, STATUS_INCORRECT, "judge.output", _wrong_text(bad, "a call on inputs the judge chose"))
@@ -368,6 +389,8 @@ def _reference_timing(
                 f"timed by this worker {now - entry.measured_at:.0f} s earlier, before any candidate "
                 "code, at this GPU clock"
             )
+            if handoff is not None:
+                handoff.used = entry
             return jtiming.Timing(entry.stats, entry.pre_ms, entry.post_ms), handover_ms
         why = f"; the worker's timing was stale ({stale})"
     with ctx.phase("reference_load"), ctx.gpu():
@@ -579,7 +602,12 @@ def _wrong_text(c: Comparison, what: str) -> str:
 
 
 def _judge_calls(
-    session: GpuSession | None, ctx: EvalContext, channel: Channel, ref: _Ref, request: EvalRequest
+    session: GpuSession | None,
+    ctx: EvalContext,
+    channel: Channel,
+    ref: _Ref,
+    request: EvalRequest,
+    held_to: precision.Rule | None = None,
 ) -> list[Comparison]:
     """JUDGE_CALLS calls of the candidate on secret inputs, every output compared here."""
     if session is not None:
@@ -587,7 +615,7 @@ def _judge_calls(
             session.bind(1)
         _, checked = session.run(JUDGE_CALLS, 1, keep={(w, 0) for w in range(JUDGE_CALLS)}, flush=False)
         return [c.comparison for c in checked]
-    return [_cpu_call(channel, ref, request, ctx) for _ in range(JUDGE_CALLS)]
+    return [_cpu_call(channel, ref, request, ctx, held_to) for _ in range(JUDGE_CALLS)]
 
 
 def _shape_variant(request: EvalRequest, ctx: EvalContext) -> tuple[Any, dict[str, tuple[int, int]]] | None:
@@ -646,7 +674,9 @@ def _second_shape(
         )
 
 
-def _cpu_call(channel: Channel, ref: _Ref, request: EvalRequest, ctx: EvalContext) -> Comparison:
+def _cpu_call(
+    channel: Channel, ref: _Ref, request: EvalRequest, ctx: EvalContext, held_to: precision.Rule | None = None
+) -> Comparison:
     seed = fresh_seed()
     args = loader.make_inputs(ref.module, seed, ctx.device)
     descs, chunks = [], []
@@ -671,7 +701,9 @@ def _cpu_call(channel: Channel, ref: _Ref, request: EvalRequest, ctx: EvalContex
         dtype, shape, nbytes = wire.parse_meta(desc, len(payload) - at)
         outs.append(wire.tensor_from(payload[at : at + nbytes], dtype, shape))
         at += nbytes
-    return compare_outputs(expected, unflatten_like(expected, outs), request.options.tolerance)
+    got = unflatten_like(expected, outs)
+    comparison = compare_outputs(expected, got, request.options.tolerance)
+    return comparison if held_to is None else held_to.apply(got, expected, comparison)
 
 
 def _physics_floor(

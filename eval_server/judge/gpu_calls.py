@@ -138,6 +138,8 @@ class GpuSession:
         self._scratch: dict[tuple[int, int], torch.Tensor] = {}
         self._bursts_ms: list[float] = []  # host time of the last bursts
         self._last_snapshot: torch.cuda.Event | None = None  # the previous window's, in this run
+        # the precision rule compared calls are held to (judge/precision.py); None: tolerance only
+        self.precision: Any = None
 
     def _lead(self) -> None:
         """Queue the lead: a GPU sleep that outlasts this host's queueing of the next burst."""
@@ -395,4 +397,6 @@ class GpuSession:
         args = loader.make_input_sets(self.module, seed, self.device, call + 1)[call]
         with torch.no_grad():
             expected = self.reference(*args)
-        return compare_outputs(expected, unflatten_like(expected, snapshot), self.tolerance)
+        got = unflatten_like(expected, snapshot)
+        comparison = compare_outputs(expected, got, self.tolerance)
+        return comparison if self.precision is None else self.precision.apply(got, expected, comparison)

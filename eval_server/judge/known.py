@@ -40,6 +40,9 @@ class KnownReference:
     post_ms: float
     cycles_per_ms: float  # the GPU's clock when it was timed
     measured_at: float  # CLOCK_MONOTONIC (system-wide), seconds
+    # the judge's precision facts of the problem (judge/precision.py): None not recorded, {} none
+    # (no floating output, or an op without a float64 kernel)
+    precision: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +52,7 @@ class KnownReference:
             "post_ms": self.post_ms,
             "cycles_per_ms": self.cycles_per_ms,
             "measured_at": self.measured_at,
+            "precision": self.precision,
         }
 
     @classmethod
@@ -60,7 +64,7 @@ class KnownReference:
         if not all(isinstance(v, (int, float)) and wire.finite(v) for v in numbers) or not numbers[2] > 0:
             raise ValueError("a known reference's numbers must be finite (its clock > 0)")
         stats = _stats(data.get("stats"))
-        return cls(data["key"], stats, *(float(v) for v in numbers))
+        return cls(data["key"], stats, *(float(v) for v in numbers), precision=_precision(data.get("precision")))
 
     def stale(self, now: float, max_age_s: float, cycles_per_ms: float) -> str | None:
         """Why this entry may not be used now, or None."""
@@ -80,6 +84,21 @@ class Handoff:
 
     given: list[Any] = field(default_factory=list)
     learned: KnownReference | None = None
+    used: KnownReference | None = None  # the given entry the judge took the timing from
+
+
+PRECISION_FIELDS = ("ref_error", "budget", "ref_scale")
+
+
+def _precision(data: Any) -> dict[str, Any] | None:
+    """Precision facts as a judge recorded them: None, {} or finite non-negative numbers and a dtype."""
+    if data is None or data == {}:
+        return data
+    if not isinstance(data, dict) or set(data) != {*PRECISION_FIELDS, "dtype"} or not isinstance(data["dtype"], str):
+        raise ValueError("a known reference's precision facts are malformed")
+    if not all(isinstance(data[k], (int, float)) and wire.finite(data[k]) and data[k] >= 0 for k in PRECISION_FIELDS):
+        raise ValueError("a known reference's precision facts must be finite and >= 0")
+    return {**{k: float(data[k]) for k in PRECISION_FIELDS}, "dtype": data["dtype"]}
 
 
 def _stats(data: Any) -> TimingStats:

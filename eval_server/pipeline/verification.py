@@ -9,13 +9,13 @@ in the candidate's process happens in this module (the judge compares again, in 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from eval_server.checks.compare import compare_outputs, normalized_error
+from eval_server.checks import precision
+from eval_server.checks.compare import compare_outputs
 from eval_server.checks.runtime import (
     GlobalStateSnapshot,
     NamespaceSnapshot,
@@ -187,22 +187,6 @@ def _same_tensor_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-def precision_check_needed(max_abs_diff: float | None, ref_scale: float, floor: float) -> bool:
-    """Whether the candidate's float64 error pass can change the verdict.
-
-    The check rejects only an error above max(floor, ...), and the error it measures is at most
-    err32 = max|out - ref| / max|ref|. The comparison already has max|out - ref| (in fp32 math:
-    at most 2**-23 relative below the exact value; the margin covers it) and the reference phase
-    a lower bound of max|ref|: when that bound on err32 is under the floor, the check cannot fire
-    and its pass over the output (a float64 copy of every element) is skipped.
-    """
-    if max_abs_diff is None or not math.isfinite(max_abs_diff):
-        return True
-    if max_abs_diff == 0.0:
-        return False
-    return ref_scale <= 0.0 or max_abs_diff * (1.0 + 2.0**-20) / ref_scale > floor
-
-
 def precision_check(
     result: EvalResult,
     ctx: EvalContext,
@@ -216,31 +200,9 @@ def precision_check(
     if prec is None:
         return
     hard = ctx.hardening
-    floor = hard.precision_floor.get(prec.dtype, hard.precision_floor["float32"])
-    if not precision_check_needed(max_abs_diff, prec.ref_scale, floor):
-        return
-    err32 = normalized_error(out, expected)
-    if err32 is None:
-        return
-    # Distance to float64 is at least the distance to the reference minus the reference's own
-    # error (triangle inequality), so this never overstates the candidate's error.
-    err = max(0.0, err32 - prec.ref_error)
-    factor = hard.precision_factor if hard.precision_policy == "fp32" else hard.precision_factor_tf32
-    limit = max(floor, factor * prec.budget)
-    if err > limit:
-        policy = (
-            "an fp32 computation"
-            if hard.precision_policy == "fp32"
-            else "tf32/fp16-precision inputs with fp32 accumulation"
-        )
-        reject(
-            result,
-            "runtime.low_precision",
-            f"Your output is {err:.2e} away from a float64 computation (max abs diff / max abs value), "
-            f"over the limit {limit:.2e} allowed for {policy} ({prec.dtype} problem). Keep the precision "
-            "of the reference: fp32 loads and accumulation; for fp32 tl.dot use input_precision='ieee' "
-            "or 'tf32x3' (plain tf32, fp16, bf16 or fp8 operands lose precision).",
-        )
+    over = precision.excess(out, expected, max_abs_diff, prec, hard)
+    if over is not None:
+        reject(result, "runtime.low_precision", precision.message(*over, prec.dtype, hard.precision_policy))
 
 
 def _expected(

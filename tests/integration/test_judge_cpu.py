@@ -64,7 +64,7 @@ class _WrongShape(torch.nn.Module):
         return torch.relu(x)[:1]
 
 
-def _judge(tmp_path: Path, first_layer: Any, runner_override: Any = None) -> EvalResult:
+def _judge(tmp_path: Path, first_layer: Any, runner_override: Any = None, reference: str = RELU) -> EvalResult:
     workdir = tmp_path / "eval"
     workdir.mkdir()
 
@@ -79,7 +79,7 @@ def _judge(tmp_path: Path, first_layer: Any, runner_override: Any = None) -> Eva
         ctx = EvalContext(
             device=torch.device("cpu"), device_label="cpu", workdir=workdir, timing_enabled=False
         )
-        request = parse_request({"reference": RELU, "candidate": "class ModelNew: pass\n"})
+        request = parse_request({"reference": reference, "candidate": "class ModelNew: pass\n"})
         return evaluate(request, ctx, Channel(sock, deadline=float("inf")))
     finally:
         os.kill(pid, 9)
@@ -185,3 +185,46 @@ def test_the_judge_imports_the_problem_at_both_shapes_before_the_candidate_is_lo
     for stem in ("judge_reference", "judge_reference_shape"):
         written = (tmp_path / "eval" / f"{stem}.py").stat().st_mtime_ns
         assert written <= started.stat().st_mtime_ns, stem
+
+
+def _tf32(t: torch.Tensor) -> torch.Tensor:
+    """`t` with a 10-bit mantissa (what tf32 tensor cores read), by truncation."""
+    return (t.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+class _Tf32Matmul(torch.nn.Module):
+    """tf32-rounded operands, what a candidate computes on the calls after the first layer's trial
+    0 (its precision check) once it counts its calls: every output within the default tolerance
+    (1e-2) of the reference. The first layer here is forged, so every call it serves is the judge's."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return _tf32(a) @ _tf32(b)
+
+
+def test_computing_in_lower_precision_after_the_first_calls_is_incorrect(tmp_path: Path) -> None:
+    """The candidate's process checks precision on its first trial only; the judge holds each call
+    it compares to the same rule, with facts it measured before the candidate was loaded."""
+    matmul = samples.load_problem("matmul")
+    # One intra-op thread in this process, which runs the judge's matmuls and then forks the next
+    # runner: a forked child deadlocks in a thread pool its parent had started (the server's judges
+    # fork their runner before computing anything).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _lazy_and_exact(tmp_path, matmul)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _lazy_and_exact(tmp_path: Path, matmul: str) -> None:
+    (tmp_path / "lazy").mkdir()
+    (tmp_path / "exact").mkdir()
+    lazy = _judge(tmp_path / "lazy", lambda req, share: (_forged_ok(), _Tf32Matmul()), reference=matmul)
+    assert lazy.status == "incorrect" and "away from a float64 computation" in lazy.feedback, lazy.feedback
+    exact = _judge(tmp_path / "exact", lambda req, share: (_forged_ok(), _Matmul()), reference=matmul)
+    assert exact.status == "ok", exact.feedback
+
+
+class _Matmul(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a @ b

@@ -22,8 +22,13 @@ def entry(key: str = "k1", measured_at: float = 100.0, cycles: float = 1.98e6) -
     return KnownReference(key, STATS, 0.11, 0.05, cycles, measured_at)
 
 
-def test_an_entry_crosses_the_pipe_unchanged() -> None:
-    e = entry()
+PRECISION = {"ref_error": 1.2e-7, "budget": 1.2e-7, "ref_scale": 3.5, "dtype": "float32"}
+
+
+@pytest.mark.parametrize("facts", [None, {}, PRECISION])
+def test_an_entry_crosses_the_pipe_unchanged(facts: dict | None) -> None:
+    """With the judge's precision facts: not recorded (None), none for the problem ({}), or numbers."""
+    e = dataclasses.replace(entry(), precision=facts)
     assert KnownReference.from_json(e.to_json()) == e
 
 
@@ -41,6 +46,11 @@ def test_an_entry_crosses_the_pipe_unchanged() -> None:
         {"stats": {**dataclasses.asdict(STATS), "method": None}},
         {"stats": {**dataclasses.asdict(STATS), "speedup": 9.0}},
         {"stats": [0.25]},
+        {"precision": {**PRECISION, "budget": math.nan}},
+        {"precision": {**PRECISION, "ref_error": -1.0}},
+        {"precision": {**PRECISION, "dtype": None}},
+        {"precision": {**PRECISION, "extra": 1.0}},
+        {"precision": [1.0]},
     ],
 )
 def test_a_malformed_entry_is_refused(change: dict) -> None:

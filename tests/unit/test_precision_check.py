@@ -1,4 +1,4 @@
-"""The precision check's skip rule (verification.precision_check_needed) and the check itself on CPU:
+"""The precision check's skip rule (checks/precision.check_needed) and the check itself on CPU:
 a candidate is only spared the float64 pass when that pass could not have rejected it."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from eval_server.checks.compare import compare_outputs, normalized_error
+from eval_server.checks.precision import check_needed as precision_check_needed
 from eval_server.isolation.hardening import Hardening
 from eval_server.pipeline import loader
 from eval_server.pipeline.context import EvalContext, Reference
 from eval_server.pipeline.reference import precision_baseline
 from eval_server.pipeline.verdicts import Stop
-from eval_server.pipeline.verification import precision_check, precision_check_needed
+from eval_server.pipeline.verification import precision_check
 from eval_server.schema import EvalResult
 
 PROBLEM = """
