@@ -204,6 +204,8 @@ def _judge(
     with ctx.phase("reference"), torch.no_grad():
         ref = _reference(request, ctx, result, opts.seed)
         shape = _shape_variant(request, ctx)
+    # before the runner holds anything of the reference: the float64 pass is the judge's largest
+    facts = _precision_facts(request, ctx, result, ref, handoff)
     session = None
     ref_timing: jtiming.Timing | None = None
     handover_ms = 0.0
@@ -223,7 +225,9 @@ def _judge(
         ref_timing, handover_ms = _reference_timing(request, ctx, result, channel, session, handoff)
         if opts.baseline_compile:
             _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms)
-    held_to = _precision_rule(request, ctx, ref, handoff)
+    if handoff is not None and handoff.learned is not None:
+        handoff.learned = replace(handoff.learned, precision=facts)
+    held_to = precision.rule_for(facts, ctx.hardening)
     if session is not None:
         session.precision = held_to
 
@@ -249,21 +253,19 @@ def _judge(
         )
 
 
-def _precision_rule(
-    request: EvalRequest, ctx: EvalContext, ref: _Ref, handoff: known.Handoff | None
-) -> precision.Rule | None:
-    """The precision rule of every call the judge compares, before the candidate is loaded: the
-    facts kept with the worker's timing of the problem, else measured here (and kept with it)."""
-    used = handoff.used if handoff is not None else None
-    facts = used.precision if used is not None else None
-    if facts is None:
-        with ctx.phase("precision"), ctx.gpu():
-            facts = precision.measure(
-                ref.module, ref.model, request.options.seed, ctx.device, ctx.hardening.precision_policy
-            )
-        if handoff is not None and handoff.learned is not None:
-            handoff.learned = replace(handoff.learned, precision=facts)
-    return precision.rule_for(facts, ctx.hardening)
+def _precision_facts(
+    request: EvalRequest, ctx: EvalContext, result: EvalResult, ref: _Ref, handoff: known.Handoff | None
+) -> dict[str, Any]:
+    """The precision facts every call the judge compares is held to (judge/precision.py): those a
+    judge of this worker recorded with its timing of the problem (stale timings too: the facts do
+    not depend on the GPU's clock), else measured here, before any candidate code exists."""
+    if handoff is not None and handoff.given and ctx.device.type == "cuda":
+        key = cache_key(reference_cache_key(result.problem_hash, ctx, request.options))
+        entry = known.find(handoff.given, key)
+        if entry is not None and entry.precision is not None:
+            return entry.precision
+    with ctx.phase("precision"), ctx.gpu():
+        return precision.measure(ref.module, ref.model, request.options.seed, ctx.device, ctx.hardening.precision_policy)
 
 
 def _candidate(
@@ -389,8 +391,6 @@ def _reference_timing(
                 f"timed by this worker {now - entry.measured_at:.0f} s earlier, before any candidate "
                 "code, at this GPU clock"
             )
-            if handoff is not None:
-                handoff.used = entry
             return jtiming.Timing(entry.stats, entry.pre_ms, entry.post_ms), handover_ms
         why = f"; the worker's timing was stale ({stale})"
     with ctx.phase("reference_load"), ctx.gpu():

@@ -84,7 +84,6 @@ class Handoff:
 
     given: list[Any] = field(default_factory=list)
     learned: KnownReference | None = None
-    used: KnownReference | None = None  # the given entry the judge took the timing from
 
 
 PRECISION_FIELDS = ("ref_error", "budget", "ref_scale")
