@@ -265,7 +265,12 @@ def _precision_facts(
         if entry is not None and entry.precision is not None:
             return entry.precision
     with ctx.phase("precision"), ctx.gpu():
-        return precision.measure(ref.module, ref.model, request.options.seed, ctx.device, ctx.hardening.precision_policy)
+        facts = precision.measure(
+            ref.module, ref.model, request.options.seed, ctx.device, ctx.hardening.precision_policy
+        )
+    if ctx.device.type == "cuda":
+        torch.cuda.empty_cache()  # float64 copies: give the memory back, as the runner does
+    return facts
 
 
 def _candidate(
