@@ -116,10 +116,19 @@ def _find_no_jit(tree: ast.Module) -> list[str]:
 
 
 def _find_try_except(tree: ast.Module) -> list[str]:
+    """try/except, and its one-line form `with contextlib.suppress(...)`: both hide a failing
+    kernel behind whatever runs next."""
+    aliases = import_aliases(tree)
     hits = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Try | getattr(ast, "TryStar", ast.Try)) and node.handlers:
             hits.append(f"line {node.lineno}: try/except")
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                call = item.context_expr
+                name = dotted_name(call.func) if isinstance(call, ast.Call) else ""
+                if name and canonical_name(name, aliases) == "contextlib.suppress":
+                    hits.append(f"line {node.lineno}: contextlib.suppress")
     return hits
 
 

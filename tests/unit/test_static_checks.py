@@ -128,6 +128,25 @@ def test_try_except_fires_with_line():
     assert f"Found: line {line_of(src, 'try:')}: try/except." in got["static.try_except"]
 
 
+@pytest.mark.parametrize(
+    "imports, call",
+    [("import contextlib", "contextlib.suppress"), ("from contextlib import suppress as quiet", "quiet")],
+)
+def test_suppress_is_a_try_except_too(imports, call):
+    src = with_kernel(
+        f"""
+        {imports}
+        def helper(x):
+            with {call}(Exception):
+                return x
+            return None
+        """
+    )
+    got = fired(src)
+    assert set(got) == {"static.try_except"}
+    assert f"Found: line {line_of(src, 'with ')}: contextlib.suppress." in got["static.try_except"]
+
+
 def test_try_finally_without_handler_is_allowed():
     src = with_kernel(
         """
