@@ -92,6 +92,7 @@ class _Ref:
     input_bytes: int
     output_bytes: int
     flops: int
+    precision: dict[str, Any] | None = None  # judge/precision.py's facts, when measured here
 
 
 def evaluate(
@@ -153,7 +154,11 @@ def _end(result: EvalResult, status: str, check_id: str | None, message: str) ->
     raise _Done
 
 
-def _reference(request: EvalRequest, ctx: EvalContext, result: EvalResult, seed: int) -> _Ref:
+def _reference(
+    request: EvalRequest, ctx: EvalContext, result: EvalResult, seed: int, precision_policy: str | None = None
+) -> _Ref:
+    """The judge's reference and its output's structure; with `precision_policy`, also its
+    precision facts (a float64 pass on the same inputs and output)."""
     opts = request.options
     try:
         module = loader.import_source(request.reference, ctx.workdir, "judge_reference")
@@ -165,7 +170,14 @@ def _reference(request: EvalRequest, ctx: EvalContext, result: EvalResult, seed:
         leaves = expected_leaves(out)
     except Exception as exc:  # noqa: BLE001 - the problem's own failure
         _end(result, STATUS_REFERENCE_ERROR, None, f"The reference failed: {type(exc).__name__}: {exc}")
-    return _Ref(module, model, leaves, nbytes(args), nbytes(out), flops)
+    ref = _Ref(module, model, leaves, nbytes(args), nbytes(out), flops)
+    if precision_policy is not None:
+        with ctx.phase("precision"), ctx.gpu():
+            ref.precision = precision.measure(module, model, seed, out, ctx.device, precision_policy)
+        del args, out
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()  # float64 copies: give the memory back, as the runner does
+    return ref
 
 
 def _merge_report(result: EvalResult, report: Any) -> EvalResult | None:
@@ -201,11 +213,14 @@ def _judge(
     timing = cuda and ctx.timing_enabled and opts.timing
     # the runner's memory share is the judge's word (the worker's, or a whole GPU's when alone)
     channel.send({"request": request.to_json(), "memory_share": ctx.hardening.gpu_memory_fraction})
+    # measured (when not known) with the reference, before the runner holds anything of it: the
+    # float64 pass is the judge's largest footprint
+    known_facts = _known_precision(request, ctx, result, handoff)
     with ctx.phase("reference"), torch.no_grad():
-        ref = _reference(request, ctx, result, opts.seed)
+        policy = ctx.hardening.precision_policy if known_facts is None else None
+        ref = _reference(request, ctx, result, opts.seed, policy)
         shape = _shape_variant(request, ctx)
-    # before the runner holds anything of the reference: the float64 pass is the judge's largest
-    facts = _precision_facts(request, ctx, result, ref, handoff)
+    facts = known_facts if known_facts is not None else ref.precision
     session = None
     ref_timing: jtiming.Timing | None = None
     handover_ms = 0.0
@@ -253,24 +268,15 @@ def _judge(
         )
 
 
-def _precision_facts(
-    request: EvalRequest, ctx: EvalContext, result: EvalResult, ref: _Ref, handoff: known.Handoff | None
-) -> dict[str, Any]:
-    """The precision facts every call the judge compares is held to (judge/precision.py): those a
-    judge of this worker recorded with its timing of the problem (stale timings too: the facts do
-    not depend on the GPU's clock), else measured here, before any candidate code exists."""
-    if handoff is not None and handoff.given and ctx.device.type == "cuda":
-        key = cache_key(reference_cache_key(result.problem_hash, ctx, request.options))
-        entry = known.find(handoff.given, key)
-        if entry is not None and entry.precision is not None:
-            return entry.precision
-    with ctx.phase("precision"), ctx.gpu():
-        facts = precision.measure(
-            ref.module, ref.model, request.options.seed, ctx.device, ctx.hardening.precision_policy
-        )
-    if ctx.device.type == "cuda":
-        torch.cuda.empty_cache()  # float64 copies: give the memory back, as the runner does
-    return facts
+def _known_precision(
+    request: EvalRequest, ctx: EvalContext, result: EvalResult, handoff: known.Handoff | None
+) -> dict[str, Any] | None:
+    """The precision facts (judge/precision.py) a judge of this worker recorded with its timing of
+    the problem (stale timings too: the facts do not depend on the GPU's clock), else None."""
+    if handoff is None or not handoff.given or ctx.device.type != "cuda":
+        return None
+    entry = known.find(handoff.given, cache_key(reference_cache_key(result.problem_hash, ctx, request.options)))
+    return entry.precision if entry is not None else None
 
 
 def _candidate(

@@ -36,6 +36,7 @@ from eval_server import gpu_ipc, wire
 from eval_server.checks import persisting_l2
 from eval_server.checks.compare import Comparison, compare_outputs, flatten_output, unflatten_like
 from eval_server.judge.channel import Channel, RunnerFailed
+from eval_server.judge.precision import Rule
 from eval_server.pipeline import loader
 from eval_server.pipeline.timing import gpu_cycles_per_ms
 
@@ -139,7 +140,7 @@ class GpuSession:
         self._bursts_ms: list[float] = []  # host time of the last bursts
         self._last_snapshot: torch.cuda.Event | None = None  # the previous window's, in this run
         # the precision rule compared calls are held to (judge/precision.py); None: tolerance only
-        self.precision: Any = None
+        self.precision: Rule | None = None
 
     def _lead(self) -> None:
         """Queue the lead: a GPU sleep that outlasts this host's queueing of the next burst."""

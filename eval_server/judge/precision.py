@@ -18,7 +18,6 @@ import torch
 
 from eval_server.checks import precision as rule
 from eval_server.checks.compare import Comparison
-from eval_server.pipeline import loader
 from eval_server.pipeline.context import Precision
 from eval_server.pipeline.reference import precision_baseline
 
@@ -42,14 +41,12 @@ class Rule:
         return dataclasses.replace(comparison, passed=False, detail=message)
 
 
-def measure(module: Any, model: torch.nn.Module, seed: int, device: torch.device, policy: str) -> dict[str, Any]:
+def measure(
+    module: Any, model: torch.nn.Module, seed: int, out32: Any, device: torch.device, policy: str
+) -> dict[str, Any]:
     """The facts as JSON ({} when the problem has none: no floating output, or an op without a
-    float64 kernel)."""
-    with torch.no_grad():
-        args = loader.make_inputs(module, seed, device)
-        out32 = model(*args)
-        del args
-        facts = precision_baseline(module, model, seed, out32, device, policy)
+    float64 kernel); `out32`: the reference's output on the inputs of `seed`."""
+    facts = precision_baseline(module, model, seed, out32, device, policy)
     return {} if facts is None else dataclasses.asdict(facts)
 
 
