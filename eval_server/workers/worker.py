@@ -455,10 +455,9 @@ class Worker:
         if status is None:
             return "The evaluation process disappeared without a result."
         if os.WIFSIGNALED(status):
-            return f"The evaluation process was killed by {_signal_name(os.WTERMSIG(status))} before reporting a result."
-        code = os.WEXITSTATUS(status)
+            return f"The evaluation process {_exit_words(status)} before reporting a result."
         return (
-            f"The evaluation process exited with code {code} before reporting a result "
+            f"The evaluation process {_exit_words(status)} before reporting a result "
             "(os._exit, sys.exit or a fatal error in the candidate)."
         )
 

@@ -6,6 +6,7 @@ result. A real forked child writes the payload, as an evaluation does."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,21 @@ from eval_server.workers.worker import _Spare, result_payload
 from tests.worker_args import cpu_worker
 
 
-def _child_reporting(result: EvalResult, tmp_path: Path, learned: KnownReference | None = None) -> _Spare:
+def _child_reporting(
+    result: EvalResult, tmp_path: Path, learned: KnownReference | None = None, end: str = "exit 0"
+) -> _Spare:
+    """A child that writes `result` into its pipe, then ends as a judge does ("exit 0") or as a
+    judge never does: "killed" (a candidate that killed its judge and wrote into its pipe through
+    /proc) or "exit 3"."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
         os.write(write_fd, result_payload(result, learned))
-        os._exit(0)
+        os.close(write_fd)
+        if end == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(3 if end == "exit 3" else 0)
     os.close(write_fd)
     return _Spare(pid, -1, read_fd, tmp_path)
 
@@ -46,30 +55,11 @@ def test_a_result_must_name_the_requested_problem(tmp_path: Path, named: str) ->
         assert len(worker.known) == 0
 
 
-def _child_reporting_then(result: EvalResult, tmp_path: Path, end: str) -> _Spare:
-    """A child whose pipe holds a well-formed result for the right problem, and that then ends as
-    a judge never does: killed (a candidate that killed its judge and wrote into its pipe through
-    /proc) or with another exit code."""
-    import signal
-
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        os.write(write_fd, result_payload(result))
-        os.close(write_fd)
-        if end == "killed":
-            os.kill(os.getpid(), signal.SIGKILL)
-        os._exit(3)
-    os.close(write_fd)
-    return _Spare(pid, -1, read_fd, tmp_path)
-
-
 @pytest.mark.parametrize("end", ["killed", "exit 3"])
 def test_a_result_from_a_judge_that_did_not_exit_cleanly_is_not_taken(tmp_path: Path, end: str) -> None:
     request = parse_request({"reference": samples.load_problem("relu"), "candidate": "x = 1\n"})
     forged = EvalResult(status="ok", speedup=100.0, correct=True, problem_hash=problem_hash(request.reference))
-    got = cpu_worker(tmp_path)._wait(_child_reporting_then(forged, tmp_path, end), request, timeout_s=30)
+    got = cpu_worker(tmp_path)._wait(_child_reporting(forged, tmp_path, end=end), request, timeout_s=30)
     assert got.status == "crashed" and got.speedup is None
     words = "was killed by SIGKILL" if end == "killed" else "exited with code 3"
     assert words in got.error["message"] and "not taken as a result" in got.error["message"]
