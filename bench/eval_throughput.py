@@ -115,6 +115,13 @@ class Job:
     candidate: Path
 
 
+def brief(feedback: str, head: int = 300, tail: int = 600) -> str:
+    """A failed row's feedback: its start says what failed, its end (an exception's last line) why."""
+    if len(feedback) <= head + tail:
+        return feedback
+    return f"{feedback[:head]} [...] {feedback[-tail:]}"
+
+
 def _known(names: list[str], known: set[str]) -> None:
     """Exit naming a `--cases` entry that matches no case (an empty selection is no benchmark)."""
     unknown = [n for n in names if n not in known]
@@ -229,7 +236,7 @@ def run_ours(
                     "phases": res["phases"],
                     "reference_timing_source": res.get("reference_timing_source"),
                     "checks": [c["id"] for c in res["checks"]],
-                    "feedback": res["feedback"][:400] if res["status"] != "ok" else "",
+                    "feedback": brief(res["feedback"]) if res["status"] != "ok" else "",
                     "error": res.get("error") if res["status"] == "server_error" else None,
                     "elapsed_in_worker_s": res["elapsed_s"],
                     "warmup_ms": {
@@ -368,7 +375,7 @@ def run_fresh(
                 "gpu_shared_s": gpu_shared_s(phases),
                 "phases": phases,
                 "checks": [c["id"] for c in res["checks"]],
-                "feedback": res["feedback"][:400] if res["status"] != req.expected_status else "",
+                "feedback": brief(res["feedback"]) if res["status"] != req.expected_status else "",
                 "error": res.get("error") if res["status"] == "server_error" else None,
             }
 

@@ -46,6 +46,7 @@ from eval_server.isolation.hardening import Hardening
 from eval_server.judge.known import Handoff, KnownReference, KnownStore
 from eval_server.schema import (
     STATUS_CRASHED,
+    STATUS_REFERENCE_ERROR,
     STATUS_REJECTED,
     STATUS_RUNTIME_ERROR,
     STATUS_SERVER_ERROR,
@@ -143,11 +144,18 @@ def _exit_words(status: int) -> str:
     return f"exited with code {os.WEXITSTATUS(status)}"
 
 
+# statuses a process out of its memory share ends with: the judge's own (its reference or the
+# evaluator failing) and the candidate's process's (its forward, or the evaluator's code running
+# in it, e.g. the float64 reference of its first layer: `crashed`)
+_JUDGE_OUT_OF_SHARE = (STATUS_SERVER_ERROR, STATUS_REFERENCE_ERROR)
+_RUNNER_OUT_OF_SHARE = (STATUS_RUNTIME_ERROR, STATUS_CRASHED)
+
+
 def out_of_memory(result: EvalResult) -> bool:
     """The evaluation ended because a process ran out of its share of the GPU's memory: the judge
-    (`server_error`) or the candidate's process (`runtime_error`, which a candidate can also fake:
-    it buys one retry, never a verdict)."""
-    if result.status not in (STATUS_SERVER_ERROR, STATUS_RUNTIME_ERROR):
+    (`server_error`, `reference_error`) or the candidate's process (`runtime_error`, `crashed`,
+    which a candidate can also fake: it buys one retry, never a verdict)."""
+    if result.status not in _JUDGE_OUT_OF_SHARE + _RUNNER_OUT_OF_SHARE:
         return False
     error = result.error or {}
     text = f"{error.get('type', '')} {error.get('message', '')} {result.feedback}"
@@ -214,7 +222,7 @@ class Worker:
         alone = key in self._alone
         result = self._attempt(request, timeout_s, alone)
         if self.shares_gpu and not alone and out_of_memory(result):
-            if result.status == STATUS_SERVER_ERROR:
+            if result.status in _JUDGE_OUT_OF_SHARE:  # the judge's need: every evaluation's
                 self._alone[key] = None
                 while len(self._alone) > _ALONE_REMEMBERED:
                     del self._alone[next(iter(self._alone))]

@@ -15,7 +15,9 @@ import pytest
 from eval_server.feedback import failure_result
 from eval_server.isolation.gpu_lock import MemoryShare
 from eval_server.schema import (
+    STATUS_CRASHED,
     STATUS_OK,
+    STATUS_REFERENCE_ERROR,
     STATUS_RUNTIME_ERROR,
     STATUS_SERVER_ERROR,
     EvalResult,
@@ -82,9 +84,14 @@ def _result(status: str, message: str = "") -> EvalResult:
     return failure_result(_REQUEST, status, message) if message else result_for(_REQUEST, status, "cuda:0")
 
 
-def test_out_of_memory_is_read_from_server_and_runtime_errors_only() -> None:
+def test_out_of_memory_is_read_from_the_statuses_a_process_out_of_its_share_ends_with() -> None:
     assert out_of_memory(_result(STATUS_SERVER_ERROR, _OOM))
     assert out_of_memory(_result(STATUS_RUNTIME_ERROR, "torch.OutOfMemoryError: CUDA out of memory"))
+    # the judge's reference (1x H200, 6 workers, KernelBench's ReLU at its real size)
+    assert out_of_memory(_result(STATUS_REFERENCE_ERROR, "The reference failed: " + _OOM))
+    # the evaluator's code in the candidate's process, its first layer (4 workers, the sum reduction)
+    assert out_of_memory(_result(STATUS_CRASHED, "The candidate's process failed while it was checked:\n" + _OOM))
+    assert not out_of_memory(_result(STATUS_CRASHED, "The candidate's process failed: KeyError: 'x'"))
     assert not out_of_memory(_result(STATUS_SERVER_ERROR, "Evaluator failure: KeyError: 'x'"))
     assert not out_of_memory(_result("incorrect", _OOM))
     assert not out_of_memory(_result(STATUS_OK))
@@ -112,10 +119,11 @@ def _gpu_args(tmp_path: Path, share: float) -> Any:
     return args
 
 
-def test_a_judge_out_of_its_share_runs_again_alone_and_its_problem_stays_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("status", [STATUS_SERVER_ERROR, STATUS_REFERENCE_ERROR])
+def test_a_judge_out_of_its_share_runs_again_alone_and_its_problem_stays_alone(tmp_path: Path, status: str) -> None:
     worker = _ScriptedWorker(
         _gpu_args(tmp_path, 0.475),
-        [_result(STATUS_SERVER_ERROR, _OOM), _result(STATUS_OK), _result(STATUS_OK)],
+        [_result(status, _OOM), _result(STATUS_OK), _result(STATUS_OK)],
     )
     first = worker.run_one(_REQUEST.to_json(), 60.0)
     assert first.status == STATUS_OK and "out_of_share_attempt" in first.phases
@@ -123,10 +131,11 @@ def test_a_judge_out_of_its_share_runs_again_alone_and_its_problem_stays_alone(t
     assert worker.attempts == [False, True, True]
 
 
-def test_a_candidate_out_of_memory_gets_one_retry_and_is_not_remembered(tmp_path: Path) -> None:
-    oom = _result(STATUS_RUNTIME_ERROR, "torch.OutOfMemoryError: CUDA out of memory")
+@pytest.mark.parametrize("status", [STATUS_RUNTIME_ERROR, STATUS_CRASHED])
+def test_a_candidate_out_of_memory_gets_one_retry_and_is_not_remembered(tmp_path: Path, status: str) -> None:
+    oom = _result(status, "torch.OutOfMemoryError: CUDA out of memory")
     worker = _ScriptedWorker(_gpu_args(tmp_path, 0.475), [oom, oom, _result(STATUS_OK)])
-    assert worker.run_one(_REQUEST.to_json(), 60.0).status == STATUS_RUNTIME_ERROR
+    assert worker.run_one(_REQUEST.to_json(), 60.0).status == status
     assert worker.run_one(_REQUEST.to_json(), 60.0).status == STATUS_OK
     assert worker.attempts == [False, True, False]
 
