@@ -430,7 +430,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         default=None,
         help="further eval-server flags, one configuration per use (A/B in one run), e.g. "
-        "--server-args '' --server-args '--timing-ci 0.002'; default: one configuration, none",
+        "--server-args '' --server-args '--timing-ci 0.002' (a lone flag: --server-args=--compile-unlocked); "
+        "default: one configuration, none",
     )
     p.add_argument(
         "--fresh",
