@@ -182,8 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--compile-unlocked",
         action="store_true",
         help="GPU, several workers per GPU: the candidate's process lets go of its shared hold of the GPU "
-        "lock while Triton compiles, and compiles the second shape's kernels in its own checks (not yet "
-        "measured: off by default)",
+        "lock while Triton compiles, and compiles the second shape's kernels in its own checks (off by "
+        "default: no measured gain, docs/BENCHMARKS.md)",
+    )
+    dev.add_argument(
+        "--no-ptrace-guard",
+        dest="ptrace_guard",
+        action="store_false",
+        help="keep the candidate's process's capabilities and the judge dumpable (by default the "
+        "candidate's process drops every capability and the judge turns undumpable, so the candidate "
+        "cannot ptrace the judge or write its memory); only for a system where that breaks evaluation",
     )
     dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
@@ -202,6 +210,7 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "precision_policy": args.precision_policy,
         "cuda_compile_timeout_s": args.cuda_compile_timeout,
         "compile_unlocked": args.compile_unlocked,
+        "ptrace_guard": args.ptrace_guard,
     }
     if args.workers_per_device > 1:
         overrides["gpu_memory_fraction"] = gpu_memory_share(args.workers_per_device)

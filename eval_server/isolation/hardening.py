@@ -38,6 +38,10 @@ class Hardening:
     # GPU: the runner lets go of its shared GPU hold while Triton compiles (pipeline/compile_pause.py)
     # and warms the second shape's kernels in its first layer (shapes.warm); off until measured
     compile_unlocked: bool = False
+    # The candidate's process drops every capability (no_new_privs) and the judge turns
+    # undumpable after forking it: the runner can neither ptrace the judge nor write its memory
+    # through /proc (isolation/sandbox.py); off only for a GPU driver that would refuse it
+    ptrace_guard: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_fraction <= 1:

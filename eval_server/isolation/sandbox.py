@@ -71,11 +71,49 @@ def _prctl(option: int, value: int) -> bool:
 
 def become_undumpable() -> bool:
     """Processes of the same user without CAP_SYS_PTRACE can no longer ptrace this process or
-    read and write its memory through /proc. Meant for the judge once it forked the candidate's
-    runner; not enabled until a GPU run shows the runner's CUDA IPC imports of judge memory
-    still work then (drivers may check ptrace access for IPC)."""
+    read and write its memory through /proc: the judge, once it forked the candidate's runner
+    (which drops every capability, `drop_privileges`)."""
     PR_SET_DUMPABLE = 4
     return _prctl(PR_SET_DUMPABLE, 0)
+
+
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_VERSION_3 = 0x20080522
+
+
+def drop_privileges() -> bool:
+    """Give up every capability, and the means to get one back: the candidate's process. As root
+    with CAP_SYS_PTRACE (a container run with every capability) it could otherwise ptrace its
+    judge or write the judge's memory through /proc, whatever the judge's dumpable flag; without
+    capabilities, the kernel refuses both for an undumpable judge, and for any judge that holds
+    capabilities this process lacks. no_new_privs keeps an exec'd setuid or file-capability
+    binary from bringing them back. True when the process ends with none (CapEff and CapPrm 0)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        for cap in range(64):  # the bounding set needs CAP_SETPCAP, which goes last (capset below)
+            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
+        data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words: all empty
+        libc.capset(header, data)
+    except (OSError, AttributeError):
+        return False
+    return privileges() == {"CapEff": 0, "CapPrm": 0, "NoNewPrivs": 1}
+
+
+def privileges(pid: int | str = "self") -> dict[str, int]:
+    """A process's effective and permitted capability sets and its no_new_privs flag, as the
+    kernel reports them in /proc (empty when it cannot be read)."""
+    fields = {"CapEff": 16, "CapPrm": 16, "NoNewPrivs": 10}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            lines = [line.split(":", 1) for line in fh if ":" in line]
+    except OSError:
+        return {}
+    return {k.strip(): int(v.strip(), fields[k.strip()]) for k, v in lines if k.strip() in fields}
 
 
 def kill_tree(pid: int) -> None:

@@ -182,6 +182,7 @@ class Worker:
             and (Hardening(**self.hardening_overrides).gpu_memory_fraction < 1.0)
         )
         self._alone: dict[str, None] = {}  # problem hashes, oldest first
+        self.ptrace_guard = Hardening(**self.hardening_overrides).ptrace_guard
         self.known = KnownStore()  # reference timings its judges measured (judge/known.py)
 
     # ------------------------------------------------------------------ warm-up (parent)
@@ -479,6 +480,8 @@ class Worker:
         from eval_server.judge.pair import fork_runner
 
         runner_pid, sock = fork_runner(lambda s: self._runner_main(s, evaldir, request_fd, write_fd))
+        if self.ptrace_guard:
+            sandbox.become_undumpable()  # before any request: the runner imports no candidate yet
         request: EvalRequest | None = None
         payload = b""
         try:
@@ -530,6 +533,8 @@ class Worker:
             with contextlib.suppress(OSError):
                 os.close(fd)
         _quiet(evaldir)
+        if self.ptrace_guard and not sandbox.drop_privileges():
+            print(f"runner: capabilities not dropped: {sandbox.privileges()}", file=sys.stderr)
         self._child_prepare()
         device = torch.device("cuda", 0) if self.device_kind == "cuda" else torch.device("cpu")
         serve(sock, device, str(evaldir), lambda req, share: self._first_layer(req, share, evaldir))

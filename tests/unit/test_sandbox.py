@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -251,3 +252,56 @@ def test_reap_group_leaves_no_zombie_of_a_killed_group():
     done = subprocess.run([sys.executable, "-c", _REAP_SCRIPT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["reaped", "True", "gone"]
+
+
+_GUARD_SCRIPT = """
+import os, sys
+from eval_server.isolation import sandbox
+guard = sys.argv[1] == "1"
+r, w = os.pipe()
+go_r, go_w = os.pipe()
+runner = os.fork()
+if runner == 0:  # the candidate's process
+    os.close(r)
+    os.close(go_w)
+    dropped = sandbox.drop_privileges() if guard else False
+    os.read(go_r, 1)  # the judge has turned undumpable
+    try:
+        with open(f"/proc/{os.getppid()}/mem", "rb"):
+            got = "opened"
+    except PermissionError:
+        got = "refused"
+    os.write(w, f"{int(dropped)} {sandbox.privileges()} {got}".encode())
+    os._exit(0)
+if guard:
+    sandbox.become_undumpable()
+os.write(go_w, b"x")
+os.close(w)
+print(os.read(r, 500).decode())
+os.waitpid(runner, 0)
+"""
+
+
+def _yama_scope() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_a_runner_without_capabilities_cannot_open_its_undumpable_judges_memory(guard: bool) -> None:
+    """What the worker does with `Hardening.ptrace_guard` (its judge and runner): the runner's
+    route to the judge's memory through /proc is closed, as root too (the CI container's user)."""
+    if not guard and (os.geteuid() != 0 or _yama_scope() > 0):
+        pytest.skip("the unguarded control needs root without Yama, where the route is open")
+    out = subprocess.run(
+        [sys.executable, "-c", _GUARD_SCRIPT, str(int(guard))],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.split(" ", 1)  # fmt: skip
+    if guard:
+        assert out[0] == "1"
+        assert out[1].endswith("refused\n")
+        assert all(f in out[1] for f in ("'CapEff': 0", "'CapPrm': 0", "'NoNewPrivs': 1"))
+    else:
+        assert out[1].endswith("opened\n")
