@@ -150,6 +150,24 @@ def reap_group(pgid: int, grace_s: float) -> bool:
             time.sleep(0.005)
 
 
+def kill_strays(keep: int | None = None) -> list[int]:
+    """Kill every child of this process but `keep` (the worker's prepared pair), with its tree, and
+    reap it: after an evaluation the worker has no other child, unless one of the candidate's
+    processes escaped its group (setsid) and outlived its parent, so the subreaper inherited it
+    (a double fork). Left alone, it would run beside every later evaluation, e.g. loading the GPU
+    while references are timed. Returns the pids killed."""
+    try:
+        children = [c.pid for c in psutil.Process().children()]
+    except psutil.Error:
+        return []
+    killed = [pid for pid in children if pid != keep]
+    for pid in killed:  # reaped once dead, here or by a later reap_all: never waited for
+        kill_tree(pid)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    return killed
+
+
 def reap_all(keep: int | None = None) -> None:
     """Collect every exited child (including reparented orphans) so no zombie remains; stop at
     `keep`, a child whose exit status its owner reads later."""

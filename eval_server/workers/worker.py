@@ -380,7 +380,9 @@ class Worker:
             if eof_at is not None:
                 child_exit_s = time.perf_counter() - eof_at
             # not the spare: its exit status is read when it is taken
-            sandbox.reap_all(keep=self._spare.pid if self._spare is not None else None)
+            keep = self._spare.pid if self._spare is not None else None
+            sandbox.kill_strays(keep=keep)  # a candidate's process that escaped its group
+            sandbox.reap_all(keep=keep)
             # Drain what the child wrote before it exited.
             while eof_at is None:
                 ready, _, _ = select.select([read_fd], [], [], 0)

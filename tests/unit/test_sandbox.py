@@ -254,6 +254,51 @@ def test_reap_group_leaves_no_zombie_of_a_killed_group():
     assert done.stdout.split() == ["reaped", "True", "gone"]
 
 
+_STRAY_SCRIPT = """
+import os, time
+import psutil
+from eval_server.isolation.sandbox import become_subreaper, kill_strays
+assert become_subreaper()
+r, w = os.pipe()
+spare = os.fork()
+if spare == 0:  # the prepared pair: kept
+    time.sleep(60)
+    os._exit(0)
+evaluation = os.fork()
+if evaluation == 0:  # the candidate's double fork: a new session, its parent gone at once
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, str(os.getpid()).encode())
+            time.sleep(60)
+            os._exit(0)
+        os._exit(0)
+    os._exit(0)
+os.waitpid(evaluation, 0)
+stray = int(os.read(r, 20))
+while stray not in [c.pid for c in psutil.Process().children()]:  # reparented to the subreaper
+    time.sleep(0.01)
+killed = kill_strays(keep=spare)
+while True:  # dead once this subreaper collects it
+    try:
+        if os.waitpid(stray, os.WNOHANG)[0] == stray:
+            break
+    except ChildProcessError:
+        break
+    time.sleep(0.01)
+print(stray in killed and spare not in killed, psutil.pid_exists(stray), psutil.Process(spare).is_running())
+os.kill(spare, 9)
+os.waitpid(spare, 0)
+"""
+
+
+def test_a_process_that_escaped_its_evaluation_is_killed_and_the_spare_kept():
+    """The worker's case after every evaluation (in a child interpreter, a subreaper of its own)."""
+    done = subprocess.run([sys.executable, "-c", _STRAY_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True"]
+
+
 _GUARD_SCRIPT = """
 import os, sys
 from eval_server.isolation import sandbox
