@@ -251,10 +251,24 @@ class EvalResult:
             if data.get(key) is not None:
                 data[key] = build_dataclass(TimingStats, f"result.{key}", data[key])
         if data.get("kernel_time") is not None:
-            data["kernel_time"] = build_dataclass(KernelTime, "result.kernel_time", data["kernel_time"])
+            data["kernel_time"] = _kernel_time(build_dataclass(KernelTime, "result.kernel_time", data["kernel_time"]))
         if data.get("roofline") is not None:
             data["roofline"] = build_dataclass(Roofline, "result.roofline", data["roofline"])
         return cls(**data)
+
+
+def _kernel_time(kt: KernelTime) -> KernelTime:
+    """A profile as the evaluator makes it: the profiling-based reward multiplies the speedup bonus
+    by `own_share`, and the candidate's process reports it, so a share outside 0..1 (or times
+    that are not finite, non-negative numbers) is a forged report, never a reward factor."""
+    share = kt.own_share
+    if not isinstance(share, (int, float)) or not math.isfinite(share) or not 0 <= share <= 1:
+        raise ValidationError(f"result.kernel_time.own_share: must be a number in [0, 1], got {share!r}")
+    for name in ("own_us", "total_us"):
+        value = getattr(kt, name)
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValidationError(f"result.kernel_time.{name}: must be a finite number >= 0, got {value!r}")
+    return kt
 
 
 def result_for(request: EvalRequest, status: str, device: str = "") -> EvalResult:

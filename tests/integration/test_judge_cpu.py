@@ -128,6 +128,15 @@ def test_an_unreadable_report_is_a_crash(tmp_path: Path) -> None:
     assert result.status == "crashed"
 
 
+@pytest.mark.parametrize("share", [1e9, -1.0])
+def test_a_report_with_a_forged_profile_share_is_a_crash(tmp_path: Path, share: float) -> None:
+    """The profiling-based reward multiplies the bonus by own_share: a share past 1 is no factor."""
+    report = _forged_ok()
+    report["kernel_time"] = {"own_share": share, "own_us": 1.0, "total_us": 1.0}
+    result = _judge(tmp_path, lambda req, share_: (report, _Relu()))
+    assert result.status == "crashed" and result.kernel_time is None
+
+
 def test_a_failing_report_stands(tmp_path: Path) -> None:
     report = EvalResult(status="rejected", checks=[])
     result = _judge(tmp_path, lambda req, share: (report.to_json(), _Relu()))

@@ -352,3 +352,22 @@ def test_problem_hash_stable_and_content_sensitive():
     assert problem_hash("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     assert problem_hash(REF + " ") != h
     assert problem_hash("é") != problem_hash("e")
+
+
+@pytest.mark.parametrize(
+    "kernel_time, field",
+    [
+        ({"own_share": 1e9, "own_us": 1.0, "total_us": 1.0}, "own_share"),
+        ({"own_share": -0.5, "own_us": 1.0, "total_us": 1.0}, "own_share"),
+        ({"own_share": float("nan"), "own_us": 1.0, "total_us": 1.0}, "own_share"),
+        ({"own_share": "1", "own_us": 1.0, "total_us": 1.0}, "own_share"),
+        ({"own_share": 0.5, "own_us": float("inf"), "total_us": 1.0}, "own_us"),
+        ({"own_share": 0.5, "own_us": 1.0, "total_us": -2.0}, "total_us"),
+    ],
+)
+def test_a_profile_outside_what_the_evaluator_makes_is_refused(kernel_time: dict, field: str) -> None:
+    """own_share multiplies the profiling-based reward's bonus: only a share in [0, 1] is one."""
+    with pytest.raises(ValidationError, match=f"result.kernel_time.{field}"):
+        EvalResult.from_json({"status": "ok", "kernel_time": kernel_time})
+    ok = {"own_share": 1.0, "own_us": 2.0, "total_us": 2.0}
+    assert EvalResult.from_json({"status": "ok", "kernel_time": ok}).kernel_time.own_share == 1.0
