@@ -197,7 +197,8 @@ def _merge_report(result: EvalResult, report: Any) -> EvalResult | None:
     ):
         setattr(result, name, getattr(rep, name))
     result.checks = list(rep.checks)
-    result.phases = {k: v for k, v in rep.phases.items() if wire.finite(v)}
+    # the runner's own phases; the judge's (judge_*) are the judge's word alone
+    result.phases = {k: v for k, v in rep.phases.items() if wire.finite(v) and not k.startswith("judge_")}
     return rep
 
 

@@ -137,6 +137,14 @@ def test_a_report_with_a_forged_profile_share_is_a_crash(tmp_path: Path, share: 
     assert result.status == "crashed" and result.kernel_time is None
 
 
+def test_a_report_cannot_name_the_judges_phases(tmp_path: Path) -> None:
+    report = _forged_ok()
+    report["phases"] = {"judge_gpu_held_exclusive": 999.0, "correctness": 0.5}
+    result = _judge(tmp_path, lambda req, share: (report, _Relu()))
+    assert result.status == "ok" and result.phases["correctness"] == 0.5
+    assert "judge_gpu_held_exclusive" not in result.phases  # CPU: the judge holds no GPU
+
+
 def test_a_failing_report_stands(tmp_path: Path) -> None:
     report = EvalResult(status="rejected", checks=[])
     result = _judge(tmp_path, lambda req, share: (report.to_json(), _Relu()))
