@@ -219,7 +219,7 @@ class EvalResult:
     # options.baseline_compile: the reference compiled by torch.compile, timed by the same method
     compile_reference_timing: TimingStats | None = None
     speedup_vs_compile: float | None = None  # compiled reference median / candidate median
-    # "measured", "cache", or "failed: <why>; the eager reference stands in" (then
+    # "measured", "cache" (the worker's, judge/known.py), or "failed: <why>; the eager reference stands in" (then
     # speedup_vs_compile = speedup); null when not asked or not timed
     compile_baseline: str | None = None
     error: dict[str, str] | None = None  # {"type", "message", "traceback"} of the failure

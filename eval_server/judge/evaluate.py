@@ -240,7 +240,7 @@ def _judge(
         assert session is not None
         ref_timing, handover_ms = _reference_timing(request, ctx, result, channel, session, handoff)
         if opts.baseline_compile:
-            _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms)
+            _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms, handoff)
     if handoff is not None and handoff.learned is not None:
         handoff.learned = replace(handoff.learned, precision=facts)
     held_to = precision.rule_for(facts, ctx.hardening)
@@ -512,17 +512,22 @@ def _time_compiled_reference(
     session: GpuSession,
     eager: jtiming.Timing,
     handover_ms: float,
+    handoff: known.Handoff | None,
 ) -> None:
     """The second baseline: the reference through torch.compile, served by the runner before any
     candidate code exists in it, timed by the eager reference's method (same calls per window)
-    and cached per problem and GPU beside it (no spot check: the compile is what the cache
-    saves). The compile holds the GPU shared, only its timing exclusive. A reference that does not
-    compile, or compiles into different outputs, is said so; the eager timing then stands in."""
+    and kept by the worker with the eager reference's timing (judge/known.py: stale with it),
+    never in the reference cache's file, which a candidate's process can write (its timing is
+    what `speedup_vs_compile`, a reward's baseline, divides). The compile holds the GPU shared,
+    only its timing exclusive. A reference that does not compile, or compiles into different
+    outputs, is said so; the eager timing then stands in."""
     opts = request.options
-    key = {**reference_cache_key(result.problem_hash, ctx, opts), "baseline": "torch.compile"}
-    cached = ctx.ref_cache.get(key) if ctx.ref_cache is not None else None
-    if cached is not None and cached.method is not None:
-        result.compile_reference_timing, result.compile_baseline = cached, "cache"
+    key = cache_key(reference_cache_key(result.problem_hash, ctx, opts))
+    entry = None
+    if handoff is not None:  # the eager timing's entry: just measured, or the worker's fresh one
+        entry = handoff.learned if handoff.learned is not None else known.find(handoff.given, key)
+    if entry is not None and entry.key == key and entry.compiled is not None:
+        result.compile_reference_timing, result.compile_baseline = entry.compiled, "cache"
         return
     k = eager.stats.calls_per_trial
     try:
@@ -543,8 +548,8 @@ def _time_compiled_reference(
             "tolerance; the eager reference stands in"
         )
         return
-    if ctx.ref_cache is not None:
-        ctx.ref_cache.put(key, timed.stats)
+    if handoff is not None and entry is not None and entry.key == key:
+        handoff.learned = replace(entry, compiled=timed.stats)
     result.compile_reference_timing, result.compile_baseline = timed.stats, "measured"
 
 

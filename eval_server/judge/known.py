@@ -43,6 +43,9 @@ class KnownReference:
     # the judge's precision facts of the problem (judge/precision.py): None not recorded, {} none
     # (no floating output, or an op without a float64 kernel)
     precision: dict[str, Any] | None = None
+    # the reference through torch.compile (options.baseline_compile), timed by a judge of this
+    # worker before any candidate code, while this entry was fresh: stale with it
+    compiled: TimingStats | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,6 +56,7 @@ class KnownReference:
             "cycles_per_ms": self.cycles_per_ms,
             "measured_at": self.measured_at,
             "precision": self.precision,
+            "compiled": dataclasses.asdict(self.compiled) if self.compiled is not None else None,
         }
 
     @classmethod
@@ -64,7 +68,9 @@ class KnownReference:
         if not all(isinstance(v, (int, float)) and wire.finite(v) for v in numbers) or not numbers[2] > 0:
             raise ValueError("a known reference's numbers must be finite (its clock > 0)")
         stats = _stats(data.get("stats"))
-        return cls(data["key"], stats, *(float(v) for v in numbers), precision=_precision(data.get("precision")))
+        compiled = _stats(data["compiled"]) if data.get("compiled") is not None else None
+        precision = _precision(data.get("precision"))
+        return cls(data["key"], stats, *(float(v) for v in numbers), precision=precision, compiled=compiled)
 
     def stale(self, now: float, max_age_s: float, cycles_per_ms: float) -> str | None:
         """Why this entry may not be used now, or None."""

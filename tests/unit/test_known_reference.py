@@ -26,9 +26,11 @@ PRECISION = {"ref_error": 1.2e-7, "budget": 1.2e-7, "ref_scale": 3.5, "dtype": "
 
 
 @pytest.mark.parametrize("facts", [None, {}, PRECISION])
-def test_an_entry_crosses_the_pipe_unchanged(facts: dict | None) -> None:
-    """With the judge's precision facts: not recorded (None), none for the problem ({}), or numbers."""
-    e = dataclasses.replace(entry(), precision=facts)
+@pytest.mark.parametrize("compiled", [None, dataclasses.replace(STATS, median_ms=0.2, min_ms=0.19, mean_ms=0.2)])
+def test_an_entry_crosses_the_pipe_unchanged(facts: dict | None, compiled: TimingStats | None) -> None:
+    """With the judge's precision facts: not recorded (None), none for the problem ({}), or numbers;
+    with the compiled reference's timing (options.baseline_compile) or without."""
+    e = dataclasses.replace(entry(), precision=facts, compiled=compiled)
     assert KnownReference.from_json(e.to_json()) == e
 
 
@@ -51,6 +53,9 @@ def test_an_entry_crosses_the_pipe_unchanged(facts: dict | None) -> None:
         {"precision": {**PRECISION, "dtype": None}},
         {"precision": {**PRECISION, "extra": 1.0}},
         {"precision": [1.0]},
+        {"compiled": {**dataclasses.asdict(STATS), "median_ms": -1.0}},
+        {"compiled": {**dataclasses.asdict(STATS), "method": None}},
+        {"compiled": 0.2},
     ],
 )
 def test_a_malformed_entry_is_refused(change: dict) -> None:
