@@ -194,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
         "cannot ptrace the judge or write its memory); only for a system where that breaks evaluation",
     )
     dev.add_argument(
+        "--runner-read-only",
+        action="store_true",
+        help="the candidate's process sees every file system read-only but its worker's directory, the "
+        "reference cache's directory, the GPU lock files and the MPS pipes (a user and mount namespace of "
+        "its own; the server does not start where the kernel refuses them); not yet shown on a GPU: off "
+        "by default",
+    )
+    dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
     )
     p.add_argument("--log-level", default="INFO", help="logging level")
@@ -211,6 +219,7 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "cuda_compile_timeout_s": args.cuda_compile_timeout,
         "compile_unlocked": args.compile_unlocked,
         "ptrace_guard": args.ptrace_guard,
+        "runner_read_only": args.runner_read_only,
     }
     if args.workers_per_device > 1:
         overrides["gpu_memory_fraction"] = gpu_memory_share(args.workers_per_device)

@@ -42,6 +42,10 @@ class Hardening:
     # undumpable after forking it: the runner can neither ptrace the judge nor write its memory
     # through /proc (isolation/sandbox.py); off only for a GPU driver that would refuse it
     ptrace_guard: bool = True
+    # The candidate's process sees every file system read-only but its worker's directory, the
+    # reference cache's directory, the GPU lock files and the MPS pipes (sandbox.confine_writes);
+    # off until shown on a GPU
+    runner_read_only: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_fraction <= 1:

@@ -104,6 +104,76 @@ def drop_privileges() -> bool:
     return privileges() == {"CapEff": 0, "CapPrm": 0, "NoNewPrivs": 1}
 
 
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_NOATIME, _MS_NODIRATIME, _MS_BIND = 32, 1024, 2048, 4096
+_MS_REC, _MS_PRIVATE, _MS_RELATIME, _MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
+# a mount's options that a remount inside a user namespace must keep (the kernel locks them)
+_KEPT_OPTIONS = {
+    "nosuid": _MS_NOSUID,
+    "nodev": _MS_NODEV,
+    "noexec": _MS_NOEXEC,
+    "noatime": _MS_NOATIME,
+    "nodiratime": _MS_NODIRATIME,
+    "relatime": _MS_RELATIME,
+    "strictatime": _MS_STRICTATIME,
+}
+# kernel and device file systems: left as they are (/dev/shm and the GPU's device nodes included)
+_KERNEL_TREES = ("/proc", "/sys", "/dev")
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """(mount point, per-mount options) of this process's mount namespace, in mount order."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        fields = [line.split() for line in fh]
+    unescape = re.compile(r"\\([0-7]{3})")
+    return [(unescape.sub(lambda m: chr(int(m.group(1), 8)), f[4]), f[5]) for f in fields if len(f) > 5]
+
+
+def confine_writes(writable: list[str]) -> list[str]:
+    """Make every file system read-only for this process and its children but the paths in
+    `writable` (and /proc, /sys, /dev): the candidate's process, which could otherwise rewrite
+    the evaluator's own source, the site-packages a later process loads, or the reference cache
+    (native code reaches what no audit hook sees). A user namespace of its own (mapped to the
+    same user) owns a mount namespace of its own: nothing outside this process changes. Call
+    single-threaded (the kernel refuses a multithreaded process a user namespace), before
+    `drop_privileges`. Returns the mount points that stayed writable against the request (empty:
+    all as asked); raises OSError when the kernel refuses the namespaces."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def call(result: int, what: str) -> None:
+        if result != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    uid, gid = os.geteuid(), os.getegid()
+    call(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w", encoding="ascii") as fh:
+            fh.write(text)
+    call(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    kept = [os.path.realpath(p) for p in writable if os.path.exists(p)]
+    for path in kept:  # each its own mount, which the remounts below leave writable
+        raw = path.encode()
+        call(libc.mount(raw, raw, None, _MS_BIND | _MS_REC, None), f"mount --bind {path}")
+    left = []
+    for point, options in _mounts():
+        if _under(point, kept) or _under(point, list(_KERNEL_TREES)) or "ro" in options.split(","):
+            continue
+        flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY
+        for option in options.split(","):
+            flags |= _KEPT_OPTIONS.get(option, 0)
+        if libc.mount(None, point.encode(), None, flags, None) != 0:
+            left.append(point)
+    with contextlib.suppress(OSError):  # the working directory was looked up before the binds
+        os.chdir(os.getcwd())
+    return left
+
+
 def privileges(pid: int | str = "self") -> dict[str, int]:
     """A process's effective and permitted capability sets and its no_new_privs flag, as the
     kernel reports them in /proc (empty when it cannot be read)."""

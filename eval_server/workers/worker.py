@@ -151,6 +151,29 @@ _JUDGE_OUT_OF_SHARE = (STATUS_SERVER_ERROR, STATUS_REFERENCE_ERROR)
 _RUNNER_OUT_OF_SHARE = (STATUS_RUNTIME_ERROR, STATUS_CRASHED)
 
 
+def _probe_confinement(writable: list[str]) -> None:
+    """Confine a forked child as each runner will be (`Hardening.runner_read_only`): a kernel or
+    container that refuses the namespaces stops the worker at start, saying why, rather than
+    every evaluation failing (or running unconfined)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            left = sandbox.confine_writes(writable)
+            answer = f"mounts left writable: {left}" if left else ""
+        except OSError as exc:
+            answer = str(exc)
+        os.write(w, answer.encode()[:4000])
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        answer = fh.read().decode()
+    os.waitpid(pid, 0)
+    if answer:
+        raise RuntimeError(f"--runner-read-only: the candidate's process cannot be confined here ({answer})")
+
+
 def out_of_memory(result: EvalResult) -> bool:
     """The evaluation ended because a process ran out of its share of the GPU's memory: the judge
     (`server_error`, `reference_error`) or the candidate's process (`runtime_error`, `crashed`,
@@ -183,6 +206,7 @@ class Worker:
         )
         self._alone: dict[str, None] = {}  # problem hashes, oldest first
         self.ptrace_guard = Hardening(**self.hardening_overrides).ptrace_guard
+        self.read_only = Hardening(**self.hardening_overrides).runner_read_only
         self.known = KnownStore()  # reference timings its judges measured (judge/known.py)
 
     # ------------------------------------------------------------------ warm-up (parent)
@@ -203,6 +227,8 @@ class Worker:
                 triton_warmup.warm_up(torch.device("cpu"))
             except Exception as exc:  # noqa: BLE001 - best effort: each evaluation then imports them
                 print(f"worker: Triton warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
+        if self.read_only:
+            _probe_confinement(self.runner_writable())
         self.versions = {
             "torch": torch.__version__,
             "triton": triton.__version__,
@@ -535,11 +561,32 @@ class Worker:
             with contextlib.suppress(OSError):
                 os.close(fd)
         _quiet(evaldir)
+        if self.read_only:  # before CUDA, threads and the capabilities go (warm_up proved it works)
+            left = sandbox.confine_writes(self.runner_writable())
+            if left:
+                print(f"runner: mounts left writable: {left}", file=sys.stderr)
         if self.ptrace_guard and not sandbox.drop_privileges():
             print(f"runner: capabilities not dropped: {sandbox.privileges()}", file=sys.stderr)
         self._child_prepare()
         device = torch.device("cuda", 0) if self.device_kind == "cuda" else torch.device("cpu")
         serve(sock, device, str(evaldir), lambda req, share: self._first_layer(req, share, evaldir))
+
+    def runner_writable(self) -> list[str]:
+        """What the candidate's process may write under `runner_read_only`: its worker's directory
+        (its evaluation's, the Triton and CUDA build caches, HOME, TMPDIR), the reference cache's
+        directory, the GPU lock files (created here first: a file is bound as it is) and the MPS
+        pipes."""
+        paths = [str(self.workdir)]
+        if self.ref_cache_path:
+            paths.append(os.path.dirname(os.path.abspath(self.ref_cache_path)))
+        if self.gpu_lock_path:
+            for lock in (self.gpu_lock_path, f"{self.gpu_lock_path}.turnstile", f"{self.gpu_lock_path}.memory"):
+                os.close(os.open(lock, os.O_RDWR | os.O_CREAT, 0o600))
+                paths.append(lock)
+        pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+        if pipes:
+            paths.append(pipes)
+        return paths
 
     def _first_layer(
         self, request_json: dict[str, Any], share: float | None, evaldir: Path

@@ -350,3 +350,41 @@ def test_a_runner_without_capabilities_cannot_open_its_undumpable_judges_memory(
         assert all(f in out[1] for f in ("'CapEff': 0", "'CapPrm': 0", "'NoNewPrivs': 1"))
     else:
         assert out[1].endswith("opened\n")
+
+
+_CONFINE_SCRIPT = """
+import os, sys
+from eval_server.isolation import sandbox
+kept, outside = sys.argv[1], sys.argv[2]
+os.chdir(kept)
+left = sandbox.confine_writes([kept])
+for path in (os.path.join(kept, "new.txt"), "relative.txt", os.path.join(outside, "new.txt")):
+    try:
+        with open(path, "w") as fh:
+            fh.write("x")
+        print(path.rsplit("/", 1)[-1], "written")
+    except OSError as exc:
+        print(path.rsplit("/", 1)[-1], exc.strerror.replace(" ", "_"))
+print("left", len(left))
+"""
+
+
+def test_a_confined_process_writes_only_where_it_was_let(tmp_path: Path) -> None:
+    """What the runner does under --runner-read-only (its worker's directory kept writable),
+    the working directory included; a kernel that refuses the namespaces skips it."""
+    kept, outside = tmp_path / "worker", tmp_path / "elsewhere"
+    kept.mkdir()
+    outside.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _CONFINE_SCRIPT, str(kept), str(outside)], capture_output=True, text=True, timeout=60
+    )
+    if "unshare" in done.stderr and done.returncode != 0:
+        pytest.skip(f"no user namespaces here: {done.stderr.strip().splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == [
+        "new.txt written",
+        "relative.txt written",
+        "new.txt Read-only_file_system",
+        "left 0",
+    ]
+    assert (kept / "relative.txt").exists() and not (outside / "new.txt").exists()

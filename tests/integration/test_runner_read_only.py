@@ -1,0 +1,36 @@
+"""`--runner-read-only` on the real CPU eval server: the candidate's process sees the file systems
+read-only but its worker's directory, and evaluations still get their statuses. (The mount
+namespace itself: tests/unit/test_sandbox.py; on a GPU, the MPS pipes and nvcc: tests/gpu.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from eval_server import samples
+from tests.conftest import running_eval_server
+
+pytestmark = pytest.mark.integration
+
+# printed by the reference, which the runner imports before the candidate (as evaluator code)
+_PROBE = """import os as _os
+print("READ_ONLY", bool(_os.statvfs("/").f_flag & _os.ST_RDONLY), bool(_os.statvfs(".").f_flag & _os.ST_RDONLY))
+"""
+
+
+def test_the_runner_sees_read_only_file_systems_and_evaluations_still_work(tmp_path: Path) -> None:
+    with running_eval_server(
+        tmp_path / "srv", "--devices", "cpu", "--cpu-workers", "1", "--runner-read-only"
+    ) as url, httpx.Client(timeout=600) as client:  # fmt: skip
+        body = {
+            "reference": _PROBE + samples.load_problem("relu"),
+            "candidate": samples.load_candidate("relu__correct"),
+            "options": {"correctness_trials": 2},
+        }
+        got = client.post(f"{url}/eval", json=body).json()
+        wrong = client.post(f"{url}/eval", json={**body, "candidate": samples.load_candidate("relu__wrong_math")}).json()
+    assert got["status"] == "ok", got["feedback"]
+    assert "READ_ONLY True False" in got["stdout_tail"], got["stdout_tail"]
+    assert wrong["status"] == "incorrect"
