@@ -109,15 +109,15 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_NOATIME, _MS_NODIRATIME, _MS_BIND = 32, 1024, 2048, 4096
 _MS_REC, _MS_PRIVATE, _MS_RELATIME, _MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
 # a mount's options that a remount inside a user namespace must keep (the kernel locks them)
-_KEPT_OPTIONS = {
-    "nosuid": _MS_NOSUID,
-    "nodev": _MS_NODEV,
-    "noexec": _MS_NOEXEC,
-    "noatime": _MS_NOATIME,
-    "nodiratime": _MS_NODIRATIME,
-    "relatime": _MS_RELATIME,
-    "strictatime": _MS_STRICTATIME,
-}
+_KEPT_OPTIONS = (
+    ("nosuid", _MS_NOSUID),
+    ("nodev", _MS_NODEV),
+    ("noexec", _MS_NOEXEC),
+    ("noatime", _MS_NOATIME),
+    ("nodiratime", _MS_NODIRATIME),
+    ("relatime", _MS_RELATIME),
+    ("strictatime", _MS_STRICTATIME),
+)
 # kernel and device file systems: left as they are (/dev/shm and the GPU's device nodes included)
 _KERNEL_TREES = ("/proc", "/sys", "/dev")
 
@@ -165,8 +165,10 @@ def confine_writes(writable: list[str]) -> list[str]:
         if _under(point, kept) or _under(point, list(_KERNEL_TREES)) or "ro" in options.split(","):
             continue
         flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY
-        for option in options.split(","):
-            flags |= _KEPT_OPTIONS.get(option, 0)
+        present = options.split(",")
+        for option, flag in _KEPT_OPTIONS:
+            if option in present:
+                flags |= flag
         if libc.mount(None, point.encode(), None, flags, None) != 0:
             left.append(point)
     with contextlib.suppress(OSError):  # the working directory was looked up before the binds
