@@ -273,7 +273,16 @@ def main(argv: list[str] | None = None) -> None:
 
     from eval_server.app import create_app
 
-    info = {"mode": "cpu-interpreter" if on_cpu else "gpu", "devices": sorted({s.label for s in slots})}
+    info = {
+        "mode": "cpu-interpreter" if on_cpu else "gpu",
+        "devices": sorted({s.label for s in slots}),
+        # what stands between a candidate's process and the judge (docs/EVAL_SERVER.md, Isolation)
+        "isolation": {
+            "ptrace_guard": hardening["ptrace_guard"],
+            "runner_read_only": hardening["runner_read_only"],
+            "mps": mps is not None,
+        },
+    }
     app = create_app(pool, max_body_bytes=int(args.max_body_mb * (1 << 20)), info=info)
     try:
         server = create_server(app, host=args.host, port=args.port, threads=len(slots) + args.max_queue + 4)

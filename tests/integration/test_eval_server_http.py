@@ -153,6 +153,7 @@ def test_stats_and_metrics_reflect_traffic(cpu_server: str) -> None:
     assert _post(cpu_server, payload).json()["status"] == "ok"
     stats = httpx.get(f"{cpu_server}/stats", timeout=10).json()
     assert stats["workers"] == 2 and stats["mode"] == "cpu-interpreter"
+    assert stats["isolation"] == {"ptrace_guard": True, "runner_read_only": False, "mps": False}
     assert stats["by_status"]["ok"] >= 1
     assert stats["latency_s"]["p50"] is not None
     assert all(w["versions"]["triton_interpret"] for w in stats["per_worker"])

@@ -29,6 +29,7 @@ def test_the_runner_sees_read_only_file_systems_and_evaluations_still_work(tmp_p
             "candidate": samples.load_candidate("relu__correct"),
             "options": {"correctness_trials": 2},
         }
+        assert client.get(f"{url}/health").json()["isolation"]["runner_read_only"] is True
         got = client.post(f"{url}/eval", json=body).json()
         wrong = client.post(f"{url}/eval", json={**body, "candidate": samples.load_candidate("relu__wrong_math")}).json()
     assert got["status"] == "ok", got["feedback"]
