@@ -32,8 +32,9 @@ With `--fresh N` every request is a never-seen candidate (bench/fresh.py: unique
 no cache serves a compile), as in an RL step: the bundled samples' status mix, or with
 `--kernelbench` its problems with every third kernel broken (a compile error); one warm-up
 evaluation per problem first (its reference timed once), then N requests `--in-flight` at a time.
-It reports evaluations/min, client latency p50/p90, statuses, phase means and the GPU-exclusive
-seconds per evaluation; exit 1 when a status differs from the one the case must get.
+It reports evaluations/min, client latency p50/p90, statuses, phase means, the GPU-exclusive
+seconds per evaluation, and what bounds the rate: the workers' busy share and the seconds in the
+worker by status; exit 1 when a status differs from the one the case must get.
 
   python bench/eval_throughput.py --fresh 64 --in-flight 12 --devices 0
   python bench/eval_throughput.py --fresh 64 --in-flight 12 --kernelbench third_party/KernelBench --devices 0
@@ -353,6 +354,7 @@ def run_fresh(
     args = _server_args(devices, workers_per_device, tmp, timeout_s, server_args)
     rows: list[dict] = []
     with running_server(tmp, args) as url, httpx.Client(timeout=timeout_s + 600) as client:
+        workers = int(client.get(f"{url}/stats").json()["workers"])
 
         def one(req: FreshRequest) -> dict:
             body: dict = {
@@ -396,6 +398,7 @@ def run_fresh(
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     return {
         **_wave_summary(rows, wall),
+        **worker_load(rows, wall, workers),
         "in_flight": in_flight,
         "latency_p50_s": percentile(latency, 0.5),
         "latency_p90_s": percentile(latency, 0.9),
@@ -404,6 +407,22 @@ def run_fresh(
         "statuses": dict(sorted(statuses.items())),
         "unexpected": [r for r in rows if r["status"] != r["expected"]],
         "rows": rows,
+    }
+
+
+def worker_load(rows: list[dict], wall: float, workers: int) -> dict:
+    """What bounds a wave: the share of the workers' time spent in evaluations (near 1: more or
+    faster workers, not more requests in flight, raise the rate) and where it went, the mean and
+    total in-worker seconds by status (a timeout costs its whole limit)."""
+    by_status: dict[str, list[float]] = {}
+    for r in rows:
+        by_status.setdefault(r["status"], []).append(r["elapsed_in_worker_s"])
+    busy = sum(r["elapsed_in_worker_s"] for r in rows)
+    return {
+        "workers_busy": busy / (workers * wall) if wall > 0 and workers > 0 else None,
+        "in_worker_s_by_status": {
+            k: {"n": len(v), "mean": statistics.fmean(v), "total": sum(v)} for k, v in sorted(by_status.items())
+        },
     }
 
 
@@ -478,6 +497,8 @@ def main_fresh(args: argparse.Namespace, names: list[str]) -> int:
                 f"(lock held shared {r['gpu_shared_mean_s']:.3f} s)"
             )
             print(f"{name} statuses:", json.dumps(r["statuses"]))
+            per_status = {k: f"{v['n']} x {v['mean']:.2f} s" for k, v in r["in_worker_s_by_status"].items()}
+            print(f"{name} workers busy {r['workers_busy']:.0%}; in the worker by status:", json.dumps(per_status))
             print(
                 f"{name} phase means (s):", json.dumps({k: round(v, 3) for k, v in r["phase_mean_s"].items()})
             )

@@ -27,3 +27,7 @@ def test_fresh_candidates_get_their_statuses(tmp_path: Path) -> None:
     assert result["evaluations"] == 6 and result["unexpected"] == []
     assert sum(result["statuses"].values()) == 6 and result["statuses"]["compile_error"] >= 2
     assert "judge_first_layer" in result["phase_mean_s"]
+    assert 0 < result["workers_busy"] <= 1
+    by_status = result["in_worker_s_by_status"]
+    assert {k: v["n"] for k, v in by_status.items()} == result["statuses"]
+    assert "workers busy" in done.stdout
