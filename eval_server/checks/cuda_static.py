@@ -155,10 +155,17 @@ def _asm_bodies(src: str) -> list[tuple[int, str]]:
     return bodies
 
 
+# CPU instructions that enter the kernel: never PTX, only host code calling the OS around every
+# symbol the allowlist sees (x86-64 syscall/sysenter/int 0x80, AArch64 svc)
+_HOST_SYSCALL = re.compile(r"(?<![\w.])(syscall|sysenter|int\s+\$?0x80|svc\s+#?0)\b")
+
+
 def _find_cpp_inline_asm(src: str) -> list[str]:
     hits = []
     for line, body in _asm_bodies(src):
         template = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body))  # the PTX text only
+        for op in _HOST_SYSCALL.finditer(template):
+            hits.append(f"source line {line}: asm {op.group(0)} (a system call from host code)")
         for op in _PTX_MEMORY_OP.finditer(template):
             spaces = op.group(2).split(".")
             if not any(s.split("::")[0] in _SAFE_STATE_SPACES for s in spaces):
@@ -197,8 +204,9 @@ SOURCE_RULES: Mapping[str, tuple[str, Callable[[str], list[str]]]] = MappingProx
         ),
         "static.cuda_inline_asm": (
             "Inline PTX that loads or stores global/generic memory is not allowed (it hides address "
-            "arithmetic from the compiler and from review). Access global memory through C++ pointers "
-            "(or __ldg); PTX for shared memory, cp.async, ldmatrix, mma and arithmetic is fine.",
+            "arithmetic from the compiler and from review), nor inline assembly that makes system calls "
+            "(syscall, int 0x80, svc). Access global memory through C++ pointers (or __ldg); PTX for "
+            "shared memory, cp.async, ldmatrix, mma and arithmetic is fine.",
             _find_cpp_inline_asm,
         ),
     }

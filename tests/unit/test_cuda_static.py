@@ -76,6 +76,9 @@ def test_the_honest_sample_fires_nothing():
             'asm volatile("atom.global.add.f32 %0, [%1], %2;" : "=f"(o) : "l"(p), "f"(v));',
             "static.cuda_inline_asm",
         ),
+        ('asm volatile("syscall" : "=a"(r) : "a"(nr), "D"(a) : "rcx", "r11", "memory");', "static.cuda_inline_asm"),
+        ('__asm__ __volatile__("int $0x80" : "=a"(r) : "a"(37));', "static.cuda_inline_asm"),
+        ('asm volatile("mov x8, %1\n svc #0" : "=r"(r) : "r"(nr));', "static.cuda_inline_asm"),
     ],
 )
 def test_each_source_rule_fires_with_evidence(snippet: str, rule: str):
@@ -94,6 +97,7 @@ def test_each_source_rule_fires_with_evidence(snippet: str, rule: str):
         "// cudaStreamCreate(&s); at::relu(x) in a comment\nauto out = torch::empty_like(x);",
         "int m = std::max(a, b); float v = fmaxf(x, 0.f); auto o = torch::zeros({n}, x.options());",
         "namespace at_helpers { __global__ void k() {} }",
+        'asm volatile("fence.acq_rel.sys;" ::: "memory"); asm volatile("membar.sys;");',
     ],
 )
 def test_legitimate_code_fires_nothing(snippet: str):
