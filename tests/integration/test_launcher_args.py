@@ -925,3 +925,17 @@ def test_join_node_offers_eval_gpus_apart_from_slimes(tmp_path: Path) -> None:
         timeout=60,
     )
     assert gone.returncode != 0 and "Ray head" in gone.stderr
+
+
+def test_more_eval_server_flags_pass_through_as_words(tmp_path: Path) -> None:
+    res = _run(
+        "run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", EVAL_EXTRA_ARGS="--runner-read-only --reference-max-age 300"
+    )
+    assert res.returncode == 0, res.stderr
+    ev = _argv(tmp_path / "runs" / "r", "eval")
+    assert ev[-3:] == ["--runner-read-only", "--reference-max-age", "300"]
+    assert _flag(ev, "--devices") == "6,7"
+    from eval_server.__main__ import build_parser  # the words are the server's own flags
+
+    parsed = build_parser().parse_args(ev[3:])
+    assert parsed.runner_read_only and parsed.reference_max_age == 300
