@@ -203,8 +203,13 @@ if ((EVAL_FLEET > 0)); then
   # shellcheck disable=SC2034  # read by krl_env_line
   KRL_EVAL_GPU_IDS="${EVAL_DEVICES}"
   KRL_CMD_ENV+=("$(krl_env_line KRL_RAY_EVAL_RESOURCES)" "$(krl_env_line KRL_EVAL_GPU_IDS)")
+  # each Ray-placed server takes the run's eval settings (its devices, work dir and reference cache
+  # are its node's own)
+  fleet_server_args=(--workers-per-device "${EVAL_WORKERS_PER_DEVICE}" --timeout-s "${EVAL_TIMEOUT_S}"
+    --precision-policy "${EVAL_PRECISION_POLICY}" "${_eval_extra[@]}")
   krl_write_window eval "${EVAL_CMD}" "${PYTHON}" -m slime_ext.cluster.eval_fleet start --run-id "${KRL_RUN_ID}" \
-    --servers "${EVAL_FLEET}" --devices "${fleet_devices}" --address "127.0.0.1:${RAY_PORT}" --status-file "${RUN_DIR}/fleet.json"
+    --servers "${EVAL_FLEET}" --devices "${fleet_devices}" --address "127.0.0.1:${RAY_PORT}" --status-file "${RUN_DIR}/fleet.json" \
+    --server-args="${fleet_server_args[*]}"
   krl_info "multi-node: other nodes join with: scripts/join_node.sh ${MASTER_ADDR}:${RAY_PORT} ${KRL_RUN_ID} --eval-gpus IDS (or --gpus N)"
 else
   krl_write_window eval "${EVAL_CMD}" "${PYTHON}" -m eval_server "${EVAL_SERVER_ARGS[@]}"

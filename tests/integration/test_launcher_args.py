@@ -841,7 +841,10 @@ def test_print_only_of_an_unnamed_run_leaves_no_run_directory(tmp_path: Path, sc
 def test_eval_fleet_mode_places_evaluation_through_ray(tmp_path: Path) -> None:
     """EVAL_FLEET=N: the eval window keeps N Ray-placed eval servers, the runner finds them
     through the run's Ray head, which offers this node's eval GPUs as krl_eval (not Ray GPUs)."""
-    res = _run("run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", EVAL_FLEET="3", MASTER_ADDR="10.0.0.5")
+    res = _run(
+        "run_kbench_multiturn.sh", tmp_path, NUM_GPUS="8", EVAL_FLEET="3", MASTER_ADDR="10.0.0.5",
+        EVAL_TIMEOUT_S="60", EVAL_EXTRA_ARGS="--runner-read-only",
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr
     run = tmp_path / "runs" / "r"
     run_id = next(
@@ -853,6 +856,11 @@ def test_eval_fleet_mode_places_evaluation_through_ray(tmp_path: Path) -> None:
     assert fleet[:4] == [sys.executable, "-m", "slime_ext.cluster.eval_fleet", "start"]
     assert _flag(fleet, "--run-id") == run_id and _flag(fleet, "--servers") == "3"
     assert _flag(fleet, "--devices") == "gpu" and _flag(fleet, "--address").startswith("127.0.0.1:")
+    server_args = next(a for a in fleet if a.startswith("--server-args=")).split("=", 1)[1].split()
+    # the run's eval settings reach every Ray-placed server (they were the head's window's alone)
+    assert server_args == [
+        "--workers-per-device", "1", "--timeout-s", "60", "--precision-policy", "fp32", "--runner-read-only"
+    ]  # fmt: skip
     trainer_script = (run / "cmd" / "trainer.sh").read_text()
     assert (
         "export KRL_EVAL_GPU_IDS=6\\,7" in trainer_script or "export KRL_EVAL_GPU_IDS=6,7" in trainer_script
