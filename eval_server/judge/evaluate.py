@@ -34,7 +34,6 @@ from eval_server import wire
 from eval_server.checks import compare, physics_floor
 from eval_server.checks.compare import (
     Comparison,
-    compare_outputs,
     tolerance_for,
     unflatten_like,
 )
@@ -214,9 +213,14 @@ def _judge(
     timing = cuda and ctx.timing_enabled and opts.timing
     # the runner's memory share is the judge's word (the worker's, or a whole GPU's when alone)
     channel.send({"request": request.to_json(), "memory_share": ctx.hardening.gpu_memory_fraction})
+    # the worker's entry of the problem (judge/known.py), looked up once: its timing, its precision
+    # facts (stale timings too: the facts do not depend on the GPU's clock), its compiled baseline
+    given = None
+    if cuda and handoff is not None and handoff.given:
+        given = known.find(handoff.given, cache_key(reference_cache_key(result.problem_hash, ctx, opts)))
+    known_facts = given.precision if given is not None else None
     # measured (when not known) with the reference, before the runner holds anything of it: the
     # float64 pass is the judge's largest footprint
-    known_facts = _known_precision(request, ctx, result, handoff)
     with ctx.phase("reference"), torch.no_grad():
         policy = ctx.hardening.precision_policy if known_facts is None else None
         ref = _reference(request, ctx, result, opts.seed, policy)
@@ -238,9 +242,9 @@ def _judge(
         )
     if timing:
         assert session is not None
-        ref_timing, handover_ms = _reference_timing(request, ctx, result, channel, session, handoff)
+        ref_timing, handover_ms = _reference_timing(request, ctx, result, channel, session, handoff, given)
         if opts.baseline_compile:
-            _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms, handoff)
+            _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms, handoff, given)
     if handoff is not None and handoff.learned is not None:
         handoff.learned = replace(handoff.learned, precision=facts)
     held_to = precision.rule_for(facts, ctx.hardening)
@@ -267,17 +271,6 @@ def _judge(
             None,
             f"The candidate's process answered the evaluator with something unusable: {exc}.",
         )
-
-
-def _known_precision(
-    request: EvalRequest, ctx: EvalContext, result: EvalResult, handoff: known.Handoff | None
-) -> dict[str, Any] | None:
-    """The precision facts (judge/precision.py) a judge of this worker recorded with its timing of
-    the problem (stale timings too: the facts do not depend on the GPU's clock), else None."""
-    if handoff is None or not handoff.given or ctx.device.type != "cuda":
-        return None
-    entry = known.find(handoff.given, cache_key(reference_cache_key(result.problem_hash, ctx, request.options)))
-    return entry.precision if entry is not None else None
 
 
 def _candidate(
@@ -380,14 +373,13 @@ def _reference_timing(
     channel: Channel,
     session: GpuSession,
     handoff: known.Handoff | None,
+    entry: known.KnownReference | None,
 ) -> tuple[jtiming.Timing, float]:
     """The reference's timing and this pair's hand-over, both before any candidate code exists in
-    the runner: the worker's known timing of the problem when it is fresh (only the hand-over is
-    measured here), else the reference served by the runner and timed (cache and spot check, or
-    in full), which the worker then keeps."""
+    the runner: the worker's known timing of the problem (`entry`) when it is fresh (only the
+    hand-over is measured here), else the reference served by the runner and timed (cache and
+    spot check, or in full), which the worker then keeps."""
     key_parts = reference_cache_key(result.problem_hash, ctx, request.options)
-    key = cache_key(key_parts)
-    entry = known.find(handoff.given, key) if handoff is not None else None
     handover_ms = None
     why = ""
     if entry is not None:
@@ -417,7 +409,7 @@ def _reference_timing(
     _check_resolved(result, ref_timing, handover_ms)
     if handoff is not None:
         handoff.learned = known.KnownReference(
-            key,
+            cache_key(key_parts),
             ref_timing.stats,
             ref_timing.pre_ms,
             ref_timing.post_ms,
@@ -513,6 +505,7 @@ def _time_compiled_reference(
     eager: jtiming.Timing,
     handover_ms: float,
     handoff: known.Handoff | None,
+    given: known.KnownReference | None,
 ) -> None:
     """The second baseline: the reference through torch.compile, served by the runner before any
     candidate code exists in it, timed by the eager reference's method (same calls per window)
@@ -522,11 +515,9 @@ def _time_compiled_reference(
     only its timing exclusive. A reference that does not compile, or compiles into different
     outputs, is said so; the eager timing then stands in."""
     opts = request.options
-    key = cache_key(reference_cache_key(result.problem_hash, ctx, opts))
-    entry = None
-    if handoff is not None:  # the eager timing's entry: just measured, or the worker's fresh one
-        entry = handoff.learned if handoff.learned is not None else known.find(handoff.given, key)
-    if entry is not None and entry.key == key and entry.compiled is not None:
+    # the eager timing's entry: just measured, or the worker's fresh one (`given`)
+    entry = handoff.learned if handoff is not None and handoff.learned is not None else given
+    if entry is not None and entry.compiled is not None:
         result.compile_reference_timing, result.compile_baseline = entry.compiled, "cache"
         return
     k = eager.stats.calls_per_trial
@@ -548,7 +539,7 @@ def _time_compiled_reference(
             "tolerance; the eager reference stands in"
         )
         return
-    if handoff is not None and entry is not None and entry.key == key:
+    if handoff is not None and entry is not None:
         handoff.learned = replace(entry, compiled=timed.stats)
     result.compile_reference_timing, result.compile_baseline = timed.stats, "measured"
 
@@ -718,9 +709,7 @@ def _cpu_call(
         dtype, shape, nbytes = wire.parse_meta(desc, len(payload) - at)
         outs.append(wire.tensor_from(payload[at : at + nbytes], dtype, shape))
         at += nbytes
-    got = unflatten_like(expected, outs)
-    comparison = compare_outputs(expected, got, request.options.tolerance)
-    return comparison if held_to is None else held_to.apply(got, expected, comparison)
+    return precision.compare_call(expected, unflatten_like(expected, outs), request.options.tolerance, held_to)
 
 
 def _physics_floor(

@@ -34,9 +34,9 @@ import torch
 
 from eval_server import gpu_ipc, wire
 from eval_server.checks import persisting_l2
-from eval_server.checks.compare import Comparison, compare_outputs, flatten_output, unflatten_like
+from eval_server.checks.compare import Comparison, flatten_output, unflatten_like
 from eval_server.judge.channel import Channel, RunnerFailed
-from eval_server.judge.precision import Rule
+from eval_server.judge.precision import Rule, compare_call
 from eval_server.pipeline import loader
 from eval_server.pipeline.timing import gpu_cycles_per_ms
 
@@ -398,6 +398,4 @@ class GpuSession:
         args = loader.make_input_sets(self.module, seed, self.device, call + 1)[call]
         with torch.no_grad():
             expected = self.reference(*args)
-        got = unflatten_like(expected, snapshot)
-        comparison = compare_outputs(expected, got, self.tolerance)
-        return comparison if self.precision is None else self.precision.apply(got, expected, comparison)
+        return compare_call(expected, unflatten_like(expected, snapshot), self.tolerance, self.precision)

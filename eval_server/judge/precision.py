@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from eval_server.checks import precision as rule
-from eval_server.checks.compare import Comparison
+from eval_server.checks.compare import Comparison, compare_outputs
 from eval_server.pipeline.context import Precision
 from eval_server.pipeline.reference import precision_baseline
 
@@ -52,3 +52,9 @@ def measure(
 
 def rule_for(facts: dict[str, Any] | None, hardening: Any) -> Rule | None:
     return Rule(Precision(**facts), hardening) if facts else None
+
+
+def compare_call(expected: Any, got: Any, tolerance: str, held_to: Rule | None) -> Comparison:
+    """A call the judge compares: the tolerance, then (facts known) the precision rule."""
+    comparison = compare_outputs(expected, got, tolerance)
+    return comparison if held_to is None else held_to.apply(got, expected, comparison)
