@@ -90,15 +90,14 @@ def drop_privileges() -> bool:
     capabilities, the kernel refuses both for an undumpable judge, and for any judge that holds
     capabilities this process lacks. no_new_privs keeps an exec'd setuid or file-capability
     binary from bringing them back. True when the process ends with none (CapEff and CapPrm 0)."""
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+    for cap in range(64):  # the bounding set needs CAP_SETPCAP, which goes last (capset below)
+        _prctl(_PR_CAPBSET_DROP, cap)
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-        for cap in range(64):  # the bounding set needs CAP_SETPCAP, which goes last (capset below)
-            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
         header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
         data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words: all empty
-        libc.capset(header, data)
+        ctypes.CDLL(None, use_errno=True).capset(header, data)
     except (OSError, AttributeError):
         return False
     return privileges() == {"CapEff": 0, "CapPrm": 0, "NoNewPrivs": 1}

@@ -195,18 +195,19 @@ class Worker:
         self.threads: int = args.threads
         self.ref_cache_path: str | None = args.ref_cache or None
         self.gpu_lock_path: str | None = args.gpu_lock or None
-        self.hardening_overrides: dict[str, Any] = json.loads(args.hardening)
+        self.hardening = Hardening(**json.loads(args.hardening))
         self.versions: dict[str, Any] = {}
         self.evals = 0
         self._spare: _Spare | None = None
         self.shares_gpu = (
             self.device_kind == "cuda"
             and bool(self.gpu_lock_path)
-            and (Hardening(**self.hardening_overrides).gpu_memory_fraction < 1.0)
+            and self.hardening.gpu_memory_fraction < 1.0
         )
         self._alone: dict[str, None] = {}  # problem hashes, oldest first
-        self.ptrace_guard = Hardening(**self.hardening_overrides).ptrace_guard
-        self.read_only = Hardening(**self.hardening_overrides).runner_read_only
+        # what the candidate's process may write under runner_read_only (runner_writable): set at
+        # warm-up, where the worker proves the confinement works, and inherited by every runner
+        self._writable: list[str] = []
         self.known = KnownStore()  # reference timings its judges measured (judge/known.py)
 
     # ------------------------------------------------------------------ warm-up (parent)
@@ -227,8 +228,9 @@ class Worker:
                 triton_warmup.warm_up(torch.device("cpu"))
             except Exception as exc:  # noqa: BLE001 - best effort: each evaluation then imports them
                 print(f"worker: Triton warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
-        if self.read_only:
-            _probe_confinement(self.runner_writable())
+        if self.hardening.runner_read_only:
+            self._writable = self.runner_writable()
+            _probe_confinement(self._writable)
         self.versions = {
             "torch": torch.__version__,
             "triton": triton.__version__,
@@ -491,12 +493,8 @@ class Worker:
     def _describe_exit(status: int | None) -> str:
         if status is None:
             return "The evaluation process disappeared without a result."
-        if os.WIFSIGNALED(status):
-            return f"The evaluation process {_exit_words(status)} before reporting a result."
-        return (
-            f"The evaluation process {_exit_words(status)} before reporting a result "
-            "(os._exit, sys.exit or a fatal error in the candidate)."
-        )
+        why = "" if os.WIFSIGNALED(status) else " (os._exit, sys.exit or a fatal error in the candidate)"
+        return f"The evaluation process {_exit_words(status)} before reporting a result{why}."
 
     def _child_main(self, evaldir: Path, request_fd: int, write_fd: int) -> None:
         """The judge: runs in the forked child; always ends with os._exit so no parent state is
@@ -508,7 +506,7 @@ class Worker:
         from eval_server.judge.pair import fork_runner
 
         runner_pid, sock = fork_runner(lambda s: self._runner_main(s, evaldir, request_fd, write_fd))
-        if self.ptrace_guard:
+        if self.hardening.ptrace_guard:
             sandbox.become_undumpable()  # before any request: the runner imports no candidate yet
         request: EvalRequest | None = None
         payload = b""
@@ -561,11 +559,11 @@ class Worker:
             with contextlib.suppress(OSError):
                 os.close(fd)
         _quiet(evaldir)
-        if self.read_only:  # before CUDA, threads and the capabilities go (warm_up proved it works)
-            left = sandbox.confine_writes(self.runner_writable())
+        if self.hardening.runner_read_only:  # before CUDA, threads and capabilities (warm_up proved it)
+            left = sandbox.confine_writes(self._writable)
             if left:
                 print(f"runner: mounts left writable: {left}", file=sys.stderr)
-        if self.ptrace_guard and not sandbox.drop_privileges():
+        if self.hardening.ptrace_guard and not sandbox.drop_privileges():
             print(f"runner: capabilities not dropped: {sandbox.privileges()}", file=sys.stderr)
         self._child_prepare()
         device = torch.device("cuda", 0) if self.device_kind == "cuda" else torch.device("cpu")
@@ -678,7 +676,7 @@ class Worker:
         from eval_server.pipeline.context import EvalContext
         from eval_server.pipeline.ref_cache import RefTimingCache
 
-        hardening = Hardening(**self.hardening_overrides)
+        hardening = self.hardening
         if share is not None and 0 < share <= 1:
             hardening = dataclasses.replace(hardening, gpu_memory_fraction=share)
         if self.device_kind == "cuda":
