@@ -572,11 +572,13 @@ class Worker:
     def runner_writable(self) -> list[str]:
         """What the candidate's process may write under `runner_read_only`: its worker's directory
         (its evaluation's, the Triton and CUDA build caches, HOME, TMPDIR), the reference cache's
-        directory, the GPU lock files (created here first: a file is bound as it is) and the MPS
-        pipes."""
+        directory, the GPU lock files (each created here first: only what exists is bound) and the
+        MPS pipes."""
         paths = [str(self.workdir)]
-        if self.ref_cache_path:
-            paths.append(os.path.dirname(os.path.abspath(self.ref_cache_path)))
+        if self.ref_cache_path:  # created here: a directory made later would be read-only there
+            cache_dir = os.path.dirname(os.path.abspath(self.ref_cache_path))
+            os.makedirs(cache_dir, exist_ok=True)
+            paths.append(cache_dir)
         if self.gpu_lock_path:
             for lock in (self.gpu_lock_path, f"{self.gpu_lock_path}.turnstile", f"{self.gpu_lock_path}.memory"):
                 os.close(os.open(lock, os.O_RDWR | os.O_CREAT, 0o600))

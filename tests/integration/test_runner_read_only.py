@@ -21,9 +21,11 @@ print("READ_ONLY", bool(_os.statvfs("/").f_flag & _os.ST_RDONLY), bool(_os.statv
 
 
 def test_the_runner_sees_read_only_file_systems_and_evaluations_still_work(tmp_path: Path) -> None:
-    with running_eval_server(
-        tmp_path / "srv", "--devices", "cpu", "--cpu-workers", "1", "--runner-read-only"
-    ) as url, httpx.Client(timeout=600) as client:  # fmt: skip
+    # the reference cache's directory does not exist yet (a fresh machine's first evaluation):
+    # the runner, confined before anything created it, must still write the reference's facts
+    ref_cache = tmp_path / "fresh-cache" / "ref.sqlite"
+    args = ["--devices", "cpu", "--cpu-workers", "1", "--runner-read-only", "--ref-cache", str(ref_cache)]
+    with running_eval_server(tmp_path / "srv", *args) as url, httpx.Client(timeout=600) as client:
         body = {
             "reference": _PROBE + samples.load_problem("relu"),
             "candidate": samples.load_candidate("relu__correct"),
@@ -35,3 +37,4 @@ def test_the_runner_sees_read_only_file_systems_and_evaluations_still_work(tmp_p
     assert got["status"] == "ok", got["feedback"]
     assert "READ_ONLY True False" in got["stdout_tail"], got["stdout_tail"]
     assert wrong["status"] == "incorrect"
+    assert ref_cache.exists()
