@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from eval_server.isolation import sandbox
 from eval_server.isolation.hardening import Hardening, gpu_memory_share
 from eval_server.launch import cuda_visible_ids
 from eval_server.workers.pool import DeviceSlot, PoolConfig, WorkerPool
@@ -195,11 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument(
         "--runner-read-only",
-        action="store_true",
+        nargs="?",
+        const="on",
+        default="auto",
+        choices=("auto", "on", "off"),
         help="the candidate's process sees every file system read-only but its worker's directory, the "
         "reference cache's directory, the GPU lock files and the MPS pipes (a user and mount namespace of "
-        "its own; the server does not start where the kernel refuses them); not yet shown on a GPU: off "
-        "by default",
+        "its own). auto (default): on where the kernel grants the namespaces, else off with a warning in "
+        "the log (/health says which); on (or the bare flag): the server does not start without it; off",
     )
     dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"
@@ -219,12 +223,25 @@ def hardening_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "cuda_compile_timeout_s": args.cuda_compile_timeout,
         "compile_unlocked": args.compile_unlocked,
         "ptrace_guard": args.ptrace_guard,
-        "runner_read_only": args.runner_read_only,
+        "runner_read_only": args.runner_read_only == "on",  # auto: resolved once the workdir exists
     }
     if args.workers_per_device > 1:
         overrides["gpu_memory_fraction"] = gpu_memory_share(args.workers_per_device)
     Hardening(**overrides)
     return overrides
+
+
+def runner_read_only(mode: str, workdir: Path) -> bool:
+    """Whether candidates' processes get read-only file systems: `auto` asks the kernel once
+    (a container without user namespaces keeps a working server, and says so in the log)."""
+    if mode != "auto":
+        return mode == "on"
+    refused = sandbox.confinement_refused([str(workdir)])
+    if refused:
+        log.warning(
+            "--runner-read-only auto: the candidate's process keeps writable file systems (%s)", refused
+        )
+    return not refused
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -241,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     on_cpu = all(s.kind == "cpu" for s in slots)
     own_workdir = args.workdir is None
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kernel-eval-"))
+    hardening["runner_read_only"] = runner_read_only(args.runner_read_only, workdir)
     config = PoolConfig(
         slots=slots,
         workdir=workdir,

@@ -17,6 +17,6 @@ EVAL_SERVER_ARGS=(
   --ref-cache "${RUN_DIR}/ref_cache.sqlite"
   --workdir "${RUN_DIR}/eval_work"
 )
-# Any other eval server flags, as words (e.g. "--runner-read-only" or "--reference-max-age 300").
+# Any other eval server flags, as words (e.g. "--runner-read-only on" or "--reference-max-age 300").
 read -ra _eval_extra <<<"${EVAL_EXTRA_ARGS:-}"
 EVAL_SERVER_ARGS+=("${_eval_extra[@]}")

@@ -44,7 +44,7 @@ class Hardening:
     ptrace_guard: bool = True
     # The candidate's process sees every file system read-only but its worker's directory, the
     # reference cache's directory, the GPU lock files and the MPS pipes (sandbox.confine_writes);
-    # off until shown on a GPU
+    # the server's `--runner-read-only auto` turns it on where the kernel grants the namespaces
     runner_read_only: bool = False
 
     def __post_init__(self) -> None:

@@ -175,6 +175,28 @@ def confine_writes(writable: list[str]) -> list[str]:
     return left
 
 
+def confinement_refused(writable: list[str]) -> str:
+    """Why a process cannot be confined as `confine_writes(writable)` would (empty: it can),
+    tried in a forked child so the caller stays as it is: a kernel or container that refuses
+    user namespaces (Docker's default seccomp profile does) answers here, once, at start."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's lines run in another process
+        os.close(r)
+        try:
+            left = confine_writes(writable)
+            answer = f"mounts left writable: {left}" if left else ""
+        except OSError as exc:
+            answer = str(exc)
+        os.write(w, answer.encode()[:4000])
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        answer = fh.read().decode()
+    os.waitpid(pid, 0)
+    return answer
+
+
 def privileges(pid: int | str = "self") -> dict[str, int]:
     """A process's effective and permitted capability sets and its no_new_privs flag, as the
     kernel reports them in /proc (empty when it cannot be read)."""

@@ -151,29 +151,6 @@ _JUDGE_OUT_OF_SHARE = (STATUS_SERVER_ERROR, STATUS_REFERENCE_ERROR)
 _RUNNER_OUT_OF_SHARE = (STATUS_RUNTIME_ERROR, STATUS_CRASHED)
 
 
-def _probe_confinement(writable: list[str]) -> None:
-    """Confine a forked child as each runner will be (`Hardening.runner_read_only`): a kernel or
-    container that refuses the namespaces stops the worker at start, saying why, rather than
-    every evaluation failing (or running unconfined)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            left = sandbox.confine_writes(writable)
-            answer = f"mounts left writable: {left}" if left else ""
-        except OSError as exc:
-            answer = str(exc)
-        os.write(w, answer.encode()[:4000])
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as fh:
-        answer = fh.read().decode()
-    os.waitpid(pid, 0)
-    if answer:
-        raise RuntimeError(f"--runner-read-only: the candidate's process cannot be confined here ({answer})")
-
-
 def out_of_memory(result: EvalResult) -> bool:
     """The evaluation ended because a process ran out of its share of the GPU's memory: the judge
     (`server_error`, `reference_error`) or the candidate's process (`runtime_error`, `crashed`,
@@ -230,7 +207,9 @@ class Worker:
                 print(f"worker: Triton warm-up failed ({type(exc).__name__}: {exc})", file=sys.stderr)
         if self.hardening.runner_read_only:
             self._writable = self.runner_writable()
-            _probe_confinement(self._writable)
+            refused = sandbox.confinement_refused(self._writable)
+            if refused:  # stop here, saying why, rather than fail (or run unconfined) every evaluation
+                raise RuntimeError(f"--runner-read-only: the candidate's process cannot be confined here ({refused})")
         self.versions = {
             "torch": torch.__version__,
             "triton": triton.__version__,

@@ -4,9 +4,12 @@ line a worker writes before each request."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from eval_server import __main__ as server_main
+from eval_server.isolation import sandbox
 from eval_server.isolation.hardening import Hardening
 from eval_server.workers.worker import parse_request_header, request_header
 
@@ -37,8 +40,37 @@ def test_compiles_hold_the_gpu_lock_unless_the_server_says_otherwise() -> None:
     assert Hardening(**server_main.hardening_overrides(on)).compile_unlocked is True
 
 
+def test_read_only_runners_are_on_wherever_the_kernel_grants_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--runner-read-only: auto by default (the kernel asked once at start), `on` for the bare
+    flag (the worker then refuses to start without it), `off`."""
+    parse = server_main.build_parser().parse_args
+    assert [
+        parse(a).runner_read_only for a in ([], ["--runner-read-only"], ["--runner-read-only", "off"])
+    ] == [
+        "auto",
+        "on",
+        "off",
+    ]
+    assert server_main.runner_read_only("on", tmp_path) and not server_main.runner_read_only("off", tmp_path)
+    granted = not sandbox.confinement_refused([str(tmp_path)])  # this machine's real answer
+    assert server_main.runner_read_only("auto", tmp_path) is granted
+    # a container that refuses user namespaces (Docker's default seccomp profile): a test double
+    # of the kernel's answer, so that machines which grant them test the fallback too
+    monkeypatch.setattr(
+        sandbox,
+        "confinement_refused",
+        lambda paths: "unshare(CLONE_NEWUSER | CLONE_NEWNS): Operation not permitted",
+    )
+    assert server_main.runner_read_only("auto", tmp_path) is False
+    assert server_main.runner_read_only("on", tmp_path) is True  # the worker's own probe then stops it
+
+
 @pytest.mark.parametrize("age", ["0", "-1", "nan", "inf"])
-def test_a_reference_max_age_must_be_positive_and_finite(age: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_reference_max_age_must_be_positive_and_finite(
+    age: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
         server_main.main(["--devices", "cpu", "--reference-max-age", age])
     assert exc.value.code == 2
