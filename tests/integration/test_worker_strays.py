@@ -19,16 +19,20 @@ from tests.conftest import running_eval_server
 pytestmark = pytest.mark.integration
 
 _ESCAPE = """import os as _os, time as _time
-try:
+def _escape():
     if _os.fork() == 0:
-        _os.setsid()
-        if _os.fork() == 0:
-            with open({pid_file!r} + ".tmp", "w") as _fh:
-                _fh.write(str(_os.getpid()))
-            _os.rename({pid_file!r} + ".tmp", {pid_file!r})
-            _time.sleep(120)
-        _os._exit(0)
-except Exception:  # the runner's audit hook refuses the fork: only the judge's copy escapes
+        try:  # a forked copy never returns into the evaluator's code, whatever fails in it
+            _os.setsid()
+            if _os.fork() == 0:
+                with open({pid_file!r} + ".tmp", "w") as _fh:
+                    _fh.write(str(_os.getpid()))
+                _os.rename({pid_file!r} + ".tmp", {pid_file!r})
+                _time.sleep(120)
+        finally:
+            _os._exit(0)
+try:
+    _escape()
+except Exception:  # the fork refused (the runner's audit hook); the judge's copy escapes
     pass
 """
 
