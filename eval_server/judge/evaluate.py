@@ -46,7 +46,7 @@ from eval_server.pipeline import loader, shapes
 from eval_server.pipeline.candidate import static_phase
 from eval_server.pipeline.context import EvalContext
 from eval_server.pipeline.ref_cache import cache_key
-from eval_server.pipeline.reference import forward_counting_flops, nbytes
+from eval_server.pipeline.reference import forward_counting_flops, judge_facts, nbytes
 from eval_server.pipeline.timing import gpu_cycles_per_ms, l2_flush_buffer
 from eval_server.pipeline.verdicts import Stop
 from eval_server.schema import (
@@ -91,7 +91,8 @@ class _Ref:
     input_bytes: int
     output_bytes: int
     flops: int
-    precision: dict[str, Any] | None = None  # judge/precision.py's facts, when measured here
+    # judge/precision.py's facts: measured here, or the worker's (given); {} none
+    precision: dict[str, Any] | None = None
 
 
 def evaluate(
@@ -226,6 +227,7 @@ def _judge(
         ref = _reference(request, ctx, result, opts.seed, policy)
         shape = _shape_variant(request, ctx)
     facts = known_facts if known_facts is not None else ref.precision
+    ref.precision = facts
     session = None
     ref_timing: jtiming.Timing | None = None
     handover_ms = 0.0
@@ -244,7 +246,9 @@ def _judge(
         assert session is not None
         ref_timing, handover_ms = _reference_timing(request, ctx, result, channel, session, handoff, given)
         if opts.baseline_compile:
-            _time_compiled_reference(request, ctx, result, channel, session, ref_timing, handover_ms, handoff, given)
+            _time_compiled_reference(
+                request, ctx, result, channel, session, ref_timing, handover_ms, handoff, given
+            )
     if handoff is not None and handoff.learned is not None:
         handoff.learned = replace(handoff.learned, precision=facts)
     held_to = precision.rule_for(facts, ctx.hardening)
@@ -297,7 +301,9 @@ def _candidate(
         torch.cuda.empty_cache()
     with ctx.phase("first_layer"):
         try:
-            msg, _ = channel.ask({"op": "candidate"})
+            # the reference's facts the candidate's checks use, the judge's own (never a file)
+            given = judge_facts(ref.precision, ref.output_bytes, ref.input_bytes, ref.flops)
+            msg, _ = channel.ask({"op": "candidate", "facts": given})
         except RunnerError as exc:
             _end(result, STATUS_CRASHED, None, f"The candidate's process failed while it was checked:\n{exc}")
     rep = _merge_report(result, msg.get("report"))
@@ -709,7 +715,9 @@ def _cpu_call(
         dtype, shape, nbytes = wire.parse_meta(desc, len(payload) - at)
         outs.append(wire.tensor_from(payload[at : at + nbytes], dtype, shape))
         at += nbytes
-    return precision.compare_call(expected, unflatten_like(expected, outs), request.options.tolerance, held_to)
+    return precision.compare_call(
+        expected, unflatten_like(expected, outs), request.options.tolerance, held_to
+    )
 
 
 def _physics_floor(

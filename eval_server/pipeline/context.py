@@ -46,6 +46,10 @@ class EvalContext:
     phases: dict[str, float] = field(default_factory=dict)
     # names of the functions the candidate's source defines (static phase); None: not parsed
     candidate_functions: frozenset[str] | None = None
+    # the reference's facts as the judge measured them (reference.judge_facts), which the
+    # candidate's process then neither computes nor reads from a file another candidate's process
+    # could have written; None: computed here (and cached in ref_cache, in-process evaluations)
+    given_facts: dict[str, Any] | None = None
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -1,7 +1,9 @@
 """The reference phase: everything about the reference that is kept, computed before any candidate
 code exists in the process. The reference is loaded into its own memory pool; its facts (float64
-precision baseline, output and input bytes, FLOPs of one forward) come from one forward on the first
-trial's inputs, or from the reference cache. (The judge times the reference, in its own process.)
+precision baseline, output and input bytes, FLOPs of one forward) come from the judge in a served
+evaluation (it measured them itself: no file a candidate's process can write decides another
+candidate's checks), else from one forward on the first trial's inputs or the reference cache (an
+in-process evaluation). (The judge times the reference, in its own process.)
 
 Separate because this phase is the trust boundary of the evaluation: nothing here may run after the
 candidate is imported, and no reference output survives it.
@@ -37,6 +39,18 @@ def _reference_pool(device: torch.device) -> tuple[Any, Any]:
     return None, contextlib.nullcontext
 
 
+def facts_cache_key(problem: str, device: torch.device, seed: int, precision_policy: str) -> dict[str, Any]:
+    """The reference cache's key parts of a problem's facts (an in-process evaluation's)."""
+    return {
+        "problem": problem,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
+        "torch": torch.__version__,
+        "seed": seed,
+        "precision_policy": precision_policy,
+        "facts": REFERENCE_FACTS_VERSION,
+    }
+
+
 def reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) -> Reference:
     """Everything about the reference that is kept, computed before any candidate code exists here.
     The first trial's output gives the precision baseline and the output size, then is dropped."""
@@ -44,21 +58,16 @@ def reference_phase(request: EvalRequest, ctx: EvalContext, result: EvalResult) 
     device = ctx.device
     seeds = [opts.seed + i for i in range(opts.correctness_trials)]
     pool, in_pool = _reference_pool(device)
-    facts_key = {
-        "problem": result.problem_hash,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
-        "torch": torch.__version__,
-        "seed": seeds[0],
-        "precision_policy": ctx.hardening.precision_policy,
-        "facts": REFERENCE_FACTS_VERSION,
-    }
+    facts_key = facts_cache_key(result.problem_hash, device, seeds[0], ctx.hardening.precision_policy)
     with ctx.phase("reference"), ctx.gpu(), torch.no_grad():
         with reference_errors(result, ctx):
             module = loader.import_source(request.reference, ctx.workdir, "reference")
             with in_pool():
                 init_inputs = loader.make_init_inputs(module, opts.seed, device)
                 model = loader.build_model(module.Model, init_inputs, opts.seed, device)
-        facts = _cached_facts(ctx, facts_key)
+        facts = _given_facts(ctx, module, model, seeds[0], result, in_pool)
+        if facts is None:
+            facts = _cached_facts(ctx, facts_key)
         if facts is None:
             facts = _reference_facts(module, model, seeds[0], ctx, result, in_pool)
             if ctx.ref_cache is not None:
@@ -107,6 +116,43 @@ class _Facts:
             flops=int(d["flops"]),
             kernels=d.get("kernels"),
         )
+
+
+def judge_facts(
+    precision: dict[str, Any] | None, output_bytes: int, input_bytes: int, flops: int
+) -> dict[str, Any]:
+    """The facts a judge hands the candidate's process (EvalContext.given_facts); `precision`:
+    judge/precision.py's facts ({} or None: none)."""
+    return {
+        "precision": precision or None,
+        "output_bytes": output_bytes,
+        "input_bytes": input_bytes,
+        "flops": flops,
+    }
+
+
+def _given_facts(
+    ctx: EvalContext,
+    module: Any,
+    model: torch.nn.Module,
+    seed: int,
+    result: EvalResult,
+    in_pool: Callable[[], Any],
+) -> _Facts | None:
+    """The judge's facts (None when it gave none), with this process's profile of the reference's
+    forward beside them: the profile is only shown in feedback, and measured here it comes from no
+    file another candidate's process could have written."""
+    if ctx.given_facts is None:
+        return None
+    kernels = None
+    if ctx.device.type == "cuda" and ctx.hardening.profile_kernels:
+        with ctx.phase("reference_profile"), reference_errors(result, ctx):
+            args = loader.make_inputs(module, seed, ctx.device)
+            with in_pool():
+                model(*args)  # warm: the profiled forward is a second one, as in _reference_facts
+                kernels = _profile_forward(model, args, ctx.device)
+            del args
+    return _Facts.from_json({**ctx.given_facts, "kernels": kernels})
 
 
 def _cached_facts(ctx: EvalContext, key: dict[str, Any]) -> _Facts | None:

@@ -35,7 +35,8 @@ from eval_server.pipeline import loader
 
 # given the request and the memory share the judge named (None: the worker's): runs the first
 # layer, returns (report json, the candidate's model or None)
-FirstLayer = Callable[[dict[str, Any], float | None], tuple[dict[str, Any], Any]]
+# (request, memory share, the judge's facts of the reference) -> (report, the candidate's model)
+FirstLayer = Callable[[dict[str, Any], float | None, dict[str, Any] | None], tuple[dict[str, Any], Any]]
 
 
 # where torch.compile of the reference keeps its artefacts (Inductor's code and Triton's kernels)
@@ -214,7 +215,8 @@ def serve(sock: socket.socket, device: torch.device, workdir: str, first_layer: 
                 )
                 wire.send(sock, {"ok": True})
             elif op == "candidate":
-                report, model = first_layer(request, share)
+                facts = msg.get("facts")
+                report, model = first_layer(request, share, facts if isinstance(facts, dict) else None)
                 runner.model = model
                 if model is not None:
                     try:

@@ -209,7 +209,9 @@ class Worker:
             self._writable = self.runner_writable()
             refused = sandbox.confinement_refused(self._writable)
             if refused:  # stop here, saying why, rather than fail (or run unconfined) every evaluation
-                raise RuntimeError(f"--runner-read-only: the candidate's process cannot be confined here ({refused})")
+                raise RuntimeError(
+                    f"--runner-read-only: the candidate's process cannot be confined here ({refused})"
+                )
         self.versions = {
             "torch": torch.__version__,
             "triton": triton.__version__,
@@ -546,20 +548,25 @@ class Worker:
             print(f"runner: capabilities not dropped: {sandbox.privileges()}", file=sys.stderr)
         self._child_prepare()
         device = torch.device("cuda", 0) if self.device_kind == "cuda" else torch.device("cpu")
-        serve(sock, device, str(evaldir), lambda req, share: self._first_layer(req, share, evaldir))
+        serve(
+            sock,
+            device,
+            str(evaldir),
+            lambda req, share, facts: self._first_layer(req, share, evaldir, facts),
+        )
 
     def runner_writable(self) -> list[str]:
         """What the candidate's process may write under `runner_read_only`: its worker's directory
-        (its evaluation's, the Triton and CUDA build caches, HOME, TMPDIR), the reference cache's
-        directory, the GPU lock files (each created here first: only what exists is bound) and the
-        MPS pipes."""
+        (its evaluation's, the Triton and CUDA build caches, HOME, TMPDIR), the GPU lock files
+        (each created here first: only what exists is bound) and the MPS pipes. Not the reference
+        cache: the judge alone reads and writes it."""
         paths = [str(self.workdir)]
-        if self.ref_cache_path:  # created here: a directory made later would be read-only there
-            cache_dir = os.path.dirname(os.path.abspath(self.ref_cache_path))
-            os.makedirs(cache_dir, exist_ok=True)
-            paths.append(cache_dir)
         if self.gpu_lock_path:
-            for lock in (self.gpu_lock_path, f"{self.gpu_lock_path}.turnstile", f"{self.gpu_lock_path}.memory"):
+            for lock in (
+                self.gpu_lock_path,
+                f"{self.gpu_lock_path}.turnstile",
+                f"{self.gpu_lock_path}.memory",
+            ):
                 os.close(os.open(lock, os.O_RDWR | os.O_CREAT, 0o600))
                 paths.append(lock)
         pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
@@ -568,10 +575,11 @@ class Worker:
         return paths
 
     def _first_layer(
-        self, request_json: dict[str, Any], share: float | None, evaldir: Path
+        self, request_json: dict[str, Any], share: float | None, evaldir: Path, facts: dict[str, Any] | None
     ) -> tuple[dict[str, Any], Any]:
         """In the runner: the pipeline's checks on the candidate, with its prints in the log, in
-        the memory share the judge named (larger than the worker's only when it runs alone)."""
+        the memory share the judge named (larger than the worker's only when it runs alone), on
+        the reference's facts the judge gave."""
         from eval_server.pipeline import compile_pause
         from eval_server.pipeline.evaluate import first_layer
 
@@ -579,7 +587,8 @@ class Worker:
         log_fd = os.open(evaldir / "output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        ctx = self._context(evaldir, timing=False, share=share)
+        ctx = self._context(evaldir, timing=False, share=share, ref_cache=False)
+        ctx.given_facts = facts
         if ctx.gpu_lock is not None and ctx.hardening.compile_unlocked:
             compile_pause.install(ctx.gpu_lock)  # other evaluations may time while this one compiles
         # Irreversible, and after every import of the evaluator's own: the candidate comes next.
@@ -648,9 +657,12 @@ class Worker:
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
 
-    def _context(self, evaldir: Path, timing: bool, share: float | None = None) -> Any:
+    def _context(
+        self, evaldir: Path, timing: bool, share: float | None = None, ref_cache: bool = True
+    ) -> Any:
         """The evaluation's context in this process (judge: timing; runner: none); `share`: the
-        evaluation's share of the GPU's memory when not the worker's (half of it per process)."""
+        evaluation's share of the GPU's memory when not the worker's (half of it per process);
+        `ref_cache`: whether it opens the reference cache (never the candidate's process)."""
         import torch
 
         from eval_server.isolation.gpu_lock import GpuLock
@@ -670,7 +682,7 @@ class Worker:
             device = torch.device("cpu")
             timing = False
         # reference timings (GPU) and the reference's facts (any device: reference._Facts)
-        cache = RefTimingCache(self.ref_cache_path) if self.ref_cache_path else None
+        cache = RefTimingCache(self.ref_cache_path) if self.ref_cache_path and ref_cache else None
         return EvalContext(
             device=device,
             device_label=self.device_label,

@@ -37,7 +37,8 @@ def test_queue_wait_is_the_time_behind_another_request(tmp_path: Path) -> None:
         assert 0 <= ph["spare_wait"] < first["elapsed_s"]  # CPU children have nothing to prepare
         assert 0 <= ph["child_exit"] < first["elapsed_s"]
         # sub-phases: inside their phases (two correctness trials, each one expected output and one comparison)
-        assert 0 < ph["reference_precision"] <= ph["reference"]
+        assert 0 < ph["judge_precision"] <= ph["judge_reference"]  # the judge's float64 pass
+        assert "reference_precision" not in ph  # the candidate's process got the judge's facts
         assert 0 < ph["expected"] + ph["compare"] <= ph["correctness"]
 
         with cf.ThreadPoolExecutor(max_workers=2) as ex:
