@@ -2,7 +2,8 @@
 
 Checks checkpoints and their format, MODEL_ARGS against the HF config, data files, the recipe,
 the tokenizer, the GPU count against the requested split, free ports, tools and versions
-(tmux, slime, Megatron-LM, SGLang, Ray, torch, Triton) and W&B settings, then prints one row per
+(tmux, slime, Megatron-LM, SGLang, Ray, torch, Triton), whether the eval server's candidates can
+get read-only file systems, and W&B settings, then prints one row per
 check: PASS / WARN / FAIL, what was found, and for each failure the fix.
 
 Settings are the launcher's environment variables; their defaults come from
@@ -30,6 +31,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -475,6 +477,25 @@ def check_wandb(s: Mapping[str, str], env: Mapping[str, str]) -> Check:
     )
 
 
+def check_isolation(refused: Callable[[list[str]], str] | None = None) -> Check:
+    """Whether the eval server's candidates' processes can get read-only file systems here
+    (`--runner-read-only auto` turns them on where the kernel grants a user namespace): a
+    container started with Docker's default seccomp profile refuses it."""
+    if refused is None:
+        from eval_server.isolation.sandbox import confinement_refused as refused
+    with tempfile.TemporaryDirectory(prefix="krl-preflight-") as tmp:
+        why = refused([tmp])
+    if not why:
+        return Check("read-only runners", PASS, "user and mount namespaces granted: candidates see read-only file systems")
+    return Check(
+        "read-only runners",
+        WARN,
+        f"refused here ({why}): candidates' processes keep writable file systems (the eval server still runs)",
+        "start the container with a seccomp profile that allows unshare (e.g. docker run --security-opt "
+        "seccomp=unconfined) or --privileged; docs/EVAL_SERVER.md, Isolation",
+    )
+
+
 def gate_checks(settings: Mapping[str, str]) -> list[Check]:
     """What slime's trainer reads at start: the launcher's gate (`--gate`)."""
     checks = check_hf_checkpoint(settings)
@@ -507,6 +528,7 @@ def run_checks(
     checks.append(check_gpus(settings, gpus()))
     checks.append(check_ports(settings))
     checks += check_versions(settings)
+    checks.append(check_isolation())
     checks.append(check_wandb(settings, env))
     return checks
 

@@ -12,7 +12,7 @@ import pytest
 from krl_common.service import free_port
 from slime_ext.rollout.problems import PromptRecord, write_prompt_records
 from tools import preflight
-from tools.preflight import FAIL, PASS
+from tools.preflight import FAIL, PASS, WARN
 
 pytestmark = pytest.mark.unit
 
@@ -317,3 +317,14 @@ def test_ports_are_the_plans_and_its_refusals_the_launchers(settings: dict[str, 
     tiny = preflight.check_ports({**settings, "TRAIN_ONLY": "1", "ENGINE": "tiny"})
     assert tiny.status == PASS and "ENGINE_PORT" in tiny.detail and "ROUTER_PORT" not in tiny.detail
     assert "ROUTER_PORT" in preflight.check_ports(settings).detail
+
+
+def test_the_isolation_row_says_whether_candidates_get_read_only_file_systems() -> None:
+    from eval_server.isolation.sandbox import confinement_refused
+
+    here = preflight.check_isolation()  # this machine's real answer
+    assert here.status == (PASS if not confinement_refused(["/tmp"]) else WARN)
+    # a container that refuses user namespaces: a test double of the kernel's answer
+    refused = preflight.check_isolation(lambda paths: "unshare(CLONE_NEWUSER | CLONE_NEWNS): Operation not permitted")
+    assert refused.status == WARN and "Operation not permitted" in refused.detail
+    assert "seccomp" in refused.fix
