@@ -43,7 +43,7 @@ class Hardening:
     # through /proc (isolation/sandbox.py); off only for a GPU driver that would refuse it
     ptrace_guard: bool = True
     # The candidate's process sees every file system read-only but its worker's directory, the
-    # reference cache's directory, the GPU lock files and the MPS pipes (sandbox.confine_writes);
+    # GPU lock files and the MPS pipes (sandbox.confine_writes);
     # the server's `--runner-read-only auto` turns it on where the kernel grants the namespaces
     runner_read_only: bool = False
 
