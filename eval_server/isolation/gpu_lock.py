@@ -6,16 +6,41 @@ runs can overlap another's, as long as no GPU work runs while anyone is timing. 
 takes the lock shared, timing takes it exclusive. fcntl.flock is per open file description
 and is released by the kernel when a process dies, so a killed evaluation never leaves the
 GPU locked; each evaluation process must open the file itself (not inherit the descriptor).
+
+Waiting for the lock is not the waiting evaluation's doing (another one holds the GPU: a neighbour
+timing, or one whose kernel hangs inside its shared hold until its own limit kills it), so each
+evaluation process reports when it starts and stops waiting (`report_waits_to`: one byte per
+event on a pipe to its worker) and the worker does not count that time against the evaluation's
+limit (`WaitLedger`, workers/worker.py).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+WAITING, GOT = b"W", b"G"  # the events a process reports about its waits for any GPU lock
+_report_fd: int | None = None
+
+
+def report_waits_to(fd: int | None) -> None:
+    """Where this process reports its waits for a GPU lock (a pipe's write end; None: nowhere)."""
+    global _report_fd
+    _report_fd = fd
+
+
+def _report(event: bytes) -> None:
+    if _report_fd is None:
+        return
+    try:
+        os.write(_report_fd, event)
+    except OSError:  # a full or closed pipe: the worker then counts the wait as the evaluation's
+        pass
 
 
 class GpuLock:
@@ -28,9 +53,20 @@ class GpuLock:
         self._paused_at: float | None = None
 
     def acquire(self, exclusive: bool) -> None:
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            fcntl.flock(self._fd, mode | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
         t0 = time.perf_counter()
-        fcntl.flock(self._fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        self.waited_s += time.perf_counter() - t0
+        _report(WAITING)
+        try:
+            fcntl.flock(self._fd, mode)
+        finally:
+            _report(GOT)
+            self.waited_s += time.perf_counter() - t0
 
     def release(self) -> None:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -99,3 +135,37 @@ class MemoryShare:
             yield
         finally:
             self._memory.release()
+
+
+class WaitLedger:
+    """The worker's account of one evaluation's waits for the GPU: the time during which at least
+    one of its processes said it was waiting (each source a pipe; events timed on the worker's
+    clock as they arrive, so a process cannot date them). `cap` bounds the credit: the candidate's
+    process can claim a wait it does not have, which buys it at most `cap` more seconds."""
+
+    def __init__(self, cap_s: float) -> None:
+        self.cap_s = cap_s
+        self._waiting: set[int] = set()
+        self._since: float | None = None
+        self._closed_s = 0.0
+
+    def feed(self, source: int, data: bytes, now: float) -> None:
+        """Events from `source` (its last one decides whether it is waiting now; other bytes are
+        ignored)."""
+        events = [b for b in data if b in (WAITING[0], GOT[0])]
+        if not events:
+            return
+        if events[-1] == WAITING[0]:
+            self._waiting.add(source)
+        else:
+            self._waiting.discard(source)
+        if self._waiting and self._since is None:
+            self._since = now
+        elif not self._waiting and self._since is not None:
+            self._closed_s += now - self._since
+            self._since = None
+
+    def credit(self, now: float) -> float:
+        """Seconds waited so far (an ongoing wait included), at most `cap_s`."""
+        ongoing = now - self._since if self._since is not None else 0.0
+        return min(self._closed_s + ongoing, self.cap_s)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_server.feedback import build_feedback, failure_result
-from eval_server.isolation import audit, sandbox
+from eval_server.isolation import audit, gpu_lock, sandbox
 from eval_server.isolation.hardening import Hardening
 from eval_server.judge.known import Handoff, KnownReference, KnownStore
 from eval_server.schema import (
@@ -75,6 +75,8 @@ class _Spare:
     request_fd: int  # the worker writes the request here, then closes it
     result_fd: int  # the child writes its result here
     evaldir: Path
+    # where the judge and the runner report their waits for the GPU lock (gpu_lock.WaitLedger)
+    wait_fds: tuple[int, int]
 
 
 def _read_all(fd: int) -> bytes:
@@ -272,20 +274,26 @@ class Worker:
         evaldir = Path(tempfile.mkdtemp(prefix=f"eval-{self.evals + 1}-", dir=self.workdir / "evals"))
         request_r, request_w = os.pipe()
         result_r, result_w = os.pipe()
+        # one pipe per process: the runner's own, so nothing it does to its pipe stops the judge's
+        waits = [os.pipe2(os.O_NONBLOCK) for _ in range(2)]
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # child: never returns
             os.close(request_w)
             os.close(result_r)
-            self._child_main(evaldir, request_r, result_w)
+            for r, _ in waits:
+                os.close(r)
+            self._child_main(evaldir, request_r, result_w, (waits[0][1], waits[1][1]))
         os.close(request_r)
         os.close(result_w)
+        for _, w in waits:
+            os.close(w)
         try:
             os.setpgid(pid, pid)  # also done by the child; whichever runs first wins
         except (PermissionError, ProcessLookupError):
             pass
-        return _Spare(pid, request_w, result_r, evaldir)
+        return _Spare(pid, request_w, result_r, evaldir, (waits[0][0], waits[1][0]))
 
     def _take_spare(self) -> _Spare:
         """The prepared child, or a new one if there is none or it died meanwhile."""
@@ -304,7 +312,7 @@ class Worker:
         sandbox.kill_tree(spare.pid)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(spare.pid, 0)
-        for fd in (spare.request_fd, spare.result_fd):
+        for fd in (spare.request_fd, spare.result_fd, *spare.wait_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)
         shutil.rmtree(spare.evaldir, ignore_errors=True)
@@ -335,9 +343,13 @@ class Worker:
             os.close(spare.request_fd)
 
     def _wait(self, spare: _Spare, request: EvalRequest, timeout_s: float) -> EvalResult:
+        """The child's result, or its end: `timeout_s` counts the time the evaluation did not
+        spend waiting for the GPU lock (another evaluation's hold), up to `timeout_s` more."""
         pid, read_fd = spare.pid, spare.result_fd
         chunks: list[bytes] = []
         deadline = time.monotonic() + timeout_s
+        waits = gpu_lock.WaitLedger(cap_s=timeout_s)
+        wait_fds = set(spare.wait_fds)
         verdict: tuple[str, str] | None = None
         exit_status: int | None = None
         next_mem_check = 0.0
@@ -345,16 +357,20 @@ class Worker:
         child_exit_s: float | None = None  # that EOF -> the child reaped
         try:
             while True:
-                if eof_at is None:
-                    ready, _, _ = select.select([read_fd], [], [], _POLL_S)
-                    if ready:
-                        data = os.read(read_fd, 1 << 20)
+                watched = ([read_fd] if eof_at is None else []) + sorted(wait_fds)
+                ready, _, _ = select.select(watched, [], [], _POLL_S if eof_at is None else _EXIT_POLL_S)
+                for fd in ready:
+                    data = os.read(fd, 1 << 20)
+                    if fd == read_fd:
                         if data:
                             chunks.append(data)
                         else:
                             eof_at = time.perf_counter()
-                else:
-                    time.sleep(_EXIT_POLL_S)
+                    elif data:
+                        waits.feed(fd, data, time.monotonic())
+                    else:  # that process is gone (or closed it): it waits no more
+                        waits.feed(fd, gpu_lock.GOT, time.monotonic())
+                        wait_fds.discard(fd)
                 try:
                     info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
                 except ChildProcessError:  # reaped already (reap_all after an earlier evaluation)
@@ -362,10 +378,12 @@ class Worker:
                 if info is not None:
                     break
                 now = time.monotonic()
-                if now > deadline:
+                if now > deadline + waits.credit(now):
+                    waited = waits.credit(now)
                     verdict = (
                         STATUS_TIMEOUT,
-                        f"The evaluation exceeded the time limit of {timeout_s:g} s and was killed.",
+                        f"The evaluation exceeded the time limit of {timeout_s:g} s and was killed"
+                        + (f" (not counting {waited:.1f} s it waited for the GPU)." if waited >= 0.05 else "."),
                     )
                     break
                 if self.mem_cap_bytes and now >= next_mem_check:
@@ -401,7 +419,8 @@ class Worker:
                 if not data:
                     break
                 chunks.append(data)
-            os.close(read_fd)
+            for fd in (read_fd, *spare.wait_fds):
+                os.close(fd)
 
         result: EvalResult | None = None
         refused = self._audit_refusal(exit_status, spare.evaldir)
@@ -451,6 +470,9 @@ class Worker:
             result = failure_result(request, *verdict, device=self.device_label)
         if child_exit_s is not None:
             result.phases["child_exit"] = round(child_exit_s, 6)
+        waited = waits.credit(time.monotonic())
+        if waited > 0:  # not counted against the limit: another evaluation held the GPU
+            result.phases["gpu_wait_credit"] = round(waited, 6)
         return result
 
     @staticmethod
@@ -477,16 +499,23 @@ class Worker:
         why = "" if os.WIFSIGNALED(status) else " (os._exit, sys.exit or a fatal error in the candidate)"
         return f"The evaluation process {_exit_words(status)} before reporting a result{why}."
 
-    def _child_main(self, evaldir: Path, request_fd: int, write_fd: int) -> None:
+    def _child_main(self, evaldir: Path, request_fd: int, write_fd: int, wait_fds: tuple[int, int]) -> None:
         """The judge: runs in the forked child; always ends with os._exit so no parent state is
-        unwound. It forks the candidate's runner first (neither has touched CUDA yet)."""
+        unwound. It forks the candidate's runner first (neither has touched CUDA yet).
+        `wait_fds`: where the judge and the runner report their waits for the GPU lock."""
         try:
             os.setpgid(0, 0)
         except OSError:
             pass
+        from eval_server.isolation import gpu_lock
         from eval_server.judge.pair import fork_runner
 
-        runner_pid, sock = fork_runner(lambda s: self._runner_main(s, evaldir, request_fd, write_fd))
+        judge_waits, runner_waits = wait_fds
+        runner_pid, sock = fork_runner(
+            lambda s: self._runner_main(s, evaldir, request_fd, write_fd, wait_fds)
+        )
+        os.close(runner_waits)
+        gpu_lock.report_waits_to(judge_waits)
         if self.hardening.ptrace_guard:
             sandbox.become_undumpable()  # before any request: the runner imports no candidate yet
         request: EvalRequest | None = None
@@ -530,15 +559,21 @@ class Worker:
         finally:
             os._exit(0)
 
-    def _runner_main(self, sock: Any, evaldir: Path, request_fd: int, write_fd: int) -> None:
+    def _runner_main(
+        self, sock: Any, evaldir: Path, request_fd: int, write_fd: int, wait_fds: tuple[int, int]
+    ) -> None:
         """The candidate's process (eval_server/runner): prepared like the judge, then serves it."""
         import torch
 
+        from eval_server.isolation import gpu_lock
         from eval_server.runner.serve import serve
 
-        for fd in (_PROTO_FD, request_fd, write_fd):  # the worker's pipes are the judge's alone
+        judge_waits, runner_waits = wait_fds
+        # the worker's pipes are the judge's alone
+        for fd in (_PROTO_FD, request_fd, write_fd, judge_waits):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        gpu_lock.report_waits_to(runner_waits)
         _quiet(evaldir)
         if self.hardening.runner_read_only:  # before CUDA, threads and capabilities (warm_up proved it)
             left = sandbox.confine_writes(self._writable)

@@ -221,3 +221,47 @@ def test_triton_compiles_pause_the_runners_hold(tmp_path) -> None:
     finally:
         knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = saved
     lock.close()
+
+
+def test_a_process_reports_its_waits_and_only_those(tmp_path):
+    """Each wait for the lock is reported to the worker's pipe (waiting, then got); an acquire
+    that did not wait reports nothing."""
+    import os
+
+    from eval_server.isolation import gpu_lock
+
+    path = str(tmp_path / "gpu-0.lock")
+    r, w = os.pipe2(os.O_NONBLOCK)
+    gpu_lock.report_waits_to(w)
+    try:
+        with GpuLock(path).shared():  # uncontended: nothing reported
+            pass
+        ctx = mp.get_context("fork")
+        started = ctx.Event()
+        holder = ctx.Process(target=_hold, args=(path, True, 0.3, started))
+        holder.start()
+        assert started.wait(10)
+        with GpuLock(path).shared():  # waits for the holder
+            pass
+        holder.join(10)
+        assert os.read(r, 64) == gpu_lock.WAITING + gpu_lock.GOT
+    finally:
+        gpu_lock.report_waits_to(None)
+        os.close(r)
+        os.close(w)
+
+
+def test_the_ledger_credits_the_union_of_waits_up_to_its_cap():
+    from eval_server.isolation.gpu_lock import GOT, WAITING, WaitLedger
+
+    ledger = WaitLedger(cap_s=10.0)
+    ledger.feed(1, WAITING, now=100.0)  # the judge waits ...
+    ledger.feed(2, WAITING, now=101.0)  # ... and meanwhile the runner
+    ledger.feed(1, GOT, now=102.0)
+    assert ledger.credit(now=103.0) == 3.0  # one wait still open: 100 -> 103
+    ledger.feed(2, GOT, now=104.0)
+    assert ledger.credit(now=200.0) == 4.0  # closed: 100 -> 104, whatever the time now
+    ledger.feed(2, b"xx" + WAITING + GOT, now=205.0)  # the last event counts; other bytes ignored
+    assert ledger.credit(now=206.0) == 4.0
+    ledger.feed(2, WAITING, now=210.0)  # a wait never closed (or a forged one): at most the cap
+    assert ledger.credit(now=1000.0) == 10.0
