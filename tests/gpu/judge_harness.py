@@ -178,7 +178,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="judge-gpu-"))
     report = EvalResult(status="ok", compiled=True, correct=True, speedup=100.0).to_json()
 
-    def first_layer(req: dict, share: float | None) -> tuple[dict, torch.nn.Module]:
+    def first_layer(req: dict, share: float | None, facts: dict | None) -> tuple[dict, torch.nn.Module]:
         if case == "freed_between":  # as the real first layer's memory poisoning does: the segments
             torch.cuda.empty_cache()  # of the reference's outputs go back to the driver
         return report, MODELS[case]().cuda()

@@ -87,19 +87,19 @@ def _judge(tmp_path: Path, first_layer: Any, runner_override: Any = None, refere
 
 
 def test_an_honest_model_is_ok(tmp_path: Path) -> None:
-    result = _judge(tmp_path, lambda req, share: (_forged_ok(), _Relu()))
+    result = _judge(tmp_path, lambda req, share, facts: (_forged_ok(), _Relu()))
     assert result.status == "ok" and result.correct, result.feedback
 
 
 def test_a_forged_ok_report_with_a_wrong_model_is_incorrect(tmp_path: Path) -> None:
-    result = _judge(tmp_path, lambda req, share: (_forged_ok(), _Zeros()))
+    result = _judge(tmp_path, lambda req, share, facts: (_forged_ok(), _Zeros()))
     assert result.status == "incorrect" and not result.correct
     assert result.speedup is None
     assert [c.id for c in result.checks] == ["judge.output"]
 
 
 def test_a_model_right_only_on_its_first_calls_is_incorrect(tmp_path: Path) -> None:
-    def first_layer(req: dict, share: float | None) -> tuple[dict, Any]:
+    def first_layer(req: dict, share: float | None, facts: dict | None) -> tuple[dict, Any]:
         model = _RightTwice()
         x = torch.randn(8)
         model(x), model(x)  # the first layer's own trials
@@ -110,7 +110,7 @@ def test_a_model_right_only_on_its_first_calls_is_incorrect(tmp_path: Path) -> N
 
 
 def test_a_wrong_shape_is_incorrect_with_the_shapes_in_the_feedback(tmp_path: Path) -> None:
-    result = _judge(tmp_path, lambda req, share: (_forged_ok(), _WrongShape()))
+    result = _judge(tmp_path, lambda req, share, facts: (_forged_ok(), _WrongShape()))
     assert result.status == "incorrect"
     assert "shape" in result.feedback
 
@@ -118,13 +118,13 @@ def test_a_wrong_shape_is_incorrect_with_the_shapes_in_the_feedback(tmp_path: Pa
 @pytest.mark.parametrize("status", ["server_error", "reference_error", "unsupported"])
 def test_a_report_claiming_an_evaluator_status_is_the_candidates_crash(tmp_path: Path, status: str) -> None:
     report = EvalResult(status=status, error={"type": status, "message": "not my fault", "traceback": ""})
-    result = _judge(tmp_path, lambda req, share: (report.to_json(), _Relu()))
+    result = _judge(tmp_path, lambda req, share, facts: (report.to_json(), _Relu()))
     assert result.status == "crashed"
     assert "not my fault" in result.feedback
 
 
 def test_an_unreadable_report_is_a_crash(tmp_path: Path) -> None:
-    result = _judge(tmp_path, lambda req, share: ({"status": "ok", "speedup": 9.0, "forged": True}, _Relu()))
+    result = _judge(tmp_path, lambda req, share, facts: ({"status": "ok", "speedup": 9.0, "forged": True}, _Relu()))
     assert result.status == "crashed"
 
 
@@ -133,21 +133,21 @@ def test_a_report_with_a_forged_profile_share_is_a_crash(tmp_path: Path, share: 
     """The profiling-based reward multiplies the bonus by own_share: a share past 1 is no factor."""
     report = _forged_ok()
     report["kernel_time"] = {"own_share": share, "own_us": 1.0, "total_us": 1.0}
-    result = _judge(tmp_path, lambda req, share_: (report, _Relu()))
+    result = _judge(tmp_path, lambda req, share_, facts: (report, _Relu()))
     assert result.status == "crashed" and result.kernel_time is None
 
 
 def test_a_report_cannot_name_the_judges_phases(tmp_path: Path) -> None:
     report = _forged_ok()
     report["phases"] = {"judge_gpu_held_exclusive": 999.0, "correctness": 0.5}
-    result = _judge(tmp_path, lambda req, share: (report, _Relu()))
+    result = _judge(tmp_path, lambda req, share, facts: (report, _Relu()))
     assert result.status == "ok" and result.phases["correctness"] == 0.5
     assert "judge_gpu_held_exclusive" not in result.phases  # CPU: the judge holds no GPU
 
 
 def test_a_failing_report_stands(tmp_path: Path) -> None:
     report = EvalResult(status="rejected", checks=[])
-    result = _judge(tmp_path, lambda req, share: (report.to_json(), _Relu()))
+    result = _judge(tmp_path, lambda req, share, facts: (report.to_json(), _Relu()))
     assert result.status == "rejected"
 
 
@@ -156,7 +156,7 @@ def test_a_forward_that_raises_on_the_judges_inputs_is_a_runtime_error(tmp_path:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise ValueError("boom on secret inputs")
 
-    result = _judge(tmp_path, lambda req, share: (_forged_ok(), Raises()))
+    result = _judge(tmp_path, lambda req, share, facts: (_forged_ok(), Raises()))
     assert result.status == "runtime_error"
     assert "boom on secret inputs" in result.feedback
 
@@ -182,7 +182,7 @@ def test_a_report_with_infinite_differences_crosses_and_stands(tmp_path: Path) -
     """An inf max diff (NaN written by the candidate) is null on the wire, and the verdict the
     candidate's own: never the evaluator's server_error."""
     report = EvalResult(status="incorrect", max_abs_diff=float("inf"), max_rel_diff=float("nan"))
-    result = _judge(tmp_path, lambda req, share: (report.to_json(), _Relu()))
+    result = _judge(tmp_path, lambda req, share, facts: (report.to_json(), _Relu()))
     assert result.status == "incorrect"
     assert result.max_abs_diff is None
 
@@ -193,7 +193,7 @@ def test_the_judge_imports_the_problem_at_both_shapes_before_the_candidate_is_lo
     written and imported before the first layer loads the candidate."""
     started = tmp_path / "first-layer-started"
 
-    def first_layer(req: dict, share: float | None) -> tuple[dict, Any]:
+    def first_layer(req: dict, share: float | None, facts: dict | None) -> tuple[dict, Any]:
         started.write_text("")
         return _forged_ok(), _Relu()
 
@@ -236,9 +236,9 @@ def test_computing_in_lower_precision_after_the_first_calls_is_incorrect(tmp_pat
 def _lazy_and_exact(tmp_path: Path, matmul: str) -> None:
     (tmp_path / "lazy").mkdir()
     (tmp_path / "exact").mkdir()
-    lazy = _judge(tmp_path / "lazy", lambda req, share: (_forged_ok(), _Tf32Matmul()), reference=matmul)
+    lazy = _judge(tmp_path / "lazy", lambda req, share, facts: (_forged_ok(), _Tf32Matmul()), reference=matmul)
     assert lazy.status == "incorrect" and "away from a float64 computation" in lazy.feedback, lazy.feedback
-    exact = _judge(tmp_path / "exact", lambda req, share: (_forged_ok(), _Matmul()), reference=matmul)
+    exact = _judge(tmp_path / "exact", lambda req, share, facts: (_forged_ok(), _Matmul()), reference=matmul)
     assert exact.status == "ok", exact.feedback
 
 
