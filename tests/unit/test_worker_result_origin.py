@@ -25,6 +25,7 @@ def _child_reporting(
     judge never does: "killed" (a candidate that killed its judge and wrote into its pipe through
     /proc) or "exit 3"."""
     read_fd, write_fd = os.pipe()
+    waits = [os.pipe() for _ in range(2)]  # its (silent) reports of waits for the GPU lock
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
@@ -34,7 +35,9 @@ def _child_reporting(
             os.kill(os.getpid(), signal.SIGKILL)
         os._exit(3 if end == "exit 3" else 0)
     os.close(write_fd)
-    return _Spare(pid, -1, read_fd, tmp_path)
+    for _, w in waits:
+        os.close(w)
+    return _Spare(pid, -1, read_fd, tmp_path, (waits[0][0], waits[1][0]))
 
 
 @pytest.mark.parametrize("named", ["this problem", "no problem"])
