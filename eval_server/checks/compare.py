@@ -40,8 +40,10 @@ class Comparison:
 
 
 def disable_fused() -> None:
-    """Compare with torch ops only in this process (the judge: close_kernel would be loaded from
-    the Triton cache that the worker's candidates share)."""
+    """Compare with torch ops only in this process (a served evaluation's judge and runner:
+    close_kernel's binary would be loaded from the Triton cache that the worker's candidates can
+    write, and a replaced one would make later candidates' comparisons wrong). In-process
+    evaluations keep the fused pass."""
     global _close_kernel
     _close_kernel = None
 

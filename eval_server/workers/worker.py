@@ -615,6 +615,7 @@ class Worker:
         """In the runner: the pipeline's checks on the candidate, with its prints in the log, in
         the memory share the judge named (larger than the worker's only when it runs alone), on
         the reference's facts the judge gave."""
+        from eval_server.checks import compare
         from eval_server.pipeline import compile_pause
         from eval_server.pipeline.evaluate import first_layer
 
@@ -626,6 +627,9 @@ class Worker:
         ctx.given_facts = facts
         if ctx.gpu_lock is not None and ctx.hardening.compile_unlocked:
             compile_pause.install(ctx.gpu_lock)  # other evaluations may time while this one compiles
+        # torch ops only, as in the judge: the fused comparison kernel's binary would come from the
+        # Triton cache that earlier candidates' processes of this worker could write
+        compare.disable_fused()
         # Irreversible, and after every import of the evaluator's own: the candidate comes next.
         audit.install(evaldir)
         result, model = first_layer(request, ctx)
