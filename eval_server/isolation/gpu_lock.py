@@ -138,16 +138,15 @@ class MemoryShare:
 
 
 class WaitLedger:
-    """The worker's account of one evaluation's waits for the GPU: the time during which at least
-    one of its processes said it was waiting (each source a pipe; events timed on the worker's
-    clock as they arrive, so a process cannot date them). `cap` bounds the credit: the candidate's
-    process can claim a wait it does not have, which buys it at most `cap` more seconds."""
+    """The worker's account of one evaluation's waits for the GPU: per source (a process's pipe),
+    the time during which it said it was waiting, events timed on the worker's clock as they
+    arrive (so a process cannot date them), each source's total at most its cap. The candidate's
+    process can claim a wait it does not have: its cap is what that buys it at most."""
 
-    def __init__(self, cap_s: float) -> None:
-        self.cap_s = cap_s
-        self._waiting: set[int] = set()
-        self._since: float | None = None
-        self._closed_s = 0.0
+    def __init__(self, caps: dict[int, float]) -> None:
+        self.caps = caps
+        self._since: dict[int, float] = {}  # sources waiting now, since when
+        self._closed: dict[int, float] = {}
 
     def feed(self, source: int, data: bytes, now: float) -> None:
         """Events from `source` (its last one decides whether it is waiting now; other bytes are
@@ -156,16 +155,16 @@ class WaitLedger:
         if not events:
             return
         if events[-1] == WAITING[0]:
-            self._waiting.add(source)
-        else:
-            self._waiting.discard(source)
-        if self._waiting and self._since is None:
-            self._since = now
-        elif not self._waiting and self._since is not None:
-            self._closed_s += now - self._since
-            self._since = None
+            self._since.setdefault(source, now)
+        elif source in self._since:
+            self._closed[source] = self._closed.get(source, 0.0) + now - self._since.pop(source)
 
     def credit(self, now: float) -> float:
-        """Seconds waited so far (an ongoing wait included), at most `cap_s`."""
-        ongoing = now - self._since if self._since is not None else 0.0
-        return min(self._closed_s + ongoing, self.cap_s)
+        """Seconds waited so far (ongoing waits included), each source's at most its cap."""
+        total = 0.0
+        for source, cap in self.caps.items():
+            waited = self._closed.get(source, 0.0)
+            if source in self._since:
+                waited += now - self._since[source]
+            total += min(waited, cap)
+        return total

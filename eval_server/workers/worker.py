@@ -59,6 +59,9 @@ from eval_server.schema import (
 )
 
 _POLL_S = 0.02
+# the part of an evaluation's limit its runner's reported waits for the GPU lock may add: an
+# honest runner waits only behind another evaluation's timing (seconds); a claimed wait is free
+_RUNNER_WAIT_CAP = 0.25
 _EXIT_POLL_S = 0.001  # after the child closed its result pipe: it is exiting, poll its exit closely
 _REAP_GRACE_S = 10.0  # at most this long for a killed evaluation's processes to finish dying (a GPU context can take seconds)
 _STDOUT_TAIL_CHARS = 2000
@@ -344,11 +347,13 @@ class Worker:
 
     def _wait(self, spare: _Spare, request: EvalRequest, timeout_s: float) -> EvalResult:
         """The child's result, or its end: `timeout_s` counts the time the evaluation did not
-        spend waiting for the GPU lock (another evaluation's hold), up to `timeout_s` more."""
+        spend waiting for the GPU lock (another evaluation's hold): the judge's waits up to
+        `timeout_s` more, the runner's (which it could claim without waiting) up to a quarter."""
         pid, read_fd = spare.pid, spare.result_fd
         chunks: list[bytes] = []
         deadline = time.monotonic() + timeout_s
-        waits = gpu_lock.WaitLedger(cap_s=timeout_s)
+        judge_fd, runner_fd = spare.wait_fds
+        waits = gpu_lock.WaitLedger({judge_fd: timeout_s, runner_fd: timeout_s * _RUNNER_WAIT_CAP})
         wait_fds = set(spare.wait_fds)
         verdict: tuple[str, str] | None = None
         exit_status: int | None = None

@@ -251,17 +251,20 @@ def test_a_process_reports_its_waits_and_only_those(tmp_path):
         os.close(w)
 
 
-def test_the_ledger_credits_the_union_of_waits_up_to_its_cap():
+def test_the_ledger_credits_each_sources_waits_up_to_its_cap():
     from eval_server.isolation.gpu_lock import GOT, WAITING, WaitLedger
 
-    ledger = WaitLedger(cap_s=10.0)
-    ledger.feed(1, WAITING, now=100.0)  # the judge waits ...
-    ledger.feed(2, WAITING, now=101.0)  # ... and meanwhile the runner
-    ledger.feed(1, GOT, now=102.0)
-    assert ledger.credit(now=103.0) == 3.0  # one wait still open: 100 -> 103
-    ledger.feed(2, GOT, now=104.0)
-    assert ledger.credit(now=200.0) == 4.0  # closed: 100 -> 104, whatever the time now
-    ledger.feed(2, b"xx" + WAITING + GOT, now=205.0)  # the last event counts; other bytes ignored
-    assert ledger.credit(now=206.0) == 4.0
-    ledger.feed(2, WAITING, now=210.0)  # a wait never closed (or a forged one): at most the cap
-    assert ledger.credit(now=1000.0) == 10.0
+    judge, runner = 1, 2
+    ledger = WaitLedger({judge: 10.0, runner: 2.5})
+    ledger.feed(judge, WAITING, now=100.0)
+    ledger.feed(judge, GOT, now=103.0)
+    assert ledger.credit(now=200.0) == 3.0  # closed: whatever the time now
+    ledger.feed(runner, WAITING, now=201.0)
+    assert ledger.credit(now=202.0) == 4.0  # an ongoing wait counts
+    ledger.feed(runner, b"xx" + GOT, now=202.0)  # the last event counts; other bytes ignored
+    assert ledger.credit(now=300.0) == 4.0
+    ledger.feed(runner, WAITING, now=300.0)  # a wait never closed (or a claimed one): its cap
+    ledger.feed(judge, WAITING, now=300.0)
+    assert ledger.credit(now=1000.0) == 10.0 + 2.5
+    ledger.feed(3, WAITING, now=1000.0)  # a source without a cap counts nothing
+    assert ledger.credit(now=2000.0) == 12.5
