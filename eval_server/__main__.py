@@ -201,8 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         choices=("auto", "on", "off"),
         help="the candidate's process sees every file system read-only but its worker's directory, the "
-        "GPU lock files and the MPS pipes (a user and mount namespace of its own). auto (default): on where the kernel grants the namespaces, else off with a warning in "
-        "the log (/health says which); on (or the bare flag): the server does not start without it; off",
+        "GPU lock files and the MPS pipes (a user and mount namespace of its own). auto (default): on "
+        "where the kernel grants the namespaces, else off with a warning in the log (/health says "
+        "which); on (or the bare flag): the server does not start without it; off",
     )
     dev.add_argument(
         "--workdir", default=None, help="worker dirs, logs and Triton caches (default: a new temp dir)"

@@ -197,9 +197,13 @@ class Worker:
         import torch
         import triton
 
+        from eval_server.checks import compare
         from eval_server.pipeline import evaluate as _evaluate  # noqa: F401  (imports compare, timing, checks)
         from eval_server.pipeline.context import LAUNCHES, THREADS
 
+        # every evaluation process forked from here (judge and runner) compares with torch ops: the
+        # fused kernel's binary would come from the Triton cache this worker's candidates can write
+        compare.disable_fused()
         LAUNCHES.install()
         THREADS.install()
         torch.set_num_threads(max(1, self.threads))
@@ -620,7 +624,6 @@ class Worker:
         """In the runner: the pipeline's checks on the candidate, with its prints in the log, in
         the memory share the judge named (larger than the worker's only when it runs alone), on
         the reference's facts the judge gave."""
-        from eval_server.checks import compare
         from eval_server.pipeline import compile_pause
         from eval_server.pipeline.evaluate import first_layer
 
@@ -632,9 +635,6 @@ class Worker:
         ctx.given_facts = facts
         if ctx.gpu_lock is not None and ctx.hardening.compile_unlocked:
             compile_pause.install(ctx.gpu_lock)  # other evaluations may time while this one compiles
-        # torch ops only, as in the judge: the fused comparison kernel's binary would come from the
-        # Triton cache that earlier candidates' processes of this worker could write
-        compare.disable_fused()
         # Irreversible, and after every import of the evaluator's own: the candidate comes next.
         audit.install(evaldir)
         result, model = first_layer(request, ctx)
