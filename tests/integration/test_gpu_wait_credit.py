@@ -59,3 +59,26 @@ def test_an_evaluation_waiting_for_the_gpu_is_not_timed_out(tmp_path: Path) -> N
             os.close(fd)
     assert got["status"] == "ok", got["feedback"]
     assert got["phases"]["gpu_wait_credit"] >= LIMIT_S - 0.5  # the whole wait (capped at the limit)
+
+
+# the candidate's process (which imports the problem from reference.py; the judge from
+# judge_reference.py) claims a wait it does not have, as its native code could, and never tells
+# the worker it got the lock
+_CLAIM = """if __file__.endswith("/reference.py"):
+    import os as _os
+    from eval_server.isolation import gpu_lock as _gpu_lock
+    _os.write(_gpu_lock._report_fd, _gpu_lock.WAITING)
+"""
+
+
+def test_a_claimed_wait_buys_the_candidates_process_at_most_a_quarter_of_its_limit(tmp_path: Path) -> None:
+    limit = 4.0
+    body = {
+        "reference": _CLAIM + samples.load_problem("relu"),
+        "candidate": samples.load_candidate("relu__infinite_loop"),
+        "options": {"correctness_trials": 2, "timeout_s": limit},
+    }
+    with running_eval_server(tmp_path / "srv", "--devices", "cpu", "--cpu-workers", "1") as url:
+        got = httpx.post(f"{url}/eval", json=body, timeout=600).json()
+    assert got["status"] == "timeout", got["feedback"]
+    assert limit / 4 - 0.1 <= got["phases"]["gpu_wait_credit"] <= limit / 4
